@@ -1,0 +1,199 @@
+"""The session's results as one report model: rows, cost model, verify-cost fits, drift, warnings.
+
+Renderers (terminal, Markdown, JSON) only format what is computed here, so every output says
+the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import SpecperfConfig
+from .costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
+from .fingerprint import Change
+from .records import Measurement, MeasurementKey
+from .stats import Estimate, coefficient_of_variation, mean_estimate, ratio_estimate, rounds_to_resolve
+from .store import SaveResult, StoredBaseline
+from .verdict import Evaluation, Limits, Verdict, evaluate
+
+#: Worst first: the verdict a measurement row shows when several tests share it.
+SEVERITY = (
+    Verdict.ERROR, Verdict.REGRESSION, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
+    Verdict.IMPROVED, Verdict.NEW, Verdict.PASS,
+)  # fmt: skip
+NOISY_CV = 0.05
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement in the summary table."""
+
+    measurement: Measurement
+    throughput: Estimate | None
+    vs_baseline: Estimate | None
+    speedup: Estimate | None
+    accept_length: Estimate | None
+    tpot_ms: Estimate | None
+    ttft_ms: Estimate | None
+    cost: CostModel | None
+    verdict: Verdict
+    cv: float | None
+
+    @property
+    def key(self) -> MeasurementKey:
+        return self.measurement.key
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A verify-cost fit over configs that differ only in draft tokens, on one workload/level."""
+
+    servers: tuple[str, ...]
+    workload: str
+    concurrency: int
+    fit: VerifyCostFit
+    cycle_ms: tuple[float, ...]
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    fits: list[Fit] = field(default_factory=list)
+    drift: dict[str, list[Change]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    saved: list[tuple[MeasurementKey, SaveResult]] = field(default_factory=list)
+    fingerprint_summary: str | None = None
+    simulated: bool = False
+
+
+def build_report(
+    config: SpecperfConfig,
+    measurements: dict[MeasurementKey, Measurement],
+    evaluations: dict[str, tuple[MeasurementKey, Evaluation]],
+    baselines: dict[MeasurementKey, StoredBaseline | None],
+    saved: dict[MeasurementKey, SaveResult],
+    *,
+    updating: bool,
+) -> Report:
+    report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label))
+    ordered = sorted(measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency))
+    for measurement in ordered:
+        reference = measurements.get(MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency))
+        verdict, evaluation = _verdict(config, measurement, evaluations, baselines.get(measurement.key), updating)
+        report.rows.append(_row(measurement, reference, baselines.get(measurement.key), verdict, updating))
+        if evaluation is not None and evaluation.drift is not None:
+            changes = [*evaluation.drift.identity, *evaluation.drift.environment]
+            if changes:
+                report.drift[measurement.key.label] = changes
+        report.warnings += [f"{measurement.key.label}: {w}" for w in measurement.warnings]
+        report.warnings += _noise_warning(measurement, config)
+    report.fits = _fits(config, report.rows)
+    fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
+    if fingerprints:
+        report.fingerprint_summary = fingerprints[0].summary()
+        report.simulated = fingerprints[0].identity.get("launcher") == "sim"
+    return report
+
+
+def _verdict(
+    config: SpecperfConfig,
+    measurement: Measurement,
+    evaluations: dict[str, tuple[MeasurementKey, Evaluation]],
+    baseline: StoredBaseline | None,
+    updating: bool,
+) -> tuple[Verdict, Evaluation | None]:
+    """The worst verdict of the tests sharing a measurement, or its own baseline comparison."""
+    own = [e for key, e in evaluations.values() if key == measurement.key]
+    if not own:
+        limits = Limits(config.max_regression, config.max_regression_accept_length, 1.0)
+        own = [evaluate(measurement, None, None, limits, baseline, updating=updating)]
+    worst = min(own, key=lambda e: SEVERITY.index(e.verdict))
+    return worst.verdict, worst
+
+
+def _estimate(measurement: Measurement, metric: str) -> Estimate | None:
+    samples = measurement.samples(metric)
+    return mean_estimate(samples) if samples else None
+
+
+def _row(
+    measurement: Measurement,
+    reference: Measurement | None,
+    baseline: StoredBaseline | None,
+    verdict: Verdict,
+    updating: bool,
+) -> Row:
+    throughput = _estimate(measurement, "output_throughput")
+    vs_baseline = None
+    if baseline is not None and not updating:
+        current, stored = measurement.samples("output_throughput"), baseline.measurement.samples("output_throughput")
+        if current and stored:
+            vs_baseline = ratio_estimate(current, stored)
+    speedup = cost = None
+    if reference is not None and reference is not measurement and not measurement.is_reference:
+        cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")
+        if cur and ref:
+            speedup = ratio_estimate(cur, ref)
+        cost = _cost(measurement, reference)
+    return Row(
+        measurement=measurement,
+        throughput=throughput,
+        vs_baseline=vs_baseline,
+        speedup=speedup,
+        accept_length=_estimate(measurement, "accept_length"),
+        tpot_ms=_estimate(measurement, "mean_tpot_ms"),
+        ttft_ms=_estimate(measurement, "mean_ttft_ms"),
+        cost=cost,
+        verdict=verdict,
+        cv=coefficient_of_variation(measurement.samples("output_throughput")),
+    )
+
+
+def _cost(measurement: Measurement, reference: Measurement) -> CostModel | None:
+    tau, tpot = _estimate(measurement, "accept_length"), _estimate(measurement, "mean_tpot_ms")
+    ref_tpot = _estimate(reference, "mean_tpot_ms")
+    if tau is None or tpot is None or ref_tpot is None:
+        return None
+    return analyze(
+        tau,
+        tpot,
+        ref_tpot,
+        throughput=_estimate(measurement, "output_throughput"),
+        reference_throughput=_estimate(reference, "output_throughput"),
+        draft_steps=measurement.num_steps,
+        topk=measurement.eagle_topk or 1,
+    )
+
+
+def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
+    """Verify-cost fits over configs that differ only in draft tokens (same everything else)."""
+    entries, members = [], {}
+    for row in rows:
+        m = row.measurement
+        if row.cost is None or m.num_draft_tokens is None:
+            continue
+        server = config.servers.get(m.key.server)
+        if server is None:
+            continue
+        group = (
+            config.model_of(server), server.draft_model, server.algorithm, server.eagle_topk, server.args,
+            m.key.workload, m.key.concurrency,
+        )  # fmt: skip
+        entries.append((group, m.num_draft_tokens, row.cost.cycle_ms.value))
+        members.setdefault(group, []).append((m.key.server, row.cost.cycle_ms.value))
+    fits = []
+    for group, fit in fit_verify_costs(entries).items():
+        servers = tuple(name for name, _ in members[group])
+        fits.append(Fit(servers, group[5], group[6], fit, tuple(c for _, c in members[group])))
+    return fits
+
+
+def _noise_warning(measurement: Measurement, config: SpecperfConfig) -> list[str]:
+    samples = measurement.samples("output_throughput")
+    cv = coefficient_of_variation(samples)
+    if cv is None or cv <= NOISY_CV:
+        return []
+    mean = sum(samples) / len(samples)
+    needed = rounds_to_resolve(mean, mean * (1 - config.max_regression), cv)
+    hint = f"; about {needed} rounds would resolve a {config.max_regression:.0%} change" if needed else ""
+    return [f"{measurement.key.label}: noisy throughput, CV {cv:.1%} over {len(samples)} rounds{hint}"]

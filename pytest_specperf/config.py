@@ -1,0 +1,533 @@
+"""Configuration: `specperf.toml`, `[tool.specperf]` in pyproject.toml, or `--specperf-config`.
+
+Everything is validated here, before any server starts: a typo found after a 20-minute
+server start is a wasted night. Every error names the file, the table and key, and what is
+allowed (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import string
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .errors import ConfigError
+from .workload import DEFAULT_WORKLOAD, WorkloadConfig, parse_workload
+
+LAUNCHERS = ("sglang", "sim")
+
+#: Algorithms SGLang 0.5.23 knows (sglang-contract.md §1.3); plugins may register more.
+KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+#: Algorithms whose draft model must be named (EAGLE/NEXTN may default to the target's MTP head).
+NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
+
+#: Placeholders a `command` template may use.
+COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
+
+#: Flags the plugin sets itself, or that have a dedicated key; refused inside `args`.
+RESERVED_FLAGS = {
+    "--host": "the plugin sets it (use the server's `host` key)",
+    "--port": "the plugin picks a free port",
+    "--model-path": "use the `model` key",
+    "--model": "use the `model` key",
+    "--speculative-algorithm": "use the `algorithm` key",
+    "--speculative-draft-model-path": "use the `draft_model` key",
+    "--speculative-draft-model": "use the `draft_model` key",
+    "--speculative-num-steps": "use the `num_steps` key",
+    "--speculative-eagle-topk": "use the `eagle_topk` key",
+    "--speculative-num-draft-tokens": "use the `num_draft_tokens` key",
+    "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
+    "--cuda-graph-max-bs": "removed in SGLang 0.5.23 (exit 2, 'ambiguous option'): use --cuda-graph-max-bs-decode",
+}
+
+DEFAULT_ENV_PATTERNS = ("NCCL_*", "SGLANG_*", "CUDA_*", "TORCH_*", "NVIDIA_*", "PYTORCH_*", "NVSHMEM_*", "OMP_*")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A named way to get one SGLang server: launch settings, or a URL to attach to."""
+
+    name: str
+    algorithm: str | None = None
+    draft_model: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    model: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    command: str | None = None
+    host: str = "127.0.0.1"
+    startup_timeout: float | None = None
+    api_key: str | None = field(default=None, repr=False)
+    sim_args: tuple[str, ...] = ()
+
+    @property
+    def is_speculative(self) -> bool:
+        return self.algorithm is not None
+
+    @property
+    def is_attached(self) -> bool:
+        return self.url is not None
+
+    def arg_value(self, flag: str) -> str | None:
+        """Value of `flag` in the extra args (`--flag V` or `--flag=V`), if given."""
+        for i, arg in enumerate(self.args):
+            if arg == flag and i + 1 < len(self.args):
+                return self.args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    @property
+    def tp_size(self) -> int:
+        value = self.arg_value("--tp-size") or self.arg_value("--tensor-parallel-size")
+        return int(value) if value and value.isdigit() else 1
+
+
+@dataclass(frozen=True)
+class SpecperfConfig:
+    """The whole, validated configuration of a session."""
+
+    source: Path | None = None
+    launcher: str = "sglang"
+    python: str = "python3"
+    model: str | None = None
+    reference: str = "plain"
+    store: Path = Path(".specperf")
+    startup_timeout: float = 1800.0
+    stop_timeout: float = 60.0
+    max_servers: int = 1
+    rounds: int = 5
+    max_rounds: int | None = None
+    max_regression: float = 0.05
+    max_regression_accept_length: float = 0.02
+    env: Mapping[str, str] = field(default_factory=dict)
+    env_patterns: tuple[str, ...] = DEFAULT_ENV_PATTERNS
+    api_key: str | None = field(default=None, repr=False)
+    sim_profile: str | None = None
+    sim_time_scale: float = 1.0
+    servers: Mapping[str, ServerConfig] = field(default_factory=dict)
+    workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)
+
+    @property
+    def effective_max_rounds(self) -> int:
+        return self.max_rounds if self.max_rounds is not None else 2 * self.rounds
+
+    @property
+    def reference_server(self) -> ServerConfig | None:
+        return self.servers.get(self.reference)
+
+    @property
+    def speculative_servers(self) -> list[ServerConfig]:
+        return [s for s in self.servers.values() if s.is_speculative]
+
+    def model_of(self, server: ServerConfig) -> str | None:
+        return server.model or self.model
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def find_config_file(rootdir: Path, explicit: str | None) -> tuple[Path, str] | None:
+    """The config file and the table prefix it uses, or None when the suite has none."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        if not path.is_file():
+            raise ConfigError("--specperf-config", f"file not found: {path}")
+        prefix = "tool.specperf" if path.name == "pyproject.toml" else "specperf"
+        return path, prefix
+    candidate = rootdir / "specperf.toml"
+    if candidate.is_file():
+        return candidate, "specperf"
+    pyproject = rootdir / "pyproject.toml"
+    if pyproject.is_file() and "specperf" in _read_toml(pyproject).get("tool", {}):
+        return pyproject, "tool.specperf"
+    return None
+
+
+def load_config(path: Path, prefix: str) -> SpecperfConfig:
+    """Parse and validate one config file."""
+    data = _read_toml(path)
+    table: Any = data
+    for part in prefix.split("."):
+        table = table.get(part) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        raise ConfigError(display_path(path), f"no [{prefix}] table; see the README for the file's shape")
+    return _Parser(path, prefix).parse(table)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(display_path(path), f"not valid TOML: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+_GLOBAL_KEYS = {
+    "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
+    "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "env", "env_patterns",
+    "api_key", "sim_profile", "sim_time_scale", "servers", "workloads",
+}  # fmt: skip
+_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
+
+
+class _Parser:
+    """Turns raw TOML tables into config dataclasses, naming file and key on every error."""
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        self.path = path
+        self.prefix = prefix
+
+    def where(self, table: str, key: str | None = None) -> str:
+        name = f"{self.prefix}.{table}" if table else self.prefix
+        return f"{display_path(self.path)} [{name}]" + (f" {key}" if key else "")
+
+    def parse(self, table: dict[str, Any]) -> SpecperfConfig:
+        check_keys(table, _GLOBAL_KEYS, self.where(""))
+        get = _Getter(table, self.where(""))
+        base = self.path.parent
+        values: dict[str, Any] = {
+            "source": self.path,
+            "launcher": get.choice("launcher", LAUNCHERS, "sglang"),
+            "python": get.string("python", "python3"),
+            "model": get.string("model", None),
+            "reference": get.string("reference", "plain"),
+            "store": base / get.string("store", ".specperf"),
+            "startup_timeout": get.number("startup_timeout", 1800.0, minimum=0, exclusive=True),
+            "stop_timeout": get.number("stop_timeout", 60.0, minimum=0, exclusive=True),
+            "max_servers": get.integer("max_servers", 1, minimum=1),
+            "rounds": get.integer("rounds", 5, minimum=2),
+            "max_rounds": get.integer("max_rounds", None, minimum=2),
+            "max_regression": get.number("max_regression", 0.05, minimum=0, maximum=1),
+            "max_regression_accept_length": get.number("max_regression_accept_length", 0.02, 0, 1),
+            "env": get.string_map("env"),
+            "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
+            "api_key": get.string("api_key", None),
+            "sim_profile": get.string("sim_profile", None),
+            "sim_time_scale": get.number("sim_time_scale", 1.0, minimum=0),
+        }
+        if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
+            raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
+        values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
+        values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
+        config = SpecperfConfig(**values)
+        self.check_reference(config)
+        return config
+
+    def parse_servers(self, tables: dict[str, Any]) -> dict[str, ServerConfig]:
+        servers = {}
+        for name, table in tables.items():
+            where = self.where(f"servers.{name}")
+            check_name(name, where)
+            if not isinstance(table, dict):
+                raise ConfigError(where, "must be a table")
+            servers[name] = parse_server(name, table, where)
+        return servers
+
+    def parse_workloads(self, tables: dict[str, Any], base: Path) -> dict[str, WorkloadConfig]:
+        workloads = {}
+        for name, table in tables.items():
+            check_name(name, self.where(f"workloads.{name}"))
+            if not isinstance(table, dict):
+                raise ConfigError(self.where(f"workloads.{name}"), "must be a table")
+            workloads[name] = parse_workload(name, table, display_path(self.path), base)
+        if "default" not in workloads:
+            workloads["default"] = DEFAULT_WORKLOAD
+        return workloads
+
+    def check_reference(self, config: SpecperfConfig) -> None:
+        if not config.servers:
+            return
+        where = self.where("", "reference")
+        ref = config.servers.get(config.reference)
+        if ref is None:
+            raise ConfigError(
+                where,
+                f"names server {config.reference!r}, which is not defined"
+                f"{did_you_mean(config.reference, config.servers)}; defined: {', '.join(sorted(config.servers))}",
+            )
+        if ref.is_speculative:
+            raise ConfigError(
+                where,
+                f"server {config.reference!r} is speculative (algorithm = {ref.algorithm!r}); "
+                "the reference must be a plain, non-speculative server",
+            )
+
+
+def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
+    """One `[specperf.servers.NAME]` table, with SGLang's speculative rules applied."""
+    check_keys(table, _SERVER_KEYS, where)
+    get = _Getter(table, where)
+    algorithm = get.string("algorithm", None)
+    server = ServerConfig(
+        name=name,
+        algorithm=algorithm.upper() if algorithm else None,
+        draft_model=get.string("draft_model", None),
+        num_steps=get.integer("num_steps", None, minimum=1),
+        eagle_topk=get.integer("eagle_topk", None, minimum=1),
+        num_draft_tokens=get.integer("num_draft_tokens", None, minimum=1),
+        model=get.string("model", None),
+        args=tuple(get.string_list("args", ())),
+        env=MappingProxyType(get.string_map("env")),
+        url=get.string("url", None),
+        command=get.string("command", None),
+        host=get.string("host", "127.0.0.1"),
+        startup_timeout=get.number("startup_timeout", None, minimum=0, exclusive=True),
+        api_key=get.string("api_key", None),
+        sim_args=tuple(get.string_list("sim_args", ())),
+    )
+    check_speculative_rules(server, where)
+    check_args(server, where)
+    check_attach(server, table, where)
+    check_command(server, where)
+    return server
+
+
+def check_speculative_rules(server: ServerConfig, where: str) -> None:
+    """SGLang's rules (sglang-contract.md §1.4), refused instead of silently corrected."""
+    sizes = {
+        "num_steps": server.num_steps,
+        "eagle_topk": server.eagle_topk,
+        "num_draft_tokens": server.num_draft_tokens,
+    }
+    given = [k for k, v in sizes.items() if v is not None]
+    if server.algorithm is None:
+        extra = given + (["draft_model"] if server.draft_model else [])
+        if extra:
+            raise ConfigError(
+                f"{where} {extra[0]}", 'is set but `algorithm` is not; add algorithm = "EAGLE3" (or remove it)'
+            )
+        return
+    if server.algorithm not in KNOWN_ALGORITHMS:
+        raise ConfigError(
+            f"{where} algorithm",
+            f"unknown speculative algorithm {server.algorithm!r}; SGLang 0.5.23 knows {', '.join(KNOWN_ALGORITHMS)}",
+        )
+    if server.algorithm in NEEDS_DRAFT_MODEL and not server.draft_model:
+        raise ConfigError(f"{where} draft_model", f"is required for algorithm {server.algorithm}")
+    if given and len(given) != 3:
+        missing = [k for k in sizes if k not in given]
+        raise ConfigError(
+            f"{where} {missing[0]}",
+            "num_steps, eagle_topk and num_draft_tokens must be given all together or not at all "
+            f"(SGLang asserts or crashes otherwise); missing: {', '.join(missing)}",
+        )
+    if not given:
+        return
+    steps, topk, draft = server.num_steps, server.eagle_topk, server.num_draft_tokens
+    assert steps is not None and topk is not None and draft is not None
+    if topk == 1 and draft != steps + 1:
+        raise ConfigError(
+            f"{where} num_draft_tokens",
+            f"with eagle_topk = 1 it must be num_steps + 1 = {steps + 1}, got {draft} "
+            "(SGLang would silently change it; set it explicitly)",
+        )
+    if draft > steps * topk + 1:
+        raise ConfigError(
+            f"{where} num_draft_tokens",
+            f"{draft} is more than num_steps * eagle_topk + 1 = {steps * topk + 1}",
+        )
+
+
+def check_args(server: ServerConfig, where: str) -> None:
+    for arg in server.args:
+        flag = arg.split("=", 1)[0]
+        if flag in RESERVED_FLAGS:
+            raise ConfigError(f"{where} args", f"{flag} is not allowed here: {RESERVED_FLAGS[flag]}")
+    for arg in server.sim_args:
+        if not arg.startswith("--sim-") and arg.startswith("--"):
+            raise ConfigError(f"{where} sim_args", f"{arg}: only --sim-* flags belong here (others go in `args`)")
+
+
+def check_attach(server: ServerConfig, table: dict[str, Any], where: str) -> None:
+    if server.url is None:
+        return
+    if not re.match(r"^https?://[^/]+", server.url):
+        raise ConfigError(f"{where} url", f"must be an http(s) URL like http://host:30000, got {server.url!r}")
+    launch_only = sorted(k for k in ("command", "args", "env", "startup_timeout", "sim_args") if k in table)
+    if launch_only:
+        raise ConfigError(
+            f"{where} {launch_only[0]}",
+            "an attached server (url = ...) is never launched, so launch settings do not apply",
+        )
+
+
+def check_command(server: ServerConfig, where: str) -> None:
+    if server.command is None:
+        return
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(server.command) if name is not None}
+    except ValueError as exc:
+        raise ConfigError(f"{where} command", f"bad template: {exc}") from None
+    unknown = sorted(names - set(COMMAND_PLACEHOLDERS))
+    if unknown:
+        raise ConfigError(
+            f"{where} command",
+            f"unknown placeholder {{{unknown[0]}}}; allowed: {', '.join('{' + p + '}' for p in COMMAND_PLACEHOLDERS)}",
+        )
+    if "args" not in names:
+        raise ConfigError(f"{where} command", "must contain {args} (the launch arguments the plugin builds)")
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
+            )
+
+
+def check_name(name: str, where: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ConfigError(where, "names may use letters, digits, '-', '_' and '.' only")
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Getter:
+    """Typed reads from one table; each failure names the key and the allowed values."""
+
+    def __init__(self, table: Mapping[str, Any], where: str) -> None:
+        self.table = table
+        self.where = where
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where} {key}", message)
+
+    def string(self, key: str, default: str | None) -> Any:
+        value = self.table.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {value!r}")
+        if isinstance(value, str) and not value.strip():
+            raise self.fail(key, "must not be empty")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.string(key, default)
+        if value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+
+    def integer(self, key: str, default: int | None, minimum: int | None = None) -> Any:
+        value = self.table.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(
+        self, key: str, default: float | None, minimum: float | None = None, maximum: float | None = None,
+        exclusive: bool = False,
+    ) -> Any:  # fmt: skip
+        value = self.table.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, f"must be a number, got {value!r}")
+        if minimum is not None and (value <= minimum if exclusive else value < minimum):
+            raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail(key, f"must be <= {maximum}, got {value}")
+        return float(value)
+
+    def string_list(self, key: str, default: Any) -> list[str]:
+        value = self.table.get(key, default)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, f"must be a list of strings, got {value!r}")
+        return list(value)
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self.table.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(key, f'must be a table of NAME = "value" strings, got {value!r}')
+        for name, item in value.items():
+            if not isinstance(item, str):
+                raise self.fail(f"{key}.{name}", f'must be a string (quote numbers: "{item}"), got {item!r}')
+        return dict(value)
+
+    def subtable(self, key: str) -> dict[str, Any]:
+        value = self.table.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be a table")
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Command-line overrides (precedence: marker > command line > config file > defaults)
+
+
+def apply_overrides(
+    config: SpecperfConfig,
+    *,
+    launcher: str | None = None,
+    rounds: int | None = None,
+    attach: Mapping[str, str] | None = None,
+    only_servers: list[str] | None = None,
+    sim_time_scale: float | None = None,
+) -> SpecperfConfig:
+    """The config with command-line options applied; each option is validated by its name."""
+    if launcher is not None:
+        if launcher not in LAUNCHERS:
+            raise ConfigError("--specperf-launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+        config = replace(config, launcher=launcher)
+    if rounds is not None:
+        if rounds < 2:
+            raise ConfigError("--specperf-rounds", f"must be >= 2 (a CI needs two rounds), got {rounds}")
+        keep = config.max_rounds is not None and config.max_rounds >= rounds
+        config = replace(config, rounds=rounds, max_rounds=config.max_rounds if keep else None)
+    if sim_time_scale is not None:
+        if sim_time_scale < 0:
+            raise ConfigError("--specperf-sim-time-scale", f"must be >= 0, got {sim_time_scale}")
+        config = replace(config, sim_time_scale=sim_time_scale)
+    servers = dict(config.servers)
+    for name, url in (attach or {}).items():
+        if name not in servers:
+            raise ConfigError("--specperf-attach", f"unknown server {name!r}{did_you_mean(name, servers)}")
+        if not re.match(r"^https?://[^/]+", url):
+            raise ConfigError("--specperf-attach", f"{name}={url!r}: the URL must look like http://host:port")
+        servers[name] = replace(servers[name], url=url)
+    for name in only_servers or []:
+        if name not in servers:
+            raise ConfigError("--specperf-servers", f"unknown server {name!r}{did_you_mean(name, servers)}")
+    return replace(config, servers=MappingProxyType(servers))
+
+
+def parse_attach(values: list[str]) -> dict[str, str]:
+    """`--specperf-attach NAME=URL` values as a mapping."""
+    result = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise ConfigError("--specperf-attach", f"expected NAME=URL, got {value!r}")
+        result[name] = url
+    return result

@@ -1,0 +1,522 @@
+"""Where a number was measured: capture, compare and redact environment fingerprints.
+
+A throughput without its environment is a phantom (design.md §3): plain decoding was remembered
+as 90 tok/s, but that number had been measured with NCCL tuning variables that were lost on
+restart. So every measurement carries a `Fingerprint` in two parts:
+
+* `identity`: what makes two numbers comparable at all (model, speculative settings, launch args,
+  workload, GPU, launcher). Any difference means the comparison must not be made: INCOMPARABLE.
+* `environment`: what may drift between runs and must be shown next to the verdict (versions,
+  tuning environment variables, resolved server settings). The comparison is still made.
+
+Everything here is pure except `probe_local_gpus`, which runs `nvidia-smi` once per process.
+No secret may reach a stored file or a report, so every value passes through the redaction
+helpers before it enters a `Fingerprint`, and `Fingerprint.redacted()` repeats that pass for
+fingerprints read from elsewhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import platform
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest_specperf
+
+UNSET = "unset"
+REDACTED = "<redacted>"
+
+DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
+    "NCCL_*",
+    "SGLANG_*",
+    "CUDA_*",
+    "TORCH_*",
+    "NVIDIA_*",
+    "PYTORCH_*",
+    "NVSHMEM_*",
+    "OMP_*",
+)
+
+# Launch-identity keys the caller provides (design: the plugin knows the server config).
+LAUNCH_KEYS: tuple[str, ...] = (
+    "launcher",
+    "model",
+    "draft_model",
+    "algorithm",
+    "num_steps",
+    "eagle_topk",
+    "num_draft_tokens",
+    "args",
+    "tp_size",
+    "workload_hash",
+)
+
+# Where an unset launch value can be read back from /server_info (servers attached by URL).
+_RESOLVED_FROM_SERVER: dict[str, str] = {
+    "model": "model_path",
+    "draft_model": "speculative_draft_model_path",
+    "algorithm": "speculative_algorithm",
+    "num_steps": "speculative_num_steps",
+    "eagle_topk": "speculative_eagle_topk",
+    "num_draft_tokens": "speculative_num_draft_tokens",
+    "tp_size": "tp_size",
+}
+
+# Resolved /server_info settings shown as drift: they change numbers without changing the config.
+SERVER_INFO_FIELDS: tuple[str, ...] = (
+    "attention_backend",
+    "chunked_prefill_size",
+    "cuda_graph_config",
+    "disable_overlap_schedule",
+    "dtype",
+    "kv_cache_dtype",
+    "max_running_requests",
+    "mem_fraction_static",
+    "page_size",
+    "revision",
+    "speculative_draft_model_revision",
+)
+
+# Flags whose value is a secret; the value after them is never kept.
+SECRET_FLAGS: frozenset[str] = frozenset({"--api-key", "--admin-api-key"})
+# Flags whose value changes every run and says nothing about performance.
+_VOLATILE_FLAGS: frozenset[str] = frozenset({"--host", "--port"})
+
+# Names that hold secrets. "TOKENS"/"TOKENIZER" are counts and paths, not credentials.
+_SECRET_NAME = re.compile(r"TOKEN(?!S|IZER)|KEY|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
+_SECRET_QUERY_NAME = re.compile(
+    r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^SIG$|SIGNATURE|^AUTH|^CODE$", re.IGNORECASE
+)
+# Well-known credential shapes, caught wherever they appear (values, args, free text).
+_SECRET_VALUE = re.compile(
+    r"\bsk-[A-Za-z0-9_\-]{16,}"
+    r"|\bhf_[A-Za-z0-9]{30,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,}"
+    r"|\bgithub_pat_[A-Za-z0-9_]{30,}"
+    r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+)
+_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]+@")
+_URL_SECRET_PARAM = re.compile(
+    r"([?&](?:[A-Za-z0-9_\-]*(?:token|key|secret|passw|credential)[A-Za-z0-9_\-]*|sig|signature|auth)=)"
+    r"[^&#\s\"']+",
+    re.IGNORECASE,
+)
+_SECRET_FLAG_IN_TEXT = re.compile(r"(--(?:admin-)?api-key(?:=|\s+))(\"[^\"]*\"|'[^']*'|\S+)")
+
+
+# --------------------------------------------------------------------------------------------
+# Redaction
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_text(text: str) -> str:
+    """Scrub secrets out of free text: URL credentials, `--api-key X`, known token shapes.
+
+    Used on every string that is stored, as the last line of defence: a secret can hide in a
+    warning, an error message or a launch command as well as in a named variable.
+    """
+    text = _URL_USERINFO.sub(r"\1", text)
+    text = _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
+    text = _SECRET_FLAG_IN_TEXT.sub(rf"\1{REDACTED}", text)
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Copy of `env` with secret-named values replaced by "<redacted>" and the rest scrubbed."""
+    return {
+        name: REDACTED if is_secret_name(name) else redact_text(str(value)) for name, value in env.items()
+    }
+
+
+def redact_url(url: str) -> str:
+    """`url` without userinfo credentials and with token-like query parameters hidden."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if _SECRET_QUERY_NAME.search(k) else v) for k, v in pairs], safe="<>")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_args(args: Iterable[str]) -> list[str]:
+    """Copy of a command line with the values of `--api-key`/`--admin-api-key` hidden.
+
+    Both `--api-key X` and `--api-key=X` forms; other tokens get the free-text scrub.
+    """
+    out: list[str] = []
+    hide_next = False
+    for arg in map(str, args):
+        flag, eq, _ = arg.partition("=")
+        if hide_next:
+            out.append(REDACTED)
+        elif eq and flag in SECRET_FLAGS:
+            out.append(f"{flag}={REDACTED}")
+        else:
+            out.append(redact_text(arg))
+        hide_next = not eq and arg in SECRET_FLAGS
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+
+
+def _text(value: object) -> str:
+    """One string per value, so fingerprints compare the same however a config spelled it."""
+    if value is None:
+        return UNSET
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, Sequence):
+        return shlex.join(str(v) for v in value)
+    return str(value)
+
+
+def _is_flag(token: str) -> bool:
+    """Only long options start a group: `python3 -m sglang.launch_server` stays together."""
+    return token.startswith("--") and token != "--"
+
+
+def _option_groups(args: Sequence[str]) -> list[list[str]]:
+    """Split argv into [flag, values...] groups; leading positionals form the first group."""
+    groups: list[list[str]] = [[]]
+    for token in args:
+        if _is_flag(token):
+            flag, eq, value = token.partition("=")
+            groups.append([flag, value] if eq else [flag])
+        else:
+            groups[-1].append(token)
+    return groups
+
+
+def normalize_args(args: Sequence[str], *, drop: frozenset[str] = frozenset()) -> str:
+    """A launch command as one canonical string: `--a=b` → `--a b`, options sorted by flag.
+
+    Two configs that list the same options in another order describe the same server, so they
+    must have the same identity. Options in `drop` (volatile ones like `--port`) are left out.
+    """
+    groups = _option_groups(redact_args(args))
+    positional, options = groups[0], groups[1:]
+    kept = sorted((g for g in options if g[0] not in drop), key=lambda g: g[0])
+    return shlex.join([*positional, *(token for group in kept for token in group)])
+
+
+def _argv(value: object) -> list[str]:
+    """A launch command given as a string or a list, as a list of tokens."""
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError:
+            return value.split()
+    if isinstance(value, Sequence):
+        return [str(v) for v in value]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# Local probe
+
+
+@dataclass(frozen=True)
+class LocalGpus:
+    """What `nvidia-smi` says about this host's GPUs."""
+
+    name: str
+    count: int
+    driver: str | None = None
+    cuda: str | None = None
+
+
+def _run(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+@functools.cache
+def probe_local_gpus() -> LocalGpus | None:
+    """GPU name, count, driver and CUDA version of this host, or None without `nvidia-smi`.
+
+    Cached: the hardware does not change within a pytest session, and nvidia-smi is slow.
+    """
+    out = _run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    rows = [[c.strip() for c in line.split(",")] for line in (out or "").splitlines() if line.strip()]
+    if not rows:
+        return None
+    names = sorted({row[0] for row in rows})
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", _run(["nvidia-smi"]) or "")
+    return LocalGpus(
+        name=names[0] if len(names) == 1 else " + ".join(names),
+        count=len(rows),
+        driver=rows[0][1] if len(rows[0]) > 1 else None,
+        cuda=cuda.group(1) if cuda else None,
+    )
+
+
+def _visible_count(gpus: LocalGpus, server_env: Mapping[str, str]) -> int:
+    """GPUs the server could see: CUDA_VISIBLE_DEVICES narrows what nvidia-smi lists."""
+    visible = server_env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpus.count
+    return len([d for d in visible.split(",") if d.strip()])
+
+
+# --------------------------------------------------------------------------------------------
+# Fingerprint
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Where a number was measured. Values are strings; "unset" stands for absent/None.
+
+    The mappings are plain dicts (so fingerprints pickle across xdist workers); treat them as
+    read-only. Not hashable.
+    """
+
+    identity: Mapping[str, str]
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "identity", {str(k): _text(v) for k, v in self.identity.items()})
+        object.__setattr__(self, "environment", {str(k): _text(v) for k, v in self.environment.items()})
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        return {
+            "identity": dict(sorted(self.identity.items())),
+            "environment": dict(sorted(self.environment.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
+        """Inverse of `to_dict`; ValueError names the part that is malformed."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"fingerprint must be an object, not {type(data).__name__}")
+        parts = []
+        for part in ("identity", "environment"):
+            value = data.get(part)
+            if not isinstance(value, Mapping):
+                raise ValueError(f"fingerprint.{part} must be an object, got {value!r}")
+            parts.append(value)
+        return cls(identity=parts[0], environment=parts[1])
+
+    def redacted(self) -> Fingerprint:
+        """The same fingerprint with the redaction applied again (defence in depth)."""
+        return Fingerprint(
+            identity={k: redact_text(v) for k, v in self.identity.items()},
+            environment=redact_env(self.environment),
+        )
+
+    def summary(self) -> str:
+        """One short line for report headers, e.g. "NVIDIA H200 x8, sglang 0.5.23, launcher sglang"."""
+        gpu = self.identity.get("gpu", UNSET)
+        hardware = "GPU unknown" if gpu in ("unknown", UNSET) else gpu
+        count = self.identity.get("gpu_count", UNSET)
+        if count not in ("unknown", UNSET):
+            hardware += f" x{count}"
+        version = self.environment.get("sglang.version", UNSET)
+        launcher = self.identity.get("launcher", UNSET)
+        text = f"{hardware}, sglang {'unknown' if version == UNSET else version}, launcher {launcher}"
+        profile = self.identity.get("sim_profile")
+        return f"{text} (profile {profile})" if profile not in (None, UNSET) else text
+
+
+def capture(
+    *,
+    launch_identity: Mapping[str, object],
+    server_info: Mapping[str, Any] | None,
+    loads: Mapping[str, Any] | None,
+    server_env: Mapping[str, str],
+    env_patterns: Sequence[str] = DEFAULT_ENV_PATTERNS,
+    local: bool = True,
+    gpu_probe: Callable[[], LocalGpus | None] = probe_local_gpus,
+) -> Fingerprint:
+    """Fingerprint of one running server.
+
+    `launch_identity` comes from the server config (see `LAUNCH_KEYS`, plus `sim_profile`);
+    values left None are read back from `/server_info` when it has them (servers attached by
+    URL). `server_env` is the environment the server was started with; for a server attached
+    by URL pass only what is known about it (e.g. `{}`), not this process's environment.
+    `local` allows the `nvidia-smi` probe (server on this host). `gpu_probe` exists for tests.
+    """
+    info = server_info or {}
+    marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
+    gpus = gpu_probe() if local else None
+    identity = {
+        **_launch_identity(launch_identity, info, marker),
+        **_gpu_identity(loads, gpus, server_env),
+    }
+    environment = {
+        **_versions(info, gpus),
+        **_server_settings(info),
+        **_simulator_environment(marker),
+        **_selected_env(server_env, info, env_patterns),
+    }
+    return Fingerprint(identity=identity, environment=environment).redacted()
+
+
+def _launch_identity(
+    launch: Mapping[str, object], info: Mapping[str, Any], marker: Mapping[str, Any] | None
+) -> dict[str, str]:
+    identity: dict[str, str] = {}
+    for key in LAUNCH_KEYS:
+        value = launch.get(key)
+        if value is None and key in _RESOLVED_FROM_SERVER:
+            value = info.get(_RESOLVED_FROM_SERVER[key])
+        if key == "args":
+            identity[key] = normalize_args(_argv(value)) or UNSET
+        else:
+            identity[key] = redact_text(_text(value))
+    if marker is not None:
+        identity["launcher"] = "sim"  # a simulator is a simulator, however it was reached
+    if identity["launcher"] == "sim":
+        profile = marker.get("profile") if marker else None
+        if isinstance(profile, Mapping):
+            profile = profile.get("name")
+        identity["sim_profile"] = _text(profile if profile is not None else launch.get("sim_profile"))
+        identity["sim_time_scale"] = _text(marker.get("time_scale") if marker else None)
+    return identity
+
+
+def _gpu_identity(
+    loads: Mapping[str, Any] | None, gpus: LocalGpus | None, server_env: Mapping[str, str]
+) -> dict[str, str]:
+    """GPU name and count: the server's own report first, then the local probe, else unknown."""
+    name = (loads or {}).get("accelerator")
+    count = (loads or {}).get("num_accelerators")
+    if gpus is not None:
+        name = name or gpus.name
+        count = count if count is not None else _visible_count(gpus, server_env)
+    return {
+        "gpu": str(name) if name else "unknown",
+        "gpu_count": str(count) if count is not None else "unknown",
+    }
+
+
+def _versions(info: Mapping[str, Any], gpus: LocalGpus | None) -> dict[str, str]:
+    versions = {
+        "sglang.version": _text(info.get("version")),
+        "python.version": platform.python_version(),
+        "specperf.version": pytest_specperf.__version__,
+    }
+    if gpus is not None:
+        versions["gpu.driver"] = _text(gpus.driver)
+        versions["gpu.cuda"] = _text(gpus.cuda)
+    return versions
+
+
+def _server_settings(info: Mapping[str, Any]) -> dict[str, str]:
+    """Resolved settings and the redacted launch command, as reported by the server."""
+    settings = {
+        f"server.{name}": _text(info[name])
+        for name in SERVER_INFO_FIELDS
+        if name in info and not is_secret_name(name)
+    }
+    if "launch_command" in info:
+        command = _argv(info["launch_command"])
+        settings["server.launch_command"] = normalize_args(command, drop=_VOLATILE_FLAGS)
+    return settings
+
+
+def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:
+    """Scalar simulator settings other than the identity ones (profile, time scale)."""
+    if marker is None:
+        return {}
+    return {
+        f"sim.{name}": REDACTED if is_secret_name(name) else _text(value)
+        for name, value in marker.items()
+        if name not in ("profile", "time_scale") and not isinstance(value, Mapping | list)
+    }
+
+
+def _selected_env(
+    server_env: Mapping[str, str], info: Mapping[str, Any], patterns: Sequence[str]
+) -> dict[str, str]:
+    """Variables matching `patterns`; the server's own report (`env_vars`) wins when present."""
+    reported: dict[str, Any] = {}
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], Mapping):
+        env_vars = states[0].get("env_vars")
+        reported = dict(env_vars) if isinstance(env_vars, Mapping) else {}
+    merged = {**server_env, **{k: _text(v) for k, v in reported.items()}}
+    selected = {
+        name: value for name, value in merged.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    }
+    return redact_env(selected)
+
+
+# --------------------------------------------------------------------------------------------
+# Diff
+
+
+@dataclass(frozen=True)
+class Change:
+    """One fingerprint entry that differs; "unset" on the side where it is absent."""
+
+    name: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.old} → {self.new}"
+
+
+@dataclass(frozen=True)
+class FingerprintDiff:
+    """Differences between a baseline's fingerprint and the current one."""
+
+    identity: list[Change]
+    environment: list[Change]
+
+    @property
+    def comparable(self) -> bool:
+        """False when any identity entry differs: the verdict must be INCOMPARABLE."""
+        return not self.identity
+
+    def __bool__(self) -> bool:
+        return bool(self.identity or self.environment)
+
+    def describe(self) -> str:
+        """One line per change, identity first (those make the comparison impossible)."""
+        lines = [f"{change} (not comparable)" for change in self.identity]
+        lines += [str(change) for change in self.environment]
+        return "\n".join(lines)
+
+
+def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
+    names = sorted(set(old) | set(new))
+    return [
+        Change(name, old.get(name, UNSET), new.get(name, UNSET))
+        for name in names
+        if old.get(name, UNSET) != new.get(name, UNSET)
+    ]
+
+
+def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:
+    """What changed from `baseline` to `current`, split into identity and environment."""
+    return FingerprintDiff(
+        identity=_changes(baseline.identity, current.identity),
+        environment=_changes(baseline.environment, current.environment),
+    )

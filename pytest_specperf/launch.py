@@ -1,0 +1,347 @@
+"""From a server config to a running, ready process, and back to nothing.
+
+A real start costs 15+ minutes, so this module fails fast (a dead process is reported within
+a second, with its exit code and log tail), shows progress while waiting, and tears the whole
+process tree down by every exit path: SGLang spawns a scheduler per TP rank and a detokenizer,
+and an orphaned one keeps the GPUs' memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from .config import ServerConfig, SpecperfConfig
+from .errors import ServerError
+
+#: Speculative servers cap running requests at this unless told otherwise (contract §0).
+SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
+LOG_TAIL_LINES = 40
+PROGRESS_INTERVAL_S = 10.0
+_PROBE_INTERVAL_S = 0.25
+_POLL_INTERVAL_S = 0.1
+
+SIM_PROGRAM = (sys.executable, "-m", "pytest_specperf.sim")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one server: argv, environment, address, log file."""
+
+    server: str
+    argv: tuple[str, ...]
+    env_overrides: Mapping[str, str]
+    host: str
+    port: int
+    log_path: Path
+    startup_timeout: float
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def display_command(self) -> str:
+        """The command line with the API key hidden, for logs, errors and reports."""
+        return shlex.join(redact_argv(self.argv))
+
+    def child_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env_overrides}
+
+
+def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """argv with the values of key flags replaced, so it can be shown anywhere."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+        elif arg in ("--api-key", "--admin-api-key"):
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith(("--api-key=", "--admin-api-key=")):
+            out.append(arg.split("=", 1)[0] + "=<redacted>")
+        else:
+            out.append(arg)
+    return out
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def server_args(
+    server: ServerConfig, config: SpecperfConfig, port: int, max_running_requests: int | None = None
+) -> list[str]:
+    """SGLang launch arguments for a server config (the same for SGLang and the simulator)."""
+    model = config.model_of(server)
+    if model is None:
+        raise ServerError(f"server {server.name!r}: no model; set `model` globally or on the server")
+    args = ["--model-path", model, "--host", server.host, "--port", str(port)]
+    if server.algorithm:
+        args += ["--speculative-algorithm", server.algorithm]
+    if server.draft_model:
+        args += ["--speculative-draft-model-path", server.draft_model]
+    if server.num_steps is not None:
+        args += [
+            "--speculative-num-steps", str(server.num_steps),
+            "--speculative-eagle-topk", str(server.eagle_topk),
+            "--speculative-num-draft-tokens", str(server.num_draft_tokens),
+        ]  # fmt: skip
+    args += list(server.args)
+    if max_running_requests is not None and server.arg_value("--max-running-requests") is None:
+        args += ["--max-running-requests", str(max_running_requests)]
+    api_key = api_key_for(server, config)
+    if api_key:
+        args += ["--api-key", api_key]
+    return args
+
+
+def api_key_for(server: ServerConfig, config: SpecperfConfig) -> str | None:
+    """The key a server wants: its own, the global one, or $SPECPERF_API_KEY."""
+    return server.api_key or config.api_key or os.environ.get("SPECPERF_API_KEY") or None
+
+
+def needed_max_running_requests(server: ServerConfig, max_concurrency: int) -> int | None:
+    """`--max-running-requests` to pass so the workload's concurrency is not silently capped."""
+    if server.is_speculative and max_concurrency > SGLANG_SPEC_MAX_RUNNING_REQUESTS:
+        return max_concurrency
+    return None
+
+
+def build_launch(
+    server: ServerConfig,
+    config: SpecperfConfig,
+    *,
+    run_dir: Path,
+    port: int | None = None,
+    max_concurrency: int = 1,
+) -> LaunchPlan:
+    """The launch plan of `server`: `python -m sglang.launch_server ...`, a cluster command, or the simulator."""
+    port = port or free_port(server.host)
+    args = server_args(server, config, port, needed_max_running_requests(server, max_concurrency))
+    if config.launcher == "sim":
+        argv = [*SIM_PROGRAM, *args, *sim_args(server, config)]
+    elif server.command:
+        argv = shlex.split(
+            server.command.format(
+                python=shlex.quote(config.python), args=shlex.join(args), host=server.host, port=port,
+                model=shlex.quote(config.model_of(server) or ""), name=server.name,
+            )
+        )  # fmt: skip
+    else:
+        argv = [*shlex.split(config.python), "-m", "sglang.launch_server", *args]
+    return LaunchPlan(
+        server=server.name,
+        argv=tuple(argv),
+        env_overrides={**config.env, **server.env},
+        host=server.host,
+        port=port,
+        log_path=reserve_log_path(run_dir, server.name),
+        startup_timeout=server.startup_timeout or config.startup_timeout,
+        api_key=api_key_for(server, config),
+    )
+
+
+def reserve_log_path(run_dir: Path, name: str) -> Path:
+    """A new log file for one start: `NAME.log`, then `NAME~2.log`, ... (unique across xdist workers)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempt = 1
+    while True:
+        path = run_dir / (f"{name}.log" if attempt == 1 else f"{name}~{attempt}.log")
+        try:
+            path.open("x").close()
+            return path
+        except FileExistsError:
+            attempt += 1
+
+
+def sim_args(server: ServerConfig, config: SpecperfConfig) -> list[str]:
+    args = ["--sim-time-scale", repr(config.sim_time_scale)]
+    if config.sim_profile:
+        profile = config.sim_profile
+        if config.source is not None and (config.source.parent / profile).is_file():
+            profile = str(config.source.parent / profile)
+        args += ["--sim-profile", profile]
+    return args + list(server.sim_args)
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec hook asking Linux to SIGTERM the server if pytest dies without cleaning up."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return hook
+
+
+_PDEATHSIG_HOOK = _parent_death_signal()
+
+
+class ServerProcess:
+    """One launched server process group, its log file, and its teardown."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tree: dict[int, psutil.Process] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        self.plan.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.plan.log_path.open("wb") as log:
+            log.write(f"# specperf: {self.plan.display_command}\n".encode())
+            log.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    self.plan.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.plan.child_env(),
+                    start_new_session=True,
+                    preexec_fn=_PDEATHSIG_HOOK,
+                )
+            except OSError as exc:
+                raise ServerError(
+                    f"server {self.plan.server!r}: could not run {self.plan.argv[0]!r}: {exc}\n"
+                    f"  command: {self.plan.display_command}"
+                ) from None
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def wait_ready(self, progress: Callable[[str], None] | None = None) -> float:
+        """Block until `/health_generate` answers 200; seconds it took. Fails fast on exit."""
+        started = time.monotonic()
+        deadline = started + self.plan.startup_timeout
+        next_probe = next_progress = started
+        session = requests.Session()
+        try:
+            while True:
+                now = time.monotonic()
+                self._check_alive(now - started)
+                if now >= next_probe:
+                    if self._probe(session):
+                        return now - started
+                    next_probe = time.monotonic() + _PROBE_INTERVAL_S
+                if progress and now >= next_progress:
+                    progress(f"starting {self.plan.server}: {now - started:.0f} s | {self.last_log_line()}")
+                    next_progress = now + PROGRESS_INTERVAL_S
+                if now >= deadline:
+                    self.stop(timeout=10)
+                    raise ServerError(
+                        f"server {self.plan.server!r} was not ready after its startup_timeout of "
+                        f"{self.plan.startup_timeout:g} s; it was stopped.\n{self.describe()}"
+                    )
+                time.sleep(_POLL_INTERVAL_S)
+        finally:
+            session.close()
+
+    def _check_alive(self, elapsed: float) -> None:
+        code = self.exit_code()
+        if code is not None:
+            raise ServerError(
+                f"server {self.plan.server!r} exited with code {code} after {elapsed:.1f} s, "
+                f"before it was ready.\n{self.describe()}"
+            )
+
+    def _probe(self, session: requests.Session) -> bool:
+        try:
+            response = session.get(f"{self.plan.url}/health_generate", timeout=5)
+        except requests.RequestException:
+            return False
+        return response.status_code == 200
+
+    def describe(self) -> str:
+        """Command, log path and log tail: what a person needs to see why a server failed."""
+        tail = self.log_tail()
+        return (
+            f"  command: {self.plan.display_command}\n  log: {self.plan.log_path}\n"
+            f"  last {len(tail)} log lines:\n" + "\n".join(f"    | {line}" for line in tail)
+        )
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        try:
+            with self.plan.log_path.open("r", errors="replace") as fh:
+                return [line.rstrip("\n") for line in deque(fh, maxlen=lines)]
+        except OSError:
+            return []
+
+    def last_log_line(self) -> str:
+        tail = [line for line in self.log_tail(5) if line.strip()]
+        return tail[-1][-120:] if tail else "(no output yet)"
+
+    def _snapshot_tree(self) -> None:
+        """Remember every descendant now: once the parent dies they are re-parented and lost."""
+        if self.proc is None:
+            return
+        try:
+            root = psutil.Process(self.proc.pid)
+            for proc in [root, *root.children(recursive=True)]:
+                self._tree[proc.pid] = proc
+        except psutil.NoSuchProcess:
+            pass
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM the process group, wait up to `timeout`, then SIGKILL the whole tree."""
+        if self.proc is None:
+            return
+        self._snapshot_tree()
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+        self._snapshot_tree()
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        alive = [p for p in self._tree.values() if _is_running(p)]
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=10)
+        self.proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _is_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

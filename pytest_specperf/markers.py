@@ -1,0 +1,184 @@
+"""The `@pytest.mark.specperf(...)` marker: parsed and validated at collection time.
+
+A typo in a marker must be a usage error naming the test and the key before any server
+starts, never an exception 20 minutes into a night.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import SpecperfConfig, did_you_mean
+from .errors import ConfigError
+
+Range = tuple[float | None, float | None]
+
+#: Marker range keys and the metric each one checks (metric names follow records.METRICS).
+RANGE_METRICS = {
+    "throughput": "output_throughput",
+    "accept_length": "accept_length",
+    "tpot_ms": "mean_tpot_ms",
+    "ttft_ms": "mean_ttft_ms",
+}
+MARKER_KEYS = (
+    "server", "workload", "min_speedup", *RANGE_METRICS, "max_regression",
+    "max_regression_accept_length", "lossless", "max_error_rate",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Target:
+    """One parametrized case: a server config on a workload at one concurrency level."""
+
+    server: str
+    workload: str | None = None
+    concurrency: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.workload is not None and self.concurrency is not None
+
+
+@dataclass(frozen=True)
+class SpecperfMarker:
+    """The checks one marked test declares."""
+
+    servers: tuple[str, ...]
+    workloads: tuple[str, ...]
+    min_speedup: float | Mapping[int, float] | None = None
+    ranges: Mapping[str, Range | Mapping[int, Range]] = field(default_factory=dict)
+    max_regression: float | None = None
+    max_regression_accept_length: float | None = None
+    lossless: bool = False
+    max_error_rate: float | None = None
+
+    def min_speedup_at(self, level: int) -> float | None:
+        if isinstance(self.min_speedup, Mapping):
+            return self.min_speedup.get(level)
+        return self.min_speedup
+
+    def range_at(self, key: str, level: int) -> Range | None:
+        value = self.ranges.get(key)
+        if isinstance(value, Mapping):
+            return value.get(level)
+        return value
+
+
+def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, config: SpecperfConfig) -> SpecperfMarker:
+    """Validate a marker's arguments against the session config."""
+    if args:
+        raise ConfigError(f"{test} @specperf", "takes keyword arguments only, e.g. specperf(min_speedup=1.1)")
+    for key in kwargs:
+        if key not in MARKER_KEYS:
+            raise ConfigError(
+                f"{test} @specperf {key}",
+                f"unknown key{did_you_mean(key, MARKER_KEYS)}; allowed: {', '.join(MARKER_KEYS)}",
+            )
+    where = f"{test} @specperf"
+    servers = _names(kwargs.get("server"), config.servers, f"{where} server", "server")
+    if not servers:
+        servers = tuple(s.name for s in config.speculative_servers)
+        if not servers:
+            raise ConfigError(f"{where} server", "no speculative server config is defined; name a server")
+    workloads = _names(kwargs.get("workload"), config.workloads, f"{where} workload", "workload") or ("default",)
+    levels = sorted({c for w in workloads for c in config.workloads[w].concurrency})
+    min_speedup = _per_level(kwargs.get("min_speedup"), levels, f"{where} min_speedup", _positive)
+    if min_speedup is not None and config.reference in servers:
+        raise ConfigError(
+            f"{where} min_speedup",
+            f"does not apply to the reference server {config.reference!r} (speedup is measured against it)",
+        )
+    ranges = {key: r for key in RANGE_METRICS if (r := _per_level(kwargs.get(key), levels, f"{where} {key}", _range))}
+    return SpecperfMarker(
+        servers=servers,
+        workloads=workloads,
+        min_speedup=min_speedup,
+        ranges=ranges,
+        max_regression=_fraction(kwargs.get("max_regression"), f"{where} max_regression"),
+        max_regression_accept_length=_fraction(
+            kwargs.get("max_regression_accept_length"), f"{where} max_regression_accept_length"
+        ),
+        lossless=_bool(kwargs.get("lossless", False), f"{where} lossless"),
+        max_error_rate=_fraction(kwargs.get("max_error_rate"), f"{where} max_error_rate"),
+    )
+
+
+def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target, str]]:
+    """Every (server, workload, level) case of a marker, with its test id."""
+    cases = []
+    for server in marker.servers:
+        for workload in marker.workloads:
+            levels = config.workloads[workload].concurrency
+            for level in levels:
+                parts = [server]
+                if len(marker.workloads) > 1:
+                    parts.append(workload)
+                if len(levels) > 1:
+                    parts.append(f"c{level}")
+                cases.append((Target(server, workload, level), "-".join(parts)))
+    return cases
+
+
+def _names(value: Any, known: Mapping[str, Any], where: str, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(where, f"must be a {what} name or a list of names, got {value!r}")
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                where, f"unknown {what} {name!r}{did_you_mean(name, known)}; defined: {', '.join(sorted(known))}"
+            )
+    return tuple(dict.fromkeys(names))
+
+
+def _per_level(value: Any, levels: list[int], where: str, parse: Any) -> Any:
+    """A value for every level, or a {level: value} mapping naming measured levels only."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        out = {}
+        for level, item in value.items():
+            if isinstance(level, bool) or not isinstance(level, int) or level not in levels:
+                raise ConfigError(where, f"mapping key {level!r} is not a concurrency level of the workload ({levels})")
+            out[level] = parse(item, f"{where}[{level}]")
+        return out
+    return parse(value, where)
+
+
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(where, f"must be a number > 0 (e.g. 1.1 for +10%), got {value!r}")
+    return float(value)
+
+
+def _range(value: Any, where: str) -> Range:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ConfigError(where, f"must be a (low, high) pair, None for an open end, got {value!r}")
+    lo, hi = value
+    for end in (lo, hi):
+        if end is not None and (isinstance(end, bool) or not isinstance(end, int | float)):
+            raise ConfigError(where, f"ends must be numbers or None, got {value!r}")
+    if lo is None and hi is None:
+        raise ConfigError(where, "(None, None) checks nothing; give at least one end")
+    if lo is not None and hi is not None and lo > hi:
+        raise ConfigError(where, f"low end {lo} is above high end {hi}")
+    return (None if lo is None else float(lo), None if hi is None else float(hi))
+
+
+def _fraction(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(where, f"must be a fraction in [0, 1) (0.05 = 5%), got {value!r}")
+    return float(value)
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(where, f"must be True or False, got {value!r}")
+    return value

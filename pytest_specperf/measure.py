@@ -1,0 +1,229 @@
+"""Warmup plus rounds of a workload on a server: a `Measurement` of raw per-request records.
+
+Each round starts from a flushed radix cache, so later rounds do not hit prefixes cached by
+earlier ones, and yields one sample of every metric (design.md §4). Accept length is always
+scoped to the round's own requests (Σ completion tokens / Σ verify steps from each final
+`meta_info`), never SGLang's cumulative `avg_spec_accept_length`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .client import SamplingParams, SGLangClient, run_requests
+from .config import SpecperfConfig
+from .errors import ServerError
+from .fingerprint import Fingerprint, capture
+from .pool import RunningServer
+from .records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from .workload import Prompt, WorkloadConfig, load_prompts, request_plan, warmup_plan, workload_hash
+
+
+def distribution(values_s: Sequence[float]) -> Distribution:
+    """Mean and percentiles (linear interpolation) of latencies given in seconds, in ms."""
+    if not values_s:
+        return Distribution()
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return Distribution(mean=float(ms.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+def summarise_round(
+    index: int, records: Sequence[RequestRecord], num_steps: int | None, eagle_topk: int | None
+) -> RoundSample:
+    """One round's sample of every metric, from its request records."""
+    ok = [r for r in records if r.ok and r.last_chunk is not None]
+    tokens = sum(r.completion_tokens for r in ok)
+    span = (max(r.last_chunk for r in ok) - min(r.sent for r in ok)) if ok else 0.0  # type: ignore[type-var]
+    verified = [r for r in ok if r.verify_ct]
+    accept = sum(r.completion_tokens for r in verified) / sum(r.verify_ct for r in verified) if verified else None  # type: ignore[misc]
+    per_request = float(np.mean([r.accept_length for r in verified])) if verified else None
+    rate = (accept - 1) / num_steps if accept is not None and num_steps and eagle_topk == 1 else None
+    return RoundSample(
+        index=index,
+        duration_s=span,
+        output_throughput=tokens / span if span > 0 else 0.0,
+        request_count=len(records),
+        error_count=len(records) - len(ok),
+        ttft_ms=distribution([r.ttft for r in ok if r.ttft is not None]),
+        tpot_ms=distribution([r.tpot for r in ok if r.tpot is not None]),
+        e2e_ms=distribution([r.e2e for r in ok if r.e2e is not None]),
+        chunk_gap_ms=distribution([g for r in ok for g in r.chunk_gaps]),
+        accept_length=accept,
+        accept_length_per_request=per_request,
+        acceptance_rate=rate,
+        cached_tokens=sum(r.cached_tokens for r in ok),
+        records=tuple(records),
+    )
+
+
+class Measurer:
+    """Runs measurements; prompts are loaded once per workload."""
+
+    def __init__(self, config: SpecperfConfig, progress: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.progress = progress
+        self._prompts: dict[str, list[Prompt]] = {}
+        self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def prompts(self, workload: WorkloadConfig) -> list[Prompt]:
+        if workload.name not in self._prompts:
+            base = self.config.source.parent if self.config.source else Path.cwd()
+            self._prompts[workload.name] = load_prompts(workload.prompts, base)
+        return self._prompts[workload.name]
+
+    def workload_hash(self, workload: WorkloadConfig) -> str:
+        return workload_hash(workload, self.prompts(workload))
+
+    def measure(
+        self, server: RunningServer, workload: WorkloadConfig, concurrency: int, *, is_reference: bool
+    ) -> Measurement:
+        """Warmup, then `rounds` rounds, each from a flushed cache."""
+        cfg = server.config
+        measurement = Measurement(
+            key=MeasurementKey(server.name, workload.name, concurrency),
+            workload_hash=self.workload_hash(workload),
+            is_reference=is_reference,
+            num_steps=cfg.num_steps,
+            eagle_topk=cfg.eagle_topk,
+            num_draft_tokens=cfg.num_draft_tokens,
+        )
+        client = SGLangClient(server.url, server.api_key)
+        prompts = self.prompts(workload)
+        warmup = warmup_plan(workload, prompts)
+        if warmup:
+            self._say(f"{measurement.key.label}: warmup, {len(warmup)} requests")
+            self._run(server, client, workload, warmup, concurrency)
+        self.extend(measurement, server, workload, self.config.rounds)
+        info = self._server_info(server, client)
+        measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
+        measurement.warnings.extend(sanity_warnings(measurement, info))
+        return measurement
+
+    def _server_info(self, server: RunningServer, client: SGLangClient) -> dict[str, Any]:
+        """`/server_info` once per server start (resolved args, version, simulator marker)."""
+        key = (server.name, server.url, server.startup_seconds)
+        if key not in self._info:
+            try:
+                self._info[key] = client.server_info()
+            except Exception as exc:  # an old or proxied server: fingerprint what we know
+                self._say(f"{server.name}: /server_info failed ({exc}); fingerprint from the config only")
+                self._info[key] = {}
+        return self._info[key]
+
+    def _fingerprint(
+        self, server: RunningServer, client: SGLangClient, info: dict[str, Any], whash: str
+    ) -> Fingerprint:
+        cfg = server.config
+        try:
+            loads = client.loads()
+        except Exception:
+            loads = None
+        identity = {
+            "launcher": self.config.launcher,
+            "model": self.config.model_of(cfg) if not server.attached else cfg.model or None,
+            "draft_model": cfg.draft_model,
+            "algorithm": cfg.algorithm,
+            "num_steps": cfg.num_steps,
+            "eagle_topk": cfg.eagle_topk,
+            "num_draft_tokens": cfg.num_draft_tokens,
+            "args": list(cfg.args),
+            "tp_size": cfg.tp_size if not server.attached else None,
+            "workload_hash": whash,
+            "sim_profile": self.config.sim_profile,
+        }
+        return capture(
+            launch_identity=identity,
+            server_info=info,
+            loads=loads,
+            server_env=server.launch_env,
+            env_patterns=self.config.env_patterns,
+            local=not server.attached,
+        )
+
+    def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
+        """Append `rounds` more rounds (also used by adaptive rounds when a check is inconclusive)."""
+        client = SGLangClient(server.url, server.api_key)
+        plan = request_plan(workload, self.prompts(workload))
+        concurrency = measurement.key.concurrency
+        target = len(measurement.rounds) + rounds
+        while len(measurement.rounds) < target:
+            index = len(measurement.rounds)
+            self._flush(server, client)
+            records = self._run(server, client, workload, plan, concurrency)
+            sample = summarise_round(index, records, measurement.num_steps, measurement.eagle_topk)
+            measurement.rounds.append(sample)
+            self._say(
+                f"{measurement.key.label}: round {index + 1}/{target}, {sample.output_throughput:.1f} tok/s"
+                + (f", accept length {sample.accept_length:.2f}" if sample.accept_length else "")
+                + (f", {sample.error_count} errors" if sample.error_count else "")
+            )
+
+    def _run(
+        self,
+        server: RunningServer,
+        client: SGLangClient,
+        workload: WorkloadConfig,
+        plan: list[Prompt],
+        concurrency: int,
+    ) -> list[RequestRecord]:
+        sampling = SamplingParams(
+            max_new_tokens=workload.max_new_tokens, temperature=workload.temperature,
+            top_p=workload.top_p, ignore_eos=workload.ignore_eos,
+        )  # fmt: skip
+        result = run_requests(
+            client, plan, sampling, concurrency=concurrency, request_rate=workload.request_rate, seed=workload.seed
+        )
+        server.check_alive()
+        return list(result.records)
+
+    def _flush(self, server: RunningServer, client: SGLangClient) -> None:
+        server.check_alive()
+        try:
+            client.flush_cache()
+        except Exception as exc:
+            raise ServerError(f"server {server.name!r}: /flush_cache failed before a round: {exc}") from None
+
+    def _say(self, message: str) -> None:
+        if self.progress:
+            self.progress(message)
+
+
+def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) -> list[str]:
+    """Things that make the numbers suspect, recorded on the result and shown in the report."""
+    warnings = []
+    errors, total = measurement.error_count, measurement.request_count
+    if errors:
+        first = next((r.error for r in measurement.records if r.error), "")
+        warnings.append(f"{errors} of {total} requests failed; first: {first}")
+    accept = [a for a in measurement.samples("accept_length")]
+    if measurement.num_steps is not None and accept:
+        ceiling = measurement.num_steps * (measurement.eagle_topk or 1) + 1
+        outside = [a for a in accept if not 1.0 <= a <= ceiling]
+        if outside:
+            warnings.append(f"accept length {outside[0]:.2f} outside [1, steps*topk+1 = {ceiling}]")
+    if (
+        measurement.num_steps is None
+        and measurement.num_draft_tokens is None
+        and accept
+        and not measurement.is_reference
+    ):
+        warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
+    level = measurement.key.concurrency
+    graph_bs = server_info.get("cuda_graph_max_bs_decode")
+    if isinstance(graph_bs, int) and level > graph_bs:
+        warnings.append(
+            f"concurrency {level} > --cuda-graph-max-bs-decode {graph_bs}: decode runs without CUDA graphs "
+            "and speculative speedup collapses"
+        )
+    running = server_info.get("max_running_requests")
+    if isinstance(running, int) and level > running:
+        warnings.append(f"concurrency {level} > the server's max_running_requests {running}: requests queue")
+    cached = [r.index for r in measurement.rounds if r.cached_tokens]
+    if cached:
+        warnings.append(f"cached tokens after /flush_cache in round(s) {', '.join(str(i + 1) for i in cached)}")
+    return warnings

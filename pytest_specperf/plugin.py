@@ -1,0 +1,440 @@
+"""pytest hooks and fixtures of pytest-specperf; the work itself happens in `session.py`."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import signal
+import warnings
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import __version__
+from .config import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
+from .errors import ConfigError, SpecperfError
+from .markers import SpecperfMarker, Target, parse_marker, targets
+from .pool import RunningServer
+from .records import Measurement
+from .session import Options, PlannedTest, SpecperfSession
+from .verdict import failure_message, incomparable_message
+
+SESSION_PLUGIN = "specperf-session"
+TARGET_PARAM = "specperf_server"
+RESULT_KEY = pytest.StashKey["SpecperfResult"]()
+
+
+class SpecperfWarning(UserWarning):
+    """A result that passes but deserves a look (an INCONCLUSIVE check, a sanity warning)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specperf", "speculative-decoding performance (pytest-specperf)")
+    add = group.addoption
+    add(
+        "--specperf-config",
+        metavar="PATH",
+        help="config file (default: specperf.toml or [tool.specperf] in the rootdir)",
+    )
+    add(
+        "--specperf-launcher",
+        choices=("sglang", "sim"),
+        help="override `launcher`: sim dry-runs a GPU suite on the built-in simulator",
+    )
+    add("--specperf-rounds", type=int, metavar="N", help="override `rounds` (measured rounds per measurement)")
+    add("--specperf-sim-time-scale", type=float, metavar="F", help="override `sim_time_scale` (simulator delays x F)")
+    add(
+        "--specperf-attach",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="use the running server at URL for config NAME (never started or stopped)",
+    )
+    add("--specperf-servers", metavar="A,B", help="run only tests of these server configs (shards on several machines)")
+    add("--specperf-update", action="store_true", help="store this session's measurements as the new baselines")
+    add(
+        "--specperf-strict", action="store_true", help="fail INCONCLUSIVE checks instead of passing them with a warning"
+    )
+    add(
+        "--specperf-on-incomparable",
+        choices=("fail", "skip", "warn"),
+        default="fail",
+        help="what a baseline from a different setup does (default: fail)",
+    )
+    add("--specperf-run-dir", metavar="DIR", help="where server logs go (default: a specperf folder in pytest's basetemp)")
+    add(
+        "--specperf-keep-servers",
+        action="store_true",
+        help="leave launched servers running at exit and print how to attach",
+    )
+    add(
+        "--specperf-report",
+        choices=("none", "short", "full"),
+        default="short",
+        help="terminal summary detail (default: short)",
+    )
+    add("--specperf-json", metavar="PATH", help="write the session's results as JSON")
+    add(
+        "--specperf-markdown",
+        metavar="PATH",
+        help="write the summary as Markdown (also to $GITHUB_STEP_SUMMARY when set)",
+    )
+    add("--specperf-bmf", metavar="PATH", help="write Bencher Metric Format JSON")
+    add("--specperf-plot", metavar="DIR", help="write PNG plots (needs the `plot` extra: matplotlib)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "specperf(server=, workload=, min_speedup=, throughput=, accept_length=, tpot_ms=, ttft_ms=, "
+        "max_regression=, lossless=, max_error_rate=): measure a server config and check its performance",
+    )
+    try:
+        specperf_config = _load(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-specperf: {exc}") from None
+    plugin = SpecperfPlugin(config, specperf_config)
+    config.pluginmanager.register(plugin, SESSION_PLUGIN)
+
+
+def _load(config: pytest.Config) -> SpecperfConfig | None:
+    found = find_config_file(Path(config.rootpath), config.getoption("specperf_config"))
+    if found is None:
+        return None
+    only = config.getoption("specperf_servers")
+    return apply_overrides(
+        load_config(*found),
+        launcher=config.getoption("specperf_launcher"),
+        rounds=config.getoption("specperf_rounds"),
+        attach=parse_attach(config.getoption("specperf_attach")),
+        only_servers=[s for s in only.split(",") if s] if only else None,
+        sim_time_scale=config.getoption("specperf_sim_time_scale"),
+    )
+
+
+@dataclass
+class SpecperfResult:
+    """What the `specperf` fixture gives a test: its measurement and how it compares."""
+
+    server: RunningServer
+    target: Target
+    result: Measurement
+    reference: Measurement | None = None
+    marker: SpecperfMarker | None = None
+    checks: list[Any] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        """Ratio of mean throughputs, this server over the reference, same workload and session."""
+        if self.reference is None:
+            return None
+        ref = self.reference.samples("output_throughput")
+        cur = self.result.samples("output_throughput")
+        if not ref or not cur or sum(ref) == 0:
+            return None
+        return (sum(cur) / len(cur)) / (sum(ref) / len(ref))
+
+
+class SpecperfPlugin:
+    """Hooks that need the session state; registered once per pytest process."""
+
+    def __init__(self, config: pytest.Config, specperf_config: SpecperfConfig | None) -> None:
+        self.pytest_config = config
+        self.config = specperf_config
+        self.options = Options(
+            update=config.getoption("specperf_update"),
+            strict=config.getoption("specperf_strict"),
+            keep_servers=config.getoption("specperf_keep_servers"),
+            on_incomparable=config.getoption("specperf_on_incomparable"),
+            report=config.getoption("specperf_report"),
+            json_path=config.getoption("specperf_json"),
+            markdown_path=config.getoption("specperf_markdown"),
+            bmf_path=config.getoption("specperf_bmf"),
+            plot_dir=config.getoption("specperf_plot"),
+            verbose=config.getoption("verbose"),
+        )
+        only = config.getoption("specperf_servers")
+        self.only_servers = {s for s in only.split(",") if s} if only else None
+        self.usage_errors: list[str] = []
+        self.session: SpecperfSession | None = None
+        self._previous_sigterm: Any = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The session state is made here: the tmp_path factory (for the run dir) exists by now."""
+        if self.config is not None:
+            self.session = SpecperfSession(self.config, self.options, self._run_dir(), progress=self.progress)
+            self._install_signal_handlers()
+            atexit.register(self._shutdown)
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _run_dir(self) -> Path:
+        workerinput = getattr(self.pytest_config, "workerinput", None)
+        if workerinput and "specperf_run_dir" in workerinput:
+            return Path(workerinput["specperf_run_dir"])
+        explicit = self.pytest_config.getoption("specperf_run_dir")
+        if explicit:
+            path = Path(explicit).resolve()
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        factory = self.pytest_config._tmp_path_factory  # type: ignore[attr-defined]
+        return factory.mktemp("specperf", numbered=False)
+
+    def progress(self, message: str) -> None:
+        """A progress line on the terminal, even while pytest captures output."""
+        reporter = self.pytest_config.pluginmanager.get_plugin("terminalreporter")
+        capman = self.pytest_config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(f"[specperf] {message}")
+        else:
+            reporter.write_line(f"[specperf] {message}")
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM (a CI job cancelled) becomes KeyboardInterrupt, so teardown stops servers."""
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        except ValueError:  # not the main thread (embedded runs)
+            self._previous_sigterm = None
+
+    def _shutdown(self) -> None:
+        if self.session is None:
+            return
+        kept = self.session.shutdown()
+        for server in kept:
+            self.progress(
+                f"kept {server.name} running (pid {server.process.pid if server.process else '?'}) at "
+                f"{server.url}; attach with --specperf-attach {server.name}={server.url}"
+            )
+
+    # ---- collection ----------------------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.config is None:
+            return [f"specperf {__version__}: no specperf.toml found (inactive)"]
+        c = self.config
+        lines = [f"specperf {__version__}: config {c.source}, launcher {c.launcher}, store {c.store}"]
+        if c.launcher == "sim":
+            lines.append(
+                f"specperf: SIMULATED servers (pytest_specperf.sim, profile {c.sim_profile or 'default'}, "
+                f"time scale {c.sim_time_scale:g}): numbers model a GPU server, they are not one"
+            )
+        if self.session:
+            lines.append(f"specperf: server logs in {self.session.run_dir}")
+        return lines
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        mark = metafunc.definition.get_closest_marker("specperf")
+        uses_server = TARGET_PARAM in metafunc.fixturenames
+        if mark is None and not uses_server:
+            return
+        if _user_parametrized(metafunc, TARGET_PARAM):
+            return
+        nodeid = metafunc.definition.nodeid
+        if self.config is None:
+            self.usage_errors.append(
+                f"{nodeid}: uses @pytest.mark.specperf or specperf_server, but no config was found: add "
+                f"specperf.toml (or [tool.specperf] in pyproject.toml) to {metafunc.config.rootpath}, "
+                "or pass --specperf-config PATH"
+            )
+            return
+        try:
+            if mark is not None:
+                marker = parse_marker(mark.args, mark.kwargs, nodeid, self.config)
+                cases = [(c, i) for c, i in targets(marker, self.config)]
+            else:
+                cases = [(Target(name), name) for name in self.config.servers]
+        except ConfigError as exc:
+            self.usage_errors.append(str(exc))
+            return
+        if self.only_servers is not None:
+            cases = [(c, i) for c, i in cases if c.server in self.only_servers]
+        if TARGET_PARAM not in metafunc.fixturenames:
+            metafunc.fixturenames.append(TARGET_PARAM)
+        if not cases:
+            metafunc.parametrize(
+                TARGET_PARAM,
+                [pytest.param(None, marks=pytest.mark.skip(reason="not in --specperf-servers"))],
+                indirect=True,
+            )
+            return
+        metafunc.parametrize(TARGET_PARAM, [c for c, _ in cases], ids=[i for _, i in cases], indirect=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if self.usage_errors:
+            raise pytest.UsageError("pytest-specperf:\n  " + "\n  ".join(self.usage_errors))
+        if self.session is None:
+            return
+        found = [(item, _target(item)) for item in items]
+        keys = self.session.group_order([t for _, t in found])
+        order = sorted(range(len(items)), key=lambda i: keys[i])
+        items[:] = [found[i][0] for i in order]
+        planned = []
+        for item, target in (found[i] for i in order):
+            if target is None:
+                continue
+            mark = item.get_closest_marker("specperf")
+            marker = parse_marker(mark.args, mark.kwargs, item.nodeid, self.session.config) if mark else None
+            planned.append(PlannedTest(item.nodeid, target, marker))
+        self.session.plan(planned)
+
+    # ---- running -------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+        try:
+            return (yield)
+        finally:
+            if self.session is not None:
+                self.session.finished(item.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        outcome = yield
+        result = item.stash.get(RESULT_KEY, None)
+        if result is not None and self.session is not None:
+            self._check(item, result)
+        return outcome
+
+    def _check(self, item: pytest.Item, result: SpecperfResult) -> None:
+        """Fail the test that regressed (not the session), with the evidence in the message."""
+        assert self.session is not None
+        evaluation = self.session.evaluate(item.nodeid, result.result, result.reference)
+        result.checks = evaluation.checks
+        measurement = result.result
+        for name in ("output_throughput", "accept_length", "mean_tpot_ms", "mean_ttft_ms"):
+            samples = measurement.samples(name)
+            if samples:
+                item.user_properties.append((f"specperf_{name}", round(sum(samples) / len(samples), 4)))
+        item.user_properties.append(("specperf_verdict", evaluation.verdict.value))
+        if result.speedup is not None:
+            item.user_properties.append(("specperf_speedup", round(result.speedup, 4)))
+        if evaluation.incomparable:
+            message = incomparable_message(measurement, evaluation)
+            if self.options.on_incomparable == "fail":
+                pytest.fail(message, pytrace=False)
+            if self.options.on_incomparable == "skip":
+                pytest.skip(message)
+            warnings.warn(SpecperfWarning(message), stacklevel=1)
+        if evaluation.missed:
+            pytest.fail(failure_message(measurement, evaluation, evaluation.missed), pytrace=False)
+        if evaluation.inconclusive:
+            message = failure_message(measurement, evaluation, evaluation.inconclusive)
+            message += f"\n  still inconclusive after {len(measurement.rounds)} rounds (max_rounds)"
+            if self.options.strict:
+                pytest.fail(message + "; --specperf-strict fails it", pytrace=False)
+            warnings.warn(SpecperfWarning(message), stacklevel=1)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._shutdown()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self._shutdown()
+        if self._previous_sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.session is None or not self.session.measurements or self.options.report == "none":
+            return
+        from .report import terminal_summary
+
+        terminal_summary(terminalreporter, self.session)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _user_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def _target(item: pytest.Item) -> Target | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or TARGET_PARAM not in callspec.params:
+        return None
+    value = callspec.params[TARGET_PARAM]
+    if isinstance(value, str):
+        return Target(value)
+    return value if isinstance(value, Target) else None
+
+
+def _plugin(request: pytest.FixtureRequest) -> SpecperfPlugin:
+    plugin = request.config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    if plugin is None or plugin.session is None:
+        pytest.fail("pytest-specperf is not configured: no specperf.toml found", pytrace=False)
+    return plugin
+
+
+# ---- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def specperf_server(request: pytest.FixtureRequest) -> RunningServer:
+    """The running server of this test's config (`.name`, `.url`, `.config`, `.log_path`).
+
+    Parametrized over every server config by default; narrow it with
+    `@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)`.
+    """
+    plugin = _plugin(request)
+    target = getattr(request, "param", None)
+    if isinstance(target, str):
+        target = Target(target)
+    if not isinstance(target, Target):
+        pytest.fail("specperf_server needs a server: parametrize it or use @pytest.mark.specperf", pytrace=False)
+    assert plugin.session is not None
+    if target.server not in plugin.session.config.servers:
+        pytest.fail(f"unknown server config {target.server!r}", pytrace=False)
+    try:
+        return plugin.session.server(target.server)
+    except SpecperfError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def specperf(request: pytest.FixtureRequest, specperf_server: RunningServer) -> SpecperfResult:
+    """This test's measurement, its reference measurement and its checks (measured before the body runs)."""
+    plugin = _plugin(request)
+    assert plugin.session is not None
+    target = request.node.callspec.params[TARGET_PARAM]
+    if not isinstance(target, Target) or not target.measured:
+        pytest.fail("the specperf fixture needs @pytest.mark.specperf on the test", pytrace=False)
+    planned = plugin.session.planned.get(request.node.nodeid)
+    session = plugin.session
+    try:
+        result = session.measurement(target)
+        reference = session.reference_measurement(target)
+        if not plugin.options.update:
+            session.baseline(result.key)
+    except SpecperfError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    value = SpecperfResult(
+        server=specperf_server, target=target, result=result, reference=reference,
+        marker=planned.marker if planned else None,
+    )  # fmt: skip
+    request.node.stash[RESULT_KEY] = value
+    return value
+
+
+@pytest.fixture(autouse=True)
+def _specperf_marked(request: pytest.FixtureRequest) -> None:
+    """A marked test is a complete performance test even with an empty body."""
+    if request.node.get_closest_marker("specperf") is not None and TARGET_PARAM in getattr(
+        getattr(request.node, "callspec", None), "params", {}
+    ):
+        request.getfixturevalue("specperf")

@@ -1,0 +1,152 @@
+"""Share servers across a whole test session: each config starts at most once.
+
+Only one big model fits on the GPUs at once, so at most `max_servers` are alive: starting
+another stops the least recently used. A start that failed is not retried for every test that
+needs it (that would cost 15 minutes each); its error is raised again at once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ServerConfig, SpecperfConfig
+from .errors import ServerError
+from .launch import LaunchPlan, ServerProcess, api_key_for, build_launch
+
+
+@dataclass
+class RunningServer:
+    """A server tests can talk to: launched by the pool, or attached by URL."""
+
+    name: str
+    url: str
+    config: ServerConfig
+    log_path: Path | None = None
+    api_key: str | None = field(default=None, repr=False)
+    process: ServerProcess | None = field(default=None, repr=False)
+    startup_seconds: float | None = None
+    launch_plan: LaunchPlan | None = field(default=None, repr=False)
+
+    @property
+    def attached(self) -> bool:
+        return self.process is None
+
+    def check_alive(self) -> None:
+        """Raise if a launched server has died since it became ready."""
+        if self.process is None:
+            return
+        code = self.process.exit_code()
+        if code is not None:
+            raise ServerError(
+                f"server {self.name!r} died during the session (exit code {code}).\n{self.process.describe()}"
+            )
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """The environment the server was started with (for fingerprints)."""
+        return self.launch_plan.child_env() if self.launch_plan else {}
+
+
+class ServerPool:
+    """Running servers by config name, at most `max_servers` alive (least recently used goes)."""
+
+    def __init__(
+        self,
+        config: SpecperfConfig,
+        run_dir: Path,
+        *,
+        keep_servers: bool = False,
+        progress: Callable[[str], None] | None = None,
+        max_concurrency: Callable[[str], int] = lambda name: 1,
+    ) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.keep_servers = keep_servers
+        self.progress = progress
+        self.max_concurrency = max_concurrency
+        self._alive: OrderedDict[str, RunningServer] = OrderedDict()
+        self._failed: dict[str, ServerError] = {}
+        self.starts: list[str] = []
+
+    def acquire(self, name: str) -> RunningServer:
+        """The running server for config `name`, started (once) if needed."""
+        if name in self._failed:
+            raise self._failed[name]
+        server = self._alive.get(name)
+        if server is not None:
+            self._alive.move_to_end(name)
+            try:
+                server.check_alive()
+            except ServerError as exc:
+                self._forget(name)
+                self._failed[name] = exc
+                raise
+            return server
+        try:
+            server = self._start(self.config.servers[name])
+        except ServerError as exc:
+            self._failed[name] = exc
+            raise
+        self._alive[name] = server
+        return server
+
+    def release(self, name: str) -> None:
+        """Stop a server no remaining test needs (frees the GPUs early)."""
+        server = self._alive.pop(name, None)
+        if server is not None:
+            self._stop(server)
+
+    def shutdown(self) -> list[RunningServer]:
+        """Stop every launched server; with keep_servers, leave them and return them."""
+        kept = []
+        while self._alive:
+            _, server = self._alive.popitem(last=False)
+            if self.keep_servers and not server.attached:
+                kept.append(server)
+            else:
+                self._stop(server)
+        return kept
+
+    @property
+    def alive(self) -> list[str]:
+        return list(self._alive)
+
+    def _start(self, server: ServerConfig) -> RunningServer:
+        if server.is_attached:
+            assert server.url is not None
+            return RunningServer(server.name, server.url.rstrip("/"), server, api_key=api_key_for(server, self.config))
+        while len(self._alive) >= self.config.max_servers:
+            _, oldest = self._alive.popitem(last=False)
+            self._stop(oldest)
+        plan = build_launch(
+            server,
+            self.config,
+            run_dir=self.run_dir,
+            max_concurrency=self.max_concurrency(server.name),
+        )
+        process = ServerProcess(plan)
+        self.starts.append(server.name)
+        process.start()
+        try:
+            seconds = process.wait_ready(self.progress)
+        except BaseException:
+            process.stop(timeout=self.config.stop_timeout)
+            raise
+        if self.progress:
+            self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
+        return RunningServer(
+            server.name, plan.url, server, log_path=plan.log_path, api_key=plan.api_key,
+            process=process, startup_seconds=seconds, launch_plan=plan,
+        )  # fmt: skip
+
+    def _forget(self, name: str) -> None:
+        server = self._alive.pop(name, None)
+        if server is not None:
+            self._stop(server)
+
+    def _stop(self, server: RunningServer) -> None:
+        if server.process is not None:
+            server.process.stop(timeout=self.config.stop_timeout)

@@ -1,0 +1,239 @@
+"""Measured records: one request, one round, one measurement.
+
+These are the nouns every other module passes around. They are plain dataclasses that
+serialise to JSON-friendly dicts (`to_dict`/`from_dict`) so stored baselines and JSON reports
+carry the raw evidence, not just summaries.
+
+Times inside a `RequestRecord` are seconds relative to the start of its round, so records are
+comparable across rounds and machines without leaking wall-clock values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One streamed request, as the client saw it (design.md §4)."""
+
+    index: int
+    sent: float
+    first_chunk: float | None = None
+    last_chunk: float | None = None
+    num_chunks: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    verify_ct: int | None = None
+    accepted_drafts: int | None = None
+    proposed_drafts: int | None = None
+    finish_reason: str | None = None
+    output_hash: str | None = None
+    error: str | None = None
+    chunk_gaps: tuple[float, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to the first non-empty chunk, seconds."""
+        return None if self.first_chunk is None else self.first_chunk - self.sent
+
+    @property
+    def e2e(self) -> float | None:
+        """Time to the last chunk, seconds."""
+        return None if self.last_chunk is None else self.last_chunk - self.sent
+
+    @property
+    def tpot(self) -> float | None:
+        """(E2E - TTFT) / (N - 1): mean time per output token after the first, seconds."""
+        if self.completion_tokens < 2 or self.ttft is None or self.e2e is None:
+            return None
+        return (self.e2e - self.ttft) / (self.completion_tokens - 1)
+
+    @property
+    def accept_length(self) -> float | None:
+        """This request's own accept length: completion tokens per verify step."""
+        if not self.verify_ct:
+            return None
+        return self.completion_tokens / self.verify_ct
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; chunk gaps are summarised per round, not stored per request."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chunk_gaps"}
+        for key in ("sent", "first_chunk", "last_chunk"):
+            if data[key] is not None:
+                data[key] = round(data[key], 6)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)} - {"chunk_gaps"}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Mean and percentiles of one latency within one round, in milliseconds."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Distribution:
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSample:
+    """One round of a workload against one server: one sample of every metric."""
+
+    index: int
+    duration_s: float
+    output_throughput: float
+    request_count: int
+    error_count: int
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    e2e_ms: Distribution
+    chunk_gap_ms: Distribution
+    accept_length: float | None
+    accept_length_per_request: float | None
+    acceptance_rate: float | None
+    cached_tokens: int
+    records: tuple[RequestRecord, ...] = field(default=(), compare=False, repr=False)
+
+    def metric(self, name: str) -> float | None:
+        """Scalar metric by its report name (see `METRICS`)."""
+        return METRICS[name].read(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
+        for key in ("ttft_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms"):
+            data[key] = asdict(data[key])
+        data["records"] = [r.to_dict() for r in self.records]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundSample:
+        values = dict(data)
+        for key in ("ttft_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms"):
+            values[key] = Distribution.from_dict(values[key])
+        values["records"] = tuple(RequestRecord.from_dict(r) for r in values.get("records", ()))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A scalar read off a round, and which way is better."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    attribute: str
+    part: str | None = None
+
+    def read(self, sample: RoundSample) -> float | None:
+        value = getattr(sample, self.attribute)
+        if self.part is not None:
+            value = getattr(value, self.part)
+        return value
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("output_throughput", "tok/s", True, "output_throughput"),
+        Metric("accept_length", "tok/verify", True, "accept_length"),
+        Metric("mean_ttft_ms", "ms", False, "ttft_ms", "mean"),
+        Metric("p99_ttft_ms", "ms", False, "ttft_ms", "p99"),
+        Metric("mean_tpot_ms", "ms", False, "tpot_ms", "mean"),
+        Metric("p99_tpot_ms", "ms", False, "tpot_ms", "p99"),
+        Metric("mean_e2e_latency_ms", "ms", False, "e2e_ms", "mean"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementKey:
+    """What a measurement is of: a server config on a workload at one concurrency level."""
+
+    server: str
+    workload: str
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.server}/{self.workload}/c{self.concurrency}"
+
+
+@dataclass(slots=True)
+class Measurement:
+    """Warmup plus N rounds of one workload on one server, shared by every test asking for it.
+
+    Mutable on purpose: adaptive rounds append to `rounds` when a check is inconclusive.
+    """
+
+    key: MeasurementKey
+    workload_hash: str
+    is_reference: bool
+    rounds: list[RoundSample] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    num_draft_tokens: int | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    fingerprint: Any = None  # fingerprint.Fingerprint; typed loosely to keep this module leaf-level
+
+    def samples(self, metric: str) -> list[float]:
+        """Per-round samples of a metric, rounds where it is undefined left out."""
+        values = (r.metric(metric) for r in self.rounds)
+        return [v for v in values if v is not None]
+
+    @property
+    def request_count(self) -> int:
+        return sum(r.request_count for r in self.rounds)
+
+    @property
+    def error_count(self) -> int:
+        return sum(r.error_count for r in self.rounds)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return [rec for r in self.rounds for rec in r.records]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server": self.key.server,
+            "workload": self.key.workload,
+            "concurrency": self.key.concurrency,
+            "workload_hash": self.workload_hash,
+            "is_reference": self.is_reference,
+            "num_steps": self.num_steps,
+            "eagle_topk": self.eagle_topk,
+            "num_draft_tokens": self.num_draft_tokens,
+            "warnings": list(self.warnings),
+            "fingerprint": self.fingerprint.to_dict() if self.fingerprint is not None else None,
+            "rounds": [r.to_dict() for r in self.rounds],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], fingerprint: Any = None) -> Measurement:
+        """Inverse of `to_dict`; the caller rebuilds the fingerprint (it owns its type)."""
+        return cls(
+            key=MeasurementKey(data["server"], data["workload"], int(data["concurrency"])),
+            workload_hash=data["workload_hash"],
+            is_reference=bool(data["is_reference"]),
+            rounds=[RoundSample.from_dict(r) for r in data["rounds"]],
+            warnings=list(data.get("warnings", [])),
+            num_steps=data.get("num_steps"),
+            eagle_topk=data.get("eagle_topk"),
+            num_draft_tokens=data.get("num_draft_tokens"),
+            fingerprint=fingerprint,
+        )

@@ -1,0 +1,184 @@
+"""Process lifecycle of the simulator: logging, the startup sequence with its fault switches, serving.
+
+The order mirrors SGLang so a launcher sees what it would see on a GPU box: the HTTP port answers 503
+while "weights load" and "CUDA graphs capture", one warmup generation runs, then the ready line is
+logged and readiness endpoints turn 200.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from .cli import PROG, ConfigError, ServerConfig, parse_config
+from .engine import Engine, EngineSettings, SamplingParams
+from .server import ServerState, SimHTTPServer
+from .status import VERSION
+from .text import Prompt
+
+log = logging.getLogger("specperf.sim")
+
+READY_LINE = "The server is fired up and ready to roll!"
+WARMUP_PROMPT = "The capital city of France is"
+
+
+class _Formatter(logging.Formatter):
+    """SGLang's ``[time] message`` lines, with the level spelled out for warnings and errors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = super().format(record)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+        level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
+        return f"[{stamp}] {level}{msg}"
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    log.handlers[:] = [handler]
+    log.setLevel(level.upper())
+    log.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m pytest_specperf.sim``."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        config = parse_config(argv)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level)
+    missing = tuple(config.profile.nccl.missing(os.environ))
+    tuned = config.profile.nccl.is_tuned(os.environ)
+    _banner(config, tuned, missing)
+    engine = Engine(
+        EngineSettings(
+            profile=config.profile,
+            spec=config.spec,
+            tuned=tuned,
+            max_running_requests=config.max_running_requests,
+            cuda_graph_max_bs=config.cuda_graph_max_bs_decode,
+            time_scale=config.sim.time_scale,
+            seed=config.sim.seed,
+            lossy_rate=config.sim.lossy_rate,
+        )
+    )
+    state = ServerState(config, engine, tuned, missing)
+    try:
+        httpd = SimHTTPServer(state)
+    except OSError as exc:
+        log.error("Failed to bind %s:%d: %s", config.host, config.port, exc.strerror)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    engine.start()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), name="sim-http", daemon=True).start()
+    try:
+        if not _startup(config, state, stop):
+            return 1
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    log.info("Shutting down the simulator")
+    httpd.shutdown()
+    engine.stop()
+    return 0
+
+
+def _banner(cfg: ServerConfig, tuned: bool, missing: tuple[str, ...]) -> None:
+    """The first line says plainly what this is, so nobody mistakes its numbers for a GPU's."""
+    nccl = cfg.profile.nccl
+    if not nccl.env:
+        tuning = "not applicable (profile has no NCCL tuning variables)"
+    elif tuned:
+        tuning = "tuned (" + ", ".join(f"{k}={v}" for k, v in nccl.env.items()) + ")"
+    else:
+        tuning = "untuned (missing " + ", ".join(missing) + ")"
+    log.info(
+        "pytest-specperf simulator %s -- NOT a real SGLang server, no GPU is used. profile=%s (%s), "
+        "time_scale=%g, seed=%d, NCCL %s",
+        VERSION,
+        cfg.profile.name,
+        cfg.profile.source,
+        cfg.sim.time_scale,
+        cfg.sim.seed,
+        tuning,
+    )
+    spec = cfg.spec
+    log.info(
+        "server_args=ServerArgs(model_path=%r, tp_size=%d, speculative_algorithm=%r, speculative_num_steps=%s, "
+        "speculative_eagle_topk=%s, speculative_num_draft_tokens=%s, max_running_requests=%d, "
+        "cuda_graph_max_bs_decode=%d, host=%r, port=%d)",
+        cfg.model_path,
+        cfg.tp_size,
+        cfg.speculative_algorithm,
+        spec and spec.steps,
+        spec and spec.topk,
+        spec and spec.draft_tokens,
+        cfg.max_running_requests,
+        cfg.cuda_graph_max_bs_decode,
+        cfg.host,
+        cfg.port,
+    )
+    for level, message in cfg.notices:
+        log.log(logging.getLevelName(level.upper()), message)
+
+
+def _startup(cfg: ServerConfig, state: ServerState, stop: threading.Event) -> bool:
+    """Fake weight loading and graph capture (wall time, not scaled), warm up, then turn ready."""
+    total = cfg.sim.startup_seconds
+    t0 = time.time()
+    gpu = cfg.profile.server.accelerator
+    log.info("Load weight begin. avail mem=139.81 GB (%s, simulated)", gpu)
+    if stop.wait(total * 0.6):
+        return True
+    if cfg.sim.fail_at_startup:
+        _fail_startup(cfg)
+        return False
+    log.info(
+        "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=31.20 GB (simulated)",
+        cfg.profile.server.architecture,
+    )
+    log.info(
+        "Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4, 8, ..., %d]",
+        cfg.cuda_graph_max_bs_decode,
+    )
+    if stop.wait(total * 0.4):
+        return True
+    log.info("Capture cuda graph end. Time elapsed: %.2f s (simulated)", time.time() - t0)
+    log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", cfg.host, cfg.port)
+    state.startup_time = time.time() - t0
+    if cfg.sim.never_ready:
+        log.warning(
+            "Warmup generation never finishes (simulated by --sim-never-ready): /health_generate and /ready stay 503"
+        )
+        return True
+    req = state.engine.submit(
+        Prompt.from_text(WARMUP_PROMPT), SamplingParams(max_new_tokens=8, temperature=0.0), rid="warmup"
+    )
+    while not req.wait().finished:
+        pass
+    state.engine.flush_cache(timeout=0)  # the warmup must not make the first measured prompt look cached
+    state.ready.set()
+    log.info(READY_LINE)
+    return True
+
+
+def _fail_startup(cfg: ServerConfig) -> None:
+    """A plausible CUDA OOM during weight loading, then a non-zero exit (--sim-fail-at-startup)."""
+    lines = [
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "sglang/srt/managers/scheduler.py", line 3127, in run_scheduler_process',
+        '  File "sglang/srt/model_executor/model_runner.py", line 812, in load_model',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB. GPU 0 has a total capacity of "
+        "139.81 GiB of which 2.06 GiB is free. (simulated by --sim-fail-at-startup)",
+    ]
+    for line in lines:
+        log.error(line)
+    log.error("Received sigquit from a child process. It usually means the child failed.")
+    _ = cfg

@@ -1,0 +1,340 @@
+"""Command line of the simulator: SGLang 0.5.23's launch flags plus ``--sim-*`` ones, and their validation.
+
+Where SGLang would crash on an assert or silently correct a value, the simulator refuses with exit code 2
+and a one-line message naming the flags and the rule, so a suite that would misbehave on a GPU fails on
+the simulator first, in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig, load_profile
+
+PROG = "pytest_specperf.sim"
+
+#: SGLang 0.5.23's built-in speculative algorithms (``spec.py:31-34``).
+KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+NEEDS_DRAFT_MODEL = ("EAGLE", "EAGLE3", "STANDALONE")
+SPEC_DEFAULT_MAX_RUNNING = 48
+NGRAM_BFS_BREADTH = 10
+NGRAM_DEFAULT_DRAFT_TOKENS = 12
+
+#: ``_auto_choose_speculative_params`` by target architecture (steps, topk, draft tokens).
+_AUTO_SPEC_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8)}
+_AUTO_SPEC_DEFAULT = (3, 1, 4)
+
+_SIZE_FLAGS = {
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+}
+
+
+class ConfigError(Exception):
+    """A launch the simulator refuses; the message is printed as one line and the process exits 2."""
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """The ``--sim-*`` flags: which profile, how fast, and which faults to inject."""
+
+    profile: str = DEFAULT_PROFILE
+    time_scale: float = 1.0
+    seed: int = 0
+    startup_seconds: float = 0.0
+    fail_at_startup: bool = False
+    never_ready: bool = False
+    exit_after_requests: int | None = None
+    error_rate: float = 0.0
+    lossy_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Resolved server arguments (what ``/server_info`` reports) plus simulator options."""
+
+    model_path: str
+    served_model_name: str
+    host: str
+    port: int
+    tp_size: int
+    api_key: str | None
+    speculative_algorithm: str | None
+    speculative_draft_model_path: str | None
+    spec: SpecConfig | None
+    max_running_requests: int
+    cuda_graph_max_bs_decode: int
+    cuda_graph_max_bs_prefill: int | None
+    mem_fraction_static: float
+    enable_metrics: bool
+    log_level: str
+    random_seed: int | None
+    launch_command: str
+    sim: SimOptions
+    profile: Profile = field(repr=False)
+    unmodelled_args: dict[str, object] = field(default_factory=dict)
+    notices: tuple[tuple[str, str], ...] = ()
+    """(level, message) pairs to log once logging is set up: auto defaults, the 48 cap, ignored flags."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The known flags. Defining both ``--cuda-graph-max-bs-*`` makes the removed ``--cuda-graph-max-bs``
+    an ambiguous abbreviation, so argparse exits 2 exactly as SGLang 0.5.23 does."""
+    p = argparse.ArgumentParser(prog=PROG, description="SGLang-compatible simulator of pytest-specperf")
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--api-key")
+    p.add_argument("--speculative-algorithm")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--cuda-graph-max-bs-decode", type=int)
+    p.add_argument("--cuda-graph-max-bs-prefill", type=int)
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--random-seed", type=int)
+    sim = p.add_argument_group("simulator")
+    sim.add_argument("--sim-profile", default=DEFAULT_PROFILE, help="profile name or .toml path")
+    sim.add_argument("--sim-time-scale", type=float, default=1.0, help="multiplies every modelled delay")
+    sim.add_argument("--sim-seed", type=int, help="default: --random-seed, else 0")
+    sim.add_argument("--sim-startup-seconds", type=float, default=0.0, help="wall seconds before ready")
+    sim.add_argument("--sim-fail-at-startup", action="store_true")
+    sim.add_argument("--sim-never-ready", action="store_true")
+    sim.add_argument("--sim-exit-after-requests", type=int)
+    sim.add_argument("--sim-error-rate", type=float, default=0.0)
+    sim.add_argument("--sim-lossy-rate", type=float, default=0.0)
+    return p
+
+
+def parse_config(argv: list[str]) -> ServerConfig:
+    """Parse and validate a launch; raises ConfigError (argparse itself exits 2 on syntax errors)."""
+    args, extra = build_parser().parse_known_args(argv)
+    try:
+        profile = load_profile(args.sim_profile)
+    except ProfileError as exc:
+        raise ConfigError(f"--sim-profile: {exc}") from None
+    notices: list[tuple[str, str]] = []
+    sim = _sim_options(args)
+    spec, algorithm, draft = _resolve_spec(args, profile, notices)
+    if sim.lossy_rate > 0 and spec is None:
+        raise ConfigError(
+            "--sim-lossy-rate needs a speculative server (--speculative-algorithm): plain decoding "
+            "is the lossless reference"
+        )
+    max_running = args.max_running_requests
+    if max_running is None:
+        if spec is not None:
+            max_running = SPEC_DEFAULT_MAX_RUNNING
+            notices.append(
+                (
+                    "warning",
+                    f"max_running_requests is set to {SPEC_DEFAULT_MAX_RUNNING} for speculative "
+                    "decoding. You can override it with --max-running-requests.",
+                )
+            )
+        else:
+            max_running = profile.server.max_running_requests
+    _check_positive(
+        {
+            "--max-running-requests": max_running,
+            "--tp-size": args.tp_size,
+            "--cuda-graph-max-bs-decode": args.cuda_graph_max_bs_decode,
+            "--cuda-graph-max-bs-prefill": args.cuda_graph_max_bs_prefill,
+        }
+    )
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is not a TCP port (0-65535)")
+    if args.tp_size != profile.server.tp_size:
+        notices.append(
+            (
+                "warning",
+                f"profile {profile.name} is calibrated for --tp-size {profile.server.tp_size}; "
+                f"--tp-size {args.tp_size} is reported but timings are not rescaled",
+            )
+        )
+    unmodelled = _unmodelled(extra)
+    if extra:
+        notices.append(("warning", f"not modelled by the simulator (accepted and ignored): {shlex.join(extra)}"))
+    return ServerConfig(
+        model_path=args.model_path,
+        served_model_name=args.served_model_name or args.model_path,
+        host=args.host,
+        port=args.port,
+        tp_size=args.tp_size,
+        api_key=args.api_key,
+        speculative_algorithm=algorithm,
+        speculative_draft_model_path=draft,
+        spec=spec,
+        max_running_requests=max_running,
+        cuda_graph_max_bs_decode=args.cuda_graph_max_bs_decode or profile.server.cuda_graph_max_bs_decode,
+        cuda_graph_max_bs_prefill=args.cuda_graph_max_bs_prefill,
+        mem_fraction_static=(
+            args.mem_fraction_static if args.mem_fraction_static is not None else profile.server.mem_fraction_static
+        ),
+        enable_metrics=args.enable_metrics,
+        log_level=args.log_level,
+        random_seed=args.random_seed,
+        launch_command=shlex.join([sys.executable, "-m", PROG, *argv]),
+        sim=sim,
+        profile=profile,
+        unmodelled_args=unmodelled,
+        notices=tuple(notices),
+    )
+
+
+def _sim_options(args: argparse.Namespace) -> SimOptions:
+    if args.sim_time_scale < 0:
+        raise ConfigError(f"--sim-time-scale must be >= 0 (got {args.sim_time_scale})")
+    if args.sim_startup_seconds < 0:
+        raise ConfigError(f"--sim-startup-seconds must be >= 0 (got {args.sim_startup_seconds})")
+    for flag, value in (("--sim-error-rate", args.sim_error_rate), ("--sim-lossy-rate", args.sim_lossy_rate)):
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{flag} must be a share in [0, 1] (got {value})")
+    if args.sim_exit_after_requests is not None and args.sim_exit_after_requests < 1:
+        raise ConfigError(f"--sim-exit-after-requests must be >= 1 (got {args.sim_exit_after_requests})")
+    seed = args.sim_seed if args.sim_seed is not None else (args.random_seed or 0)
+    return SimOptions(
+        profile=args.sim_profile,
+        time_scale=args.sim_time_scale,
+        seed=seed,
+        startup_seconds=args.sim_startup_seconds,
+        fail_at_startup=args.sim_fail_at_startup,
+        never_ready=args.sim_never_ready,
+        exit_after_requests=args.sim_exit_after_requests,
+        error_rate=args.sim_error_rate,
+        lossy_rate=args.sim_lossy_rate,
+    )
+
+
+def _resolve_spec(
+    args: argparse.Namespace, profile: Profile, notices: list[tuple[str, str]]
+) -> tuple[SpecConfig | None, str | None, str | None]:
+    """Apply SGLang's speculative rules (speculative_hook.py), refusing where SGLang asserts or corrects."""
+    given = {name: getattr(args, name) for name in _SIZE_FLAGS if getattr(args, name) is not None}
+    raw = args.speculative_algorithm
+    if raw is None:
+        stray = [flag for name, flag in _SIZE_FLAGS.items() if name in given]
+        if args.speculative_draft_model_path is not None:
+            stray.append("--speculative-draft-model-path")
+        if stray:
+            raise ConfigError(
+                f"{', '.join(stray)} given without --speculative-algorithm: speculative flags need an "
+                "algorithm (SGLang would silently run without speculation)"
+            )
+        return None, None, None
+    algorithm = raw.upper()
+    if algorithm not in KNOWN_ALGORITHMS:
+        raise ConfigError(
+            f"--speculative-algorithm {raw!r} is unknown (SGLang 0.5.23 raises 'Unknown speculative "
+            f"algorithm name'; known: {', '.join(KNOWN_ALGORITHMS)})"
+        )
+    if algorithm not in MODELLED_ALGORITHMS:
+        raise ConfigError(
+            f"--speculative-algorithm {algorithm} is known to SGLang but not modelled by the simulator "
+            f"(modelled: {', '.join(MODELLED_ALGORITHMS)})"
+        )
+    resolved = "EAGLE" if algorithm == "NEXTN" else algorithm
+    draft = args.speculative_draft_model_path
+    if algorithm in NEEDS_DRAFT_MODEL and draft is None:
+        raise ConfigError(f"--speculative-algorithm {algorithm} needs --speculative-draft-model-path (the draft model)")
+    if draft is None:
+        draft = args.model_path  # NEXTN/MTP drafts with the target's own layers; NGRAM has no draft model
+    if algorithm == "NGRAM":
+        return _resolve_ngram(given, notices), resolved, None
+    steps, topk, tokens = _eagle_sizes(given, algorithm, profile, notices)
+    _check_eagle_sizes(steps, topk, tokens)
+    return SpecConfig(resolved, steps, topk, tokens), resolved, draft
+
+
+def _eagle_sizes(
+    given: dict[str, int], algorithm: str, profile: Profile, notices: list[tuple[str, str]]
+) -> tuple[int, int, int]:
+    if not given:
+        arch = profile.server.architecture
+        sizes = _AUTO_SPEC_DEFAULT if algorithm == "STANDALONE" else _AUTO_SPEC_PARAMS.get(arch, _AUTO_SPEC_DEFAULT)
+        notices.append(
+            (
+                "info",
+                f"speculative_num_steps/eagle_topk/num_draft_tokens not given: using SGLang's auto "
+                f"defaults for {algorithm} on {arch}: {sizes[0]}/{sizes[1]}/{sizes[2]}",
+            )
+        )
+        return sizes
+    if len(given) < 3:
+        have = [flag for name, flag in _SIZE_FLAGS.items() if name in given]
+        missing = [flag for name, flag in _SIZE_FLAGS.items() if name not in given]
+        raise ConfigError(
+            f"{', '.join(_SIZE_FLAGS.values())} must be given all three or none: got {', '.join(have)} "
+            f"without {', '.join(missing)} (SGLang 0.5.23 fails with an AssertionError or TypeError)"
+        )
+    return (given["speculative_num_steps"], given["speculative_eagle_topk"], given["speculative_num_draft_tokens"])
+
+
+def _check_eagle_sizes(steps: int, topk: int, tokens: int) -> None:
+    if steps < 1 or topk < 1 or tokens < 2:
+        raise ConfigError(
+            f"--speculative-num-steps {steps} / --speculative-eagle-topk {topk} / "
+            f"--speculative-num-draft-tokens {tokens}: need steps >= 1, topk >= 1, draft tokens >= 2"
+        )
+    if tokens > steps * topk + 1:
+        raise ConfigError(
+            f"--speculative-num-draft-tokens {tokens} exceeds --speculative-num-steps x "
+            f"--speculative-eagle-topk + 1 = {steps * topk + 1}: the draft tree has no room for them"
+        )
+    if topk == 1 and tokens != steps + 1:
+        raise ConfigError(
+            f"--speculative-eagle-topk 1 requires --speculative-num-draft-tokens = "
+            f"--speculative-num-steps + 1 = {steps + 1} (got {tokens}; SGLang silently corrects it)"
+        )
+
+
+def _resolve_ngram(given: dict[str, int], notices: list[tuple[str, str]]) -> SpecConfig:
+    """NGRAM: topk is always the BFS breadth (10), draft tokens default to 12, steps to tokens // topk."""
+    topk = given.get("speculative_eagle_topk")
+    if topk is not None and topk != NGRAM_BFS_BREADTH:
+        raise ConfigError(
+            f"--speculative-eagle-topk {topk} with NGRAM: SGLang silently overwrites it with "
+            f"--speculative-ngram-max-bfs-breadth ({NGRAM_BFS_BREADTH}); drop the flag"
+        )
+    tokens = given.get("speculative_num_draft_tokens")
+    if tokens is None:
+        tokens = NGRAM_DEFAULT_DRAFT_TOKENS
+        notices.append(("warning", f"speculative_num_draft_tokens is set to {tokens} for NGRAM"))
+    if tokens < 2:
+        raise ConfigError(f"--speculative-num-draft-tokens {tokens}: NGRAM needs at least 2")
+    steps = given.get("speculative_num_steps", max(1, tokens // NGRAM_BFS_BREADTH))
+    return SpecConfig("NGRAM", steps, NGRAM_BFS_BREADTH, tokens)
+
+
+def _check_positive(values: dict[str, int | None]) -> None:
+    for flag, value in values.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1 (got {value})")
+
+
+def _unmodelled(extra: list[str]) -> dict[str, object]:
+    """Best-effort ``{field: value}`` of flags the simulator ignores, so /server_info still shows them."""
+    out: dict[str, object] = {}
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok.startswith("--"):
+            key, _, inline = tok[2:].partition("=")
+            values = [inline] if inline else []
+            while not inline and i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+                i += 1
+                values.append(extra[i])
+            out[key.replace("-", "_")] = True if not values else values[0] if len(values) == 1 else values
+        i += 1
+    return out

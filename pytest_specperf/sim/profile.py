@@ -1,0 +1,614 @@
+"""Simulator profiles: the numbers behind a simulated server, and pure predictions derived from them.
+
+A profile (a TOML file in ``sim/profiles/``) describes one model/hardware pair: what a plain decode step
+costs, what a speculative cycle costs (drafting, verify = fixed + per-token, a little scheduling
+overhead), which share of each part is NCCL communication (the part that NCCL tuning variables shrink),
+how often drafts are accepted, and how long outputs naturally are.
+
+The simulator's engine and the rest of pytest-specperf both use the functions here, so a test can derive
+its expectation from the same numbers the server runs on instead of copying magic constants. All times
+are milliseconds at ``--sim-time-scale 1.0``; multiply by the time scale to get wall time.
+
+Public API (kept stable; other modules import it):
+
+- ``load_profile(name_or_path) -> Profile`` and ``available_profiles() -> list[str]``
+- ``SpecConfig(algorithm, steps, topk, draft_tokens)``
+- ``Profile.plain_step_ms(batch, tuned=False, *, cuda_graph_max_bs=None) -> float``
+- ``Profile.cycle_ms(steps, topk, draft_tokens, batch, tuned=False, *, cuda_graph_max_bs=None) -> float``
+- ``Profile.cycle_breakdown(steps, topk, draft_tokens, batch, tuned=False, *, cuda_graph_max_bs=None)``
+  ``-> CycleBreakdown``
+- ``Profile.expected_accept_length(steps, topk, draft_tokens, *, algorithm="EAGLE3", difficulty=None)``
+- ``Profile.expected_verify_steps(spec, output_tokens) -> float``
+- ``Profile.predicted_decode_throughput(spec_or_None, batch, tuned=False, *, cuda_graph_max_bs=None)``
+- ``Profile.predicted_ttft_ms(prompt_tokens, *, cached_tokens=0, tuned=False) -> float``
+- ``Profile.predict_request(spec_or_None, prompt_tokens, output_tokens, *, tuned=False) -> RequestPrediction``
+- ``Profile.predicted_round_throughput(spec_or_None, *, concurrency, prompt_tokens, output_tokens, tuned=False,``
+  ``cuda_graph_max_bs=None) -> float``
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+DEFAULT_PROFILE = "kimi-k2.5-tp8"
+
+#: Number of equally likely difficulty points used to average over the prompt difficulty distribution.
+_DIFFICULTY_POINTS = 64
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or has a bad key; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """A resolved speculative configuration (what the ``--speculative-*`` flags resolve to)."""
+
+    algorithm: str = "EAGLE3"
+    steps: int = 5
+    topk: int = 1
+    draft_tokens: int = 6
+
+    @property
+    def family(self) -> str:
+        """Acceptance family: NEXTN is an alias of EAGLE in SGLang."""
+        return "EAGLE" if self.algorithm == "NEXTN" else self.algorithm
+
+    @property
+    def depth(self) -> int:
+        """Longest run of drafts one verify can accept.
+
+        EAGLE-style trees accept at most one draft per draft step and at most draft_tokens - 1 drafts;
+        NGRAM drafts come from a trie, so only the verify width limits them.
+        """
+        if self.family == "NGRAM":
+            return max(0, self.draft_tokens - 1)
+        return max(0, min(self.steps, self.draft_tokens - 1))
+
+    @property
+    def width(self) -> float:
+        """Effective branching per depth: topk, limited by how many tree nodes the verify width allows."""
+        if self.family == "NGRAM" or self.steps <= 0:
+            return 1.0
+        return max(1.0, min(float(self.topk), (self.draft_tokens - 1) / self.steps))
+
+
+@dataclass(frozen=True)
+class CycleBreakdown:
+    """Where the time of one decode step goes (ms, all parts already include tuning and graph penalty)."""
+
+    draft_ms: float
+    verify_fixed_ms: float
+    verify_tokens_ms: float
+    overhead_ms: float
+    comm_ms: float
+    """The communication (all-reduce) part contained in the other parts; not added to the total."""
+
+    @property
+    def verify_ms(self) -> float:
+        return self.verify_fixed_ms + self.verify_tokens_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.overhead_ms
+
+    @property
+    def verify_share(self) -> float:
+        return self.verify_ms / self.total_ms
+
+    @property
+    def fixed_share(self) -> float:
+        """Share of the cycle that does not grow with the number of verified tokens."""
+        return (self.total_ms - self.verify_tokens_ms) / self.total_ms
+
+
+@dataclass(frozen=True)
+class RequestPrediction:
+    """Expected timing of one request on an otherwise idle server (concurrency 1)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    ttft_ms: float
+    decode_ms: float
+    verify_steps: float
+    """Expected verify cycles (0 for a plain server)."""
+
+    @property
+    def e2e_ms(self) -> float:
+        return self.ttft_ms + self.decode_ms
+
+    @property
+    def throughput(self) -> float:
+        """Output tok/s of this request, TTFT included (what a concurrency-1 round measures)."""
+        return self.output_tokens / self.e2e_ms * 1000.0
+
+    @property
+    def accept_length(self) -> float:
+        """Token-weighted accept length as SGLang reports it: completion_tokens / spec_verify_ct."""
+        return self.output_tokens / self.verify_steps if self.verify_steps > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Step costs in ms at time scale 1.0 (see the profile TOML for where each number comes from)."""
+
+    plain_step_ms: float
+    plain_per_request_ms: float
+    draft_step_ms: float
+    draft_per_token_ms: float
+    verify_fixed_ms: float
+    verify_per_token_ms: float
+    cycle_overhead_ms: float
+    prefill_fixed_ms: float
+    prefill_per_token_ms: float
+    no_cuda_graph_penalty: float
+    plain_comm_share: float
+    draft_comm_share: float
+    verify_comm_share: float
+    prefill_comm_share: float
+
+
+@dataclass(frozen=True)
+class NcclTuning:
+    """Environment variables that count as "NCCL tuned", and how much they shrink communication."""
+
+    env: Mapping[str, str]
+    comm_factor: float
+    """Communication time is multiplied by this when tuned (1.0 = tuning has no effect)."""
+
+    def missing(self, environ: Mapping[str, str]) -> list[str]:
+        """Tuning variables absent from ``environ`` or set to another value ("*" accepts any value)."""
+        out = []
+        for key, want in self.env.items():
+            have = environ.get(key)
+            if have is None or (want != "*" and have.strip().lower() != want.lower()):
+                out.append(f"{key}={want}")
+        return out
+
+    def is_tuned(self, environ: Mapping[str, str]) -> bool:
+        return bool(self.env) and not self.missing(environ)
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """Per-position conditional acceptance of a draft chain, scaled by a per-prompt difficulty factor.
+
+    ``position_rates[i]`` is P(draft i+1 accepted | drafts 1..i accepted) at difficulty 1 and topk 1.
+    A prompt's difficulty factor d is uniform in ``difficulty``; rates are multiplied by d and capped.
+    """
+
+    position_rates: tuple[float, ...]
+    difficulty: tuple[float, float]
+    max_rate: float
+
+    def rates(self, spec: SpecConfig, difficulty: float) -> tuple[float, ...]:
+        """Conditional acceptance per position for ``spec`` at ``difficulty`` (length ``spec.depth``).
+
+        Wider trees (topk > 1) give each position several chances: 1 - (1 - q)^width.
+        """
+        out = []
+        for i in range(spec.depth):
+            base = self.position_rates[min(i, len(self.position_rates) - 1)]
+            q = min(self.max_rate, base * difficulty)
+            out.append(min(self.max_rate, 1.0 - (1.0 - q) ** spec.width))
+        return tuple(out)
+
+    def difficulty_points(self) -> list[float]:
+        """Equally likely difficulty values (midpoint rule) used to average over prompts."""
+        lo, hi = self.difficulty
+        n = _DIFFICULTY_POINTS
+        return [lo + (hi - lo) * (k + 0.5) / n for k in range(n)]
+
+
+def accepted_distribution(rates: tuple[float, ...]) -> list[float]:
+    """P(exactly a drafts accepted) for a = 0..len(rates), for a chain with conditional ``rates``."""
+    probs = []
+    reach = 1.0
+    for r in rates:
+        probs.append(reach * (1.0 - r))
+        reach *= r
+    probs.append(reach)
+    return probs
+
+
+def chain_mean_tokens(rates: tuple[float, ...]) -> float:
+    """Expected tokens per verify (accepted drafts + the bonus token)."""
+    total, reach = 1.0, 1.0
+    for r in rates:
+        reach *= r
+        total += reach
+    return total
+
+
+def expected_cycles(rates: tuple[float, ...], tokens: int) -> float:
+    """Expected verify cycles to produce ``tokens`` tokens when each cycle yields 1 + accepted drafts.
+
+    The last cycle may yield more than needed (the surplus is cut), which is why this is not simply
+    tokens / mean tokens per cycle.
+    """
+    if tokens <= 0:
+        return 0.0
+    dist = [(a + 1, p) for a, p in enumerate(accepted_distribution(rates)) if p > 0.0]
+    m = [0.0] * (tokens + 1)
+    for r in range(1, tokens + 1):
+        m[r] = 1.0 + sum(p * m[max(0, r - x)] for x, p in dist)
+    return m[tokens]
+
+
+@dataclass(frozen=True)
+class OutputModel:
+    """Natural (EOS) output length per prompt: uniform in ``natural_tokens``, fixed per prompt."""
+
+    natural_tokens: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ServerDefaults:
+    """What the simulated server reports about itself when the launch flags don't say otherwise."""
+
+    model_path: str
+    draft_model_path: str
+    architecture: str
+    accelerator: str
+    tp_size: int
+    max_running_requests: int
+    cuda_graph_max_bs_decode: int
+    mem_fraction_static: float
+    context_length: int
+    max_total_num_tokens: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One model/hardware pair; every method is pure and cheap."""
+
+    name: str
+    description: str
+    source: str
+    server: ServerDefaults
+    cost: CostModel
+    nccl: NcclTuning
+    acceptance: Mapping[str, AcceptanceModel] = field(repr=False)
+    output: OutputModel = field(default_factory=lambda: OutputModel((64, 256)))
+
+    # ---- costs -------------------------------------------------------------------------------
+    def _scale(self, ms: float, comm_share: float, tuned: bool) -> float:
+        """Apply NCCL tuning to the communication share of ``ms``."""
+        if not tuned:
+            return ms
+        return ms * (1.0 - comm_share * (1.0 - self.nccl.comm_factor))
+
+    def _graph_penalty(self, batch: int, cuda_graph_max_bs: int | None) -> float:
+        limit = self.server.cuda_graph_max_bs_decode if cuda_graph_max_bs is None else cuda_graph_max_bs
+        return self.cost.no_cuda_graph_penalty if batch > limit else 1.0
+
+    def plain_step_ms(self, batch: int, tuned: bool = False, *, cuda_graph_max_bs: int | None = None) -> float:
+        """One plain decode step for ``batch`` running requests: fixed + per-request slope."""
+        c = self.cost
+        ms = c.plain_step_ms + c.plain_per_request_ms * max(0, batch - 1)
+        return self._scale(ms, c.plain_comm_share, tuned) * self._graph_penalty(batch, cuda_graph_max_bs)
+
+    def cycle_breakdown(
+        self,
+        steps: int,
+        topk: int,
+        draft_tokens: int,
+        batch: int,
+        tuned: bool = False,
+        *,
+        cuda_graph_max_bs: int | None = None,
+    ) -> CycleBreakdown:
+        """One speculative cycle: steps x draft_step + verify_fixed + verify_per_token x batch x draft_tokens."""
+        c = self.cost
+        pen = self._graph_penalty(batch, cuda_graph_max_bs)
+        draft_raw = steps * (c.draft_step_ms + c.draft_per_token_ms * max(0, batch * topk - 1))
+        vtok_raw = c.verify_per_token_ms * batch * draft_tokens
+        draft = self._scale(draft_raw, c.draft_comm_share, tuned) * pen
+        vfix = self._scale(c.verify_fixed_ms, c.verify_comm_share, tuned) * pen
+        vtok = self._scale(vtok_raw, c.verify_comm_share, tuned) * pen
+        factor = self.nccl.comm_factor if tuned else 1.0
+        comm = (draft_raw * c.draft_comm_share + (c.verify_fixed_ms + vtok_raw) * c.verify_comm_share) * factor * pen
+        return CycleBreakdown(draft, vfix, vtok, c.cycle_overhead_ms, comm)
+
+    def cycle_ms(
+        self,
+        steps: int,
+        topk: int,
+        draft_tokens: int,
+        batch: int,
+        tuned: bool = False,
+        *,
+        cuda_graph_max_bs: int | None = None,
+    ) -> float:
+        """Total time of one speculative cycle (draft + verify + overhead)."""
+        return self.cycle_breakdown(
+            steps, topk, draft_tokens, batch, tuned, cuda_graph_max_bs=cuda_graph_max_bs
+        ).total_ms
+
+    def step_ms(
+        self, spec: SpecConfig | None, batch: int, tuned: bool = False, *, cuda_graph_max_bs: int | None = None
+    ) -> float:
+        """A decode step of either kind: a plain step, or a speculative cycle."""
+        if spec is None:
+            return self.plain_step_ms(batch, tuned, cuda_graph_max_bs=cuda_graph_max_bs)
+        return self.cycle_ms(
+            spec.steps, spec.topk, spec.draft_tokens, batch, tuned, cuda_graph_max_bs=cuda_graph_max_bs
+        )
+
+    def prefill_ms(self, new_tokens: int, tuned: bool = False) -> float:
+        """One prefill (extend) step over ``new_tokens`` uncached prompt tokens (all admitted requests)."""
+        c = self.cost
+        ms = c.prefill_fixed_ms + c.prefill_per_token_ms * max(0, new_tokens)
+        return self._scale(ms, c.prefill_comm_share, tuned)
+
+    def predicted_ttft_ms(self, prompt_tokens: int, *, cached_tokens: int = 0, tuned: bool = False) -> float:
+        """Server-side time to first token of a lone request: one prefill over its uncached tokens."""
+        return self.prefill_ms(prompt_tokens - cached_tokens, tuned)
+
+    # ---- acceptance --------------------------------------------------------------------------
+    def acceptance_for(self, algorithm: str) -> AcceptanceModel:
+        """The acceptance model of an algorithm family (falls back to ``default``)."""
+        family = SpecConfig(algorithm=algorithm.upper()).family
+        return self.acceptance.get(family) or self.acceptance["default"]
+
+    def expected_accept_length(
+        self,
+        steps: int,
+        topk: int,
+        draft_tokens: int,
+        *,
+        algorithm: str = "EAGLE3",
+        difficulty: float | None = None,
+    ) -> float:
+        """Steady-state tokens per verify cycle (accepted drafts + bonus token).
+
+        With ``difficulty=None`` (the default) this is the token-weighted mean over the prompt
+        difficulty distribution, i.e. the harmonic mean of per-prompt values: what
+        Σ decode tokens / Σ spec_verify_ct converges to over many equal-length requests. Pass
+        ``difficulty=1.0`` for the value of a typical prompt. It excludes the prefill token that
+        SGLang's ``completion_tokens / spec_verify_ct`` includes; see ``predict_request`` for that.
+        """
+        spec = SpecConfig(algorithm.upper(), steps, topk, draft_tokens)
+        model = self.acceptance_for(spec.algorithm)
+        if difficulty is not None:
+            return chain_mean_tokens(model.rates(spec, difficulty))
+        points = model.difficulty_points()
+        return len(points) / sum(1.0 / chain_mean_tokens(model.rates(spec, d)) for d in points)
+
+    def expected_verify_steps(self, spec: SpecConfig, output_tokens: int) -> float:
+        """Expected spec_verify_ct of a request with ``output_tokens`` tokens (the first comes from prefill),
+        averaged over the prompt difficulty distribution."""
+        model = self.acceptance_for(spec.algorithm)
+        return _mean_cycles(model, spec, output_tokens - 1)
+
+    # ---- predictions -------------------------------------------------------------------------
+    def predicted_decode_throughput(
+        self,
+        spec: SpecConfig | None,
+        batch: int,
+        tuned: bool = False,
+        *,
+        cuda_graph_max_bs: int | None = None,
+    ) -> float:
+        """Steady-state output tok/s of the whole batch during decoding (no prefill), time scale 1."""
+        step = self.step_ms(spec, batch, tuned, cuda_graph_max_bs=cuda_graph_max_bs)
+        per_step = 1.0
+        if spec is not None:
+            per_step = self.expected_accept_length(spec.steps, spec.topk, spec.draft_tokens, algorithm=spec.algorithm)
+        return batch * per_step / step * 1000.0
+
+    def predict_request(
+        self, spec: SpecConfig | None, prompt_tokens: int, output_tokens: int, *, tuned: bool = False
+    ) -> RequestPrediction:
+        """Expected timing of one uncached request alone on the server (what concurrency 1 sees)."""
+        ttft = self.predicted_ttft_ms(prompt_tokens, tuned=tuned)
+        if spec is None:
+            steps = float(max(0, output_tokens - 1))
+            return RequestPrediction(prompt_tokens, output_tokens, ttft, steps * self.plain_step_ms(1, tuned), 0.0)
+        verify = self.expected_verify_steps(spec, output_tokens)
+        return RequestPrediction(prompt_tokens, output_tokens, ttft, verify * self.step_ms(spec, 1, tuned), verify)
+
+    def predicted_round_throughput(
+        self,
+        spec: SpecConfig | None,
+        *,
+        concurrency: int,
+        prompt_tokens: int,
+        output_tokens: int,
+        tuned: bool = False,
+        cuda_graph_max_bs: int | None = None,
+    ) -> float:
+        """Output tok/s of a closed-loop round of equal requests (ignore_eos) at ``concurrency``.
+
+        Exact in expectation at concurrency 1 (prefill + expected verify cycles, sequentially). Above 1
+        it is a wave approximation: ``concurrency`` requests share one prefill step and then decode
+        together; it ignores staggered arrivals and the tail where fewer requests remain.
+        """
+        c = max(1, concurrency)
+        prefill = self.prefill_ms(c * prompt_tokens, tuned)
+        steps = float(max(0, output_tokens - 1)) if spec is None else self.expected_verify_steps(spec, output_tokens)
+        decode = steps * self.step_ms(spec, c, tuned, cuda_graph_max_bs=cuda_graph_max_bs)
+        return c * output_tokens / (prefill + decode) * 1000.0
+
+
+def _mean_cycles(model: AcceptanceModel, spec: SpecConfig, tokens: int) -> float:
+    """Expected cycles for ``tokens`` decode tokens, averaged over difficulty (memoised: it's a DP)."""
+    return _mean_cycles_cached(model.position_rates, model.difficulty, model.max_rate, spec, tokens)
+
+
+@lru_cache(maxsize=256)
+def _mean_cycles_cached(
+    rates: tuple[float, ...], difficulty: tuple[float, float], max_rate: float, spec: SpecConfig, tokens: int
+) -> float:
+    model = AcceptanceModel(rates, difficulty, max_rate)
+    points = model.difficulty_points()
+    return sum(expected_cycles(model.rates(spec, d), tokens) for d in points) / len(points)
+
+
+# ---- loading ---------------------------------------------------------------------------------------
+def available_profiles() -> list[str]:
+    """Names of the profiles shipped with the simulator."""
+    root = resources.files("pytest_specperf.sim") / "profiles"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
+    """Load a shipped profile by name, or a profile TOML file by path."""
+    text, source = _read_profile_text(str(name_or_path))
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{source}: invalid TOML: {exc}") from None
+    return _parse_profile(data, source)
+
+
+def _read_profile_text(name_or_path: str) -> tuple[str, str]:
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.is_file():
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise ProfileError(f"cannot read simulator profile {path}: {exc.strerror}") from None
+    res = resources.files("pytest_specperf.sim") / "profiles" / f"{name_or_path}.toml"
+    if not res.is_file():
+        known = ", ".join(available_profiles())
+        raise ProfileError(f"unknown simulator profile {name_or_path!r} (known: {known}; or give a .toml path)")
+    return res.read_text(encoding="utf-8"), f"profile {name_or_path}"
+
+
+class _Table:
+    """Reads one TOML table, naming file and key in every error and refusing unknown keys."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ProfileError(f"{where}: expected a table")
+        self.data, self.where, self.used = data, where, set()
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: object = ...) -> object:
+        self.used.add(key)
+        if key not in self.data:
+            if default is ...:
+                raise ProfileError(f"{self.where}: missing key {key!r}")
+            return default
+        value = self.data[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            raise ProfileError(f"{self.where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+        return value
+
+    def number(self, key: str, lo: float = 0.0, hi: float = math.inf, default: object = ...) -> float:
+        value = self.get(key, float, default)
+        assert isinstance(value, float)
+        if not lo <= value <= hi:
+            raise ProfileError(f"{self.where}.{key}: {value} is outside [{lo}, {hi}]")
+        return value
+
+    def integer(self, key: str, lo: int = 1, default: object = ...) -> int:
+        value = self.get(key, int, default)
+        assert isinstance(value, int)
+        if value < lo:
+            raise ProfileError(f"{self.where}.{key}: {value} must be >= {lo}")
+        return value
+
+    def pair(self, key: str, kind: type) -> tuple:
+        value = self.get(key, list)
+        assert isinstance(value, list)
+        if len(value) != 2 or not all(isinstance(v, (int, float)) for v in value) or value[0] > value[1]:
+            raise ProfileError(f"{self.where}.{key}: expected [low, high], got {value!r}")
+        return (kind(value[0]), kind(value[1]))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ProfileError(f"{self.where}: unknown key(s) {', '.join(unknown)}")
+
+
+def _parse_profile(data: dict, source: str) -> Profile:
+    top = _Table(data, source)
+    name = top.get("name", str)
+    description = top.get("description", str, "")
+    server = _parse_server(_Table(top.get("server", dict), f"{source}: [server]"))
+    cost = _parse_cost(_Table(top.get("cost", dict), f"{source}: [cost]"))
+    nccl = _parse_nccl(_Table(top.get("nccl", dict), f"{source}: [nccl]"))
+    acc_tables = top.get("acceptance", dict)
+    assert isinstance(acc_tables, dict)
+    acceptance = {
+        family: _parse_acceptance(_Table(t, f"{source}: [acceptance.{family}]")) for family, t in acc_tables.items()
+    }
+    if "default" not in acceptance:
+        raise ProfileError(f"{source}: missing table [acceptance.default]")
+    out = _Table(top.get("output", dict), f"{source}: [output]")
+    output = OutputModel(out.pair("natural_tokens", int))
+    out.done()
+    top.done()
+    assert isinstance(name, str) and isinstance(description, str)
+    return Profile(name, description, source, server, cost, nccl, acceptance, output)
+
+
+def _parse_server(t: _Table) -> ServerDefaults:
+    s = ServerDefaults(
+        model_path=str(t.get("model_path", str)),
+        draft_model_path=str(t.get("draft_model_path", str)),
+        architecture=str(t.get("architecture", str)),
+        accelerator=str(t.get("accelerator", str)),
+        tp_size=t.integer("tp_size"),
+        max_running_requests=t.integer("max_running_requests"),
+        cuda_graph_max_bs_decode=t.integer("cuda_graph_max_bs_decode"),
+        mem_fraction_static=t.number("mem_fraction_static", 0.0, 1.0),
+        context_length=t.integer("context_length"),
+        max_total_num_tokens=t.integer("max_total_num_tokens"),
+    )
+    t.done()
+    return s
+
+
+def _parse_cost(t: _Table) -> CostModel:
+    share = {"hi": 1.0}
+    c = CostModel(
+        plain_step_ms=t.number("plain_step_ms"),
+        plain_per_request_ms=t.number("plain_per_request_ms"),
+        draft_step_ms=t.number("draft_step_ms"),
+        draft_per_token_ms=t.number("draft_per_token_ms"),
+        verify_fixed_ms=t.number("verify_fixed_ms"),
+        verify_per_token_ms=t.number("verify_per_token_ms"),
+        cycle_overhead_ms=t.number("cycle_overhead_ms"),
+        prefill_fixed_ms=t.number("prefill_fixed_ms"),
+        prefill_per_token_ms=t.number("prefill_per_token_ms"),
+        no_cuda_graph_penalty=t.number("no_cuda_graph_penalty", 1.0),
+        plain_comm_share=t.number("plain_comm_share", **share),
+        draft_comm_share=t.number("draft_comm_share", **share),
+        verify_comm_share=t.number("verify_comm_share", **share),
+        prefill_comm_share=t.number("prefill_comm_share", **share),
+    )
+    t.done()
+    return c
+
+
+def _parse_nccl(t: _Table) -> NcclTuning:
+    env = t.get("env", dict, {})
+    assert isinstance(env, dict)
+    bad = [k for k, v in env.items() if not isinstance(v, str)]
+    if bad:
+        raise ProfileError(f"{t.where}.env: values must be strings (quote them): {', '.join(bad)}")
+    n = NcclTuning(dict(env), t.number("comm_factor", 0.0, 1.0))
+    t.done()
+    return n
+
+
+def _parse_acceptance(t: _Table) -> AcceptanceModel:
+    rates = t.get("position_rates", list)
+    assert isinstance(rates, list)
+    if not rates or not all(isinstance(r, (int, float)) and 0.0 <= r <= 1.0 for r in rates):
+        raise ProfileError(f"{t.where}.position_rates: expected a non-empty list of numbers in [0, 1]")
+    a = AcceptanceModel(
+        tuple(float(r) for r in rates), t.pair("difficulty", float), t.number("max_rate", 0.0, 1.0, 0.98)
+    )
+    t.done()
+    return a

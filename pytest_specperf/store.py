@@ -1,0 +1,360 @@
+"""Stored baselines: one reviewable JSON file per (server, workload, concurrency).
+
+Layout under the store directory (`store = ".specperf"` in the config)::
+
+    <store>/<server>/<workload>-c<concurrency>.json
+
+Names are made safe for every file system; a name that had to change gets a short hash of the
+original appended, so two names never share a file. Files are pretty-printed (indent 2) with
+sorted keys so that `--specperf-update` produces a small, readable diff in a pull request.
+
+A file holds the raw evidence (per-round samples, per-request records), the fingerprint (so a
+number never travels without its environment: design.md §3), a summary for reviewers, and
+provenance (when, on which host, from which commit).
+
+Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one
+lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (only
+under `--specperf-update`) and short, and one lock also covers creating directories. The lock
+file stays (filelock leaves it), so the first save also writes `<store>/.gitignore` naming it
+and stray temp files, unless a `.gitignore` is already there. Readers take no lock: `os.replace`
+means they see the old or the new file, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+import pytest_specperf
+from pytest_specperf.errors import StoreError
+from pytest_specperf.fingerprint import Fingerprint, redact_text
+from pytest_specperf.records import Measurement, MeasurementKey
+
+SCHEMA_VERSION = 1
+KIND = "pytest-specperf baseline"
+LOCK_NAME = ".specperf.lock"
+LOCK_TIMEOUT_S = 120.0
+GITIGNORE = f"# written by pytest-specperf: its lock and interrupted writes\n{LOCK_NAME}\n.*.tmp\n"
+
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+)
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates 0600 files; baselines are shared (CI artifacts, other users): use the umask.
+_FILE_MODE = 0o666 & ~_read_umask()
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Headline numbers for reviewers and `specperf show`; always derived from the rounds."""
+
+    rounds: int
+    requests: int
+    errors: int
+    output_throughput: float | None
+    accept_length: float | None
+    mean_tpot_ms: float | None
+    mean_ttft_ms: float | None
+
+    @classmethod
+    def of(cls, measurement: Measurement) -> Summary:
+        def mean(metric: str) -> float | None:
+            values = [v for v in measurement.samples(metric) if math.isfinite(v)]
+            return round(statistics.fmean(values), 4) if values else None
+
+        return cls(
+            rounds=len(measurement.rounds),
+            requests=measurement.request_count,
+            errors=measurement.error_count,
+            output_throughput=mean("output_throughput"),
+            accept_length=mean("accept_length"),
+            mean_tpot_ms=mean("mean_tpot_ms"),
+            mean_ttft_ms=mean("mean_ttft_ms"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who stored a baseline, when, and from which commit of the suite."""
+
+    created: str
+    git_commit: str | None
+    host: str
+    specperf_version: str
+
+    @classmethod
+    def here(cls, suite_dir: Path | None) -> Provenance:
+        return cls(
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            git_commit=git_commit(suite_dir) if suite_dir is not None else None,
+            host=socket.gethostname(),
+            specperf_version=pytest_specperf.__version__,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class StoredBaseline:
+    """A baseline read back from the store; `measurement.fingerprint` is a `Fingerprint`."""
+
+    measurement: Measurement
+    summary: Summary
+    provenance: Provenance
+    path: Path
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self.measurement.fingerprint
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """What `save` changed. `replaced_error` says why an unreadable old file had no summary."""
+
+    path: Path
+    old: Summary | None
+    new: Summary
+    replaced_error: str | None = None
+
+
+def git_commit(directory: Path) -> str | None:
+    """HEAD of the git repository containing `directory`, or None (not a repo, no git)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and commit else None
+
+
+def safe_name(name: str) -> str:
+    """`name` as a portable file name; changed names get a hash so they cannot collide."""
+    safe = _UNSAFE_CHARS.sub("_", name).strip("._")[:80]
+    if safe == name and name.upper() not in _RESERVED:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{safe or 'x'}-{digest}"
+
+
+class BaselineStore:
+    """Stored baselines under `root`. Cheap to create: nothing is touched until used."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, key: MeasurementKey) -> Path:
+        filename = f"{safe_name(key.workload)}-c{int(key.concurrency)}.json"
+        return self.root / safe_name(key.server) / filename
+
+    def load(self, key: MeasurementKey) -> StoredBaseline | None:
+        """The baseline for `key`, None when there is none; StoreError when it is unreadable."""
+        path = self.path_for(key)
+        if not path.exists():
+            return None
+        baseline = read_baseline(path)
+        if baseline.measurement.key != key:
+            raise StoreError(
+                f"{path}: holds the baseline of {baseline.measurement.key.label}, "
+                f"not {key.label} (names that differ only in case on a case-insensitive file system?)"
+            )
+        return baseline
+
+    def entries(self) -> list[StoredBaseline]:
+        """Every stored baseline, sorted by path; StoreError on the first unreadable file."""
+        if not self.root.is_dir():
+            return []
+        paths = sorted(p for p in self.root.glob("*/*.json") if not p.name.startswith("."))
+        return [read_baseline(p) for p in paths]
+
+    def save(self, measurement: Measurement, *, suite_dir: Path | None) -> SaveResult:
+        """Store `measurement` as the baseline of its key, replacing any previous one.
+
+        The document is built and serialised before the lock is taken and before any file is
+        opened, so a failure there leaves the store untouched.
+        """
+        if not isinstance(measurement.fingerprint, Fingerprint):
+            raise ValueError(
+                f"{measurement.key.label}: refusing to store a baseline without a fingerprint "
+                "(a number without its environment is a phantom)"
+            )
+        new = Summary.of(measurement)
+        text = dumps(_document(measurement, new, Provenance.here(suite_dir)))
+        path = self.path_for(measurement.key)
+        with self._locked():
+            old, error = _old_summary(path)
+            _atomic_write(path, text)
+            if not (self.root / ".gitignore").exists():
+                _atomic_write(self.root / ".gitignore", GITIGNORE)
+        return SaveResult(path=path, old=old, new=new, replaced_error=error)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock_path = self.root / LOCK_NAME
+        try:
+            with filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S):
+                yield
+        except filelock.Timeout as exc:
+            raise StoreError(
+                f"{lock_path}: still locked after {LOCK_TIMEOUT_S:.0f} s; another pytest-specperf "
+                "process is writing this store (or died holding the lock on a network file system)"
+            ) from exc
+
+
+def _document(measurement: Measurement, summary: Summary, provenance: Provenance) -> dict[str, Any]:
+    body = measurement.to_dict()
+    body.pop("fingerprint", None)  # stored once, at the top level
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "measurement": body,
+        "summary": summary.to_dict(),
+        "fingerprint": measurement.fingerprint.redacted().to_dict(),
+        "provenance": provenance.to_dict(),
+    }
+
+
+def _scrub(value: Any) -> Any:
+    """Redact secrets in every string and turn non-finite floats into None (strict JSON).
+
+    None is already how records say "undefined"; NaN would make the file unreadable to jq & co.
+    """
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """The stored text: scrubbed, key-sorted, indent 2, trailing newline."""
+    return json.dumps(_scrub(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _old_summary(path: Path) -> tuple[Summary | None, str | None]:
+    """Summary of the file about to be replaced; an unreadable one is reported, not fatal."""
+    if not path.exists():
+        return None, None
+    try:
+        return read_baseline(path).summary, None
+    except StoreError as exc:
+        return None, str(exc)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, then `os.replace` (all or nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable; some file systems cannot, which is not an error."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_baseline(path: Path) -> StoredBaseline:
+    """Parse and validate one stored file; StoreError names the file and what is wrong.
+
+    The summary is recomputed from the rounds: the stored one is for reviewers, and a hand
+    edit to it must not change what the plugin compares against.
+    """
+    data = _read_json(path)
+    _check_header(path, data)
+    try:
+        fingerprint = Fingerprint.from_dict(data["fingerprint"])
+        measurement = Measurement.from_dict(data["measurement"], fingerprint=fingerprint)
+        provenance = Provenance.from_dict(data["provenance"])
+        summary = Summary.of(measurement)
+    except KeyError as exc:
+        raise StoreError(f"{path}: corrupt baseline: missing field {exc}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StoreError(f"{path}: corrupt baseline: {exc}") from exc
+    return StoredBaseline(measurement, summary, provenance, path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{path}: cannot read stored baseline: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: corrupt baseline: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: corrupt baseline: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _check_header(path: Path, data: dict[str, Any]) -> None:
+    if data.get("kind") != KIND:
+        raise StoreError(f"{path}: not a pytest-specperf baseline (kind={data.get('kind')!r})")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreError(f"{path}: corrupt baseline: bad schema_version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: schema_version {version} is newer than this pytest-specperf "
+            f"({pytest_specperf.__version__}) supports (schema_version {SCHEMA_VERSION}); "
+            "upgrade pytest-specperf to read it"
+        )

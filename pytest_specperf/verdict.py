@@ -1,0 +1,271 @@
+"""Checks of one marked test, and the verdict they add up to.
+
+A check is met, missed, or inconclusive (stats.Decision). A test fails only on evidence: a
+missed check, or an incomparable baseline (by default). Every message names the metric, the
+current value with its interval, what it was held against, the rounds, and any environment
+drift since the baseline: a number shown without its environment is how phantom baselines
+happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .fingerprint import FingerprintDiff, diff
+from .markers import RANGE_METRICS, SpecperfMarker
+from .records import METRICS, Measurement
+from .stats import (
+    Decision,
+    Direction,
+    Estimate,
+    decide_range,
+    decide_regression,
+    decide_threshold,
+    mean_estimate,
+    ratio_estimate,
+)
+from .store import StoredBaseline
+
+
+class Verdict(Enum):
+    PASS = "PASS"
+    REGRESSION = "REGRESSION"
+    IMPROVED = "IMPROVED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    INCOMPARABLE = "INCOMPARABLE"
+    NEW = "NEW"
+    ERROR = "ERROR"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check of one test: what was checked, the decision, and a sentence saying why."""
+
+    name: str
+    decision: Decision
+    message: str
+    estimate: Estimate | None = None
+    improved: bool = False
+
+
+@dataclass
+class Evaluation:
+    """All checks of a test plus the baseline comparison's context."""
+
+    checks: list[CheckResult] = field(default_factory=list)
+    baseline: StoredBaseline | None = None
+    drift: FingerprintDiff | None = None
+    updating: bool = False
+
+    @property
+    def incomparable(self) -> bool:
+        return self.drift is not None and not self.drift.comparable
+
+    @property
+    def inconclusive(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.decision is Decision.INCONCLUSIVE]
+
+    @property
+    def missed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.decision is Decision.MISSED]
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.missed:
+            return Verdict.REGRESSION
+        if self.incomparable:
+            return Verdict.INCOMPARABLE
+        if self.inconclusive:
+            return Verdict.INCONCLUSIVE
+        if any(c.improved for c in self.checks):
+            return Verdict.IMPROVED
+        if self.baseline is None and not self.updating:
+            return Verdict.NEW
+        return Verdict.PASS
+
+
+def fmt(estimate: Estimate, digits: int = 2) -> str:
+    """'71.02 [70.10, 71.90]': a value with its interval (or 'n=1, no interval')."""
+    value = f"{estimate.value:.{digits}f}"
+    if not estimate.bounded:
+        return f"{value} (n={estimate.n}, no interval yet)"
+    return f"{value} [{estimate.low:.{digits}f}, {estimate.high:.{digits}f}]"
+
+
+def _direction(metric: str) -> Direction:
+    return Direction.HIGHER_IS_BETTER if METRICS[metric].higher_is_better else Direction.LOWER_IS_BETTER
+
+
+# ---- absolute checks --------------------------------------------------------------------------
+
+
+def check_errors(result: Measurement, allowed: float) -> CheckResult:
+    total, errors = result.request_count, result.error_count
+    share = errors / total if total else 0.0
+    decision = Decision.MET if share <= allowed else Decision.MISSED
+    first = next((r.error for r in result.records if r.error), None)
+    message = f"errors: {errors} of {total} requests failed ({share:.1%}), allowed {allowed:.1%}"
+    if first:
+        message += f"; first error: {first}"
+    return CheckResult("errors", decision, message)
+
+
+def check_speedup(result: Measurement, reference: Measurement | None, minimum: float) -> CheckResult:
+    if reference is None:
+        return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
+    ratio = ratio_estimate(result.samples("output_throughput"), reference.samples("output_throughput"))
+    decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
+    message = (
+        f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
+        f"({len(result.rounds)} vs {len(reference.rounds)} rounds) must be >= {minimum:g}: {decision.value}"
+    )
+    return CheckResult("min_speedup", decision, message, ratio)
+
+
+def check_range(result: Measurement, key: str, low: float | None, high: float | None) -> CheckResult:
+    metric = RANGE_METRICS[key]
+    samples = result.samples(metric)
+    if not samples:
+        return CheckResult(key, Decision.MISSED, f"{key}: {metric} was not measured (no successful round reports it)")
+    estimate = mean_estimate(samples)
+    decision = decide_range(estimate, low, high)
+    bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
+    message = (
+        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {len(samples)} rounds "
+        f"must lie in {bounds}: {decision.value}"
+    )
+    return CheckResult(key, decision, message, estimate)
+
+
+def check_lossless(result: Measurement, reference: Measurement | None) -> CheckResult:
+    """At temperature 0, speculation must not change a single output (same prompt, same round slot)."""
+    if reference is None:
+        return CheckResult("lossless", Decision.MISSED, "lossless: no reference measurement to compare with")
+    expected = {(r.index, rec.index): rec.output_hash for r in reference.rounds for rec in r.records if rec.ok}
+    pairs = [
+        (rec.output_hash, expected[(r.index, rec.index)])
+        for r in result.rounds
+        for rec in r.records
+        if rec.ok and (r.index, rec.index) in expected
+    ]
+    if not pairs:
+        return CheckResult("lossless", Decision.MISSED, "lossless: no successful request pairs to compare")
+    matches = sum(a == b for a, b in pairs)
+    rate = matches / len(pairs)
+    decision = Decision.MET if matches == len(pairs) else Decision.MISSED
+    message = (
+        f"lossless: {matches} of {len(pairs)} outputs ({rate:.1%}) equal the reference server's "
+        f"({reference.key.server}) output for the same prompt"
+    )
+    return CheckResult("lossless", decision, message, Estimate.exact(rate))
+
+
+# ---- stored-baseline comparison ---------------------------------------------------------------
+
+
+def check_regression(
+    result: Measurement, baseline: StoredBaseline, metric: str, max_regression: float
+) -> CheckResult | None:
+    current, stored = result.samples(metric), baseline.measurement.samples(metric)
+    if not current or not stored:
+        return None
+    outcome = decide_regression(current, stored, max_regression, _direction(metric))
+    assert outcome.current is not None and outcome.baseline is not None
+    change = "improved" if outcome.improved else outcome.decision.value
+    if outcome.decision is Decision.MISSED:
+        change = "REGRESSION"
+    message = (
+        f"{metric}: {fmt(outcome.current)} {METRICS[metric].unit} ({len(current)} rounds) vs baseline "
+        f"{fmt(outcome.baseline)} ({len(stored)} rounds): ratio {fmt(outcome.ratio, 3)}, "
+        f"allowed {_allowed(max_regression, metric)}: {change}"
+    )
+    return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved)
+
+
+def _allowed(max_regression: float, metric: str) -> str:
+    sign = "-" if METRICS[metric].higher_is_better else "+"
+    return f"{sign}{max_regression:.0%}"
+
+
+# ---- all checks of a test ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Tolerances in force for a test (marker > command line > config)."""
+
+    max_regression: float
+    max_regression_accept_length: float
+    max_error_rate: float
+
+
+def evaluate(
+    result: Measurement,
+    reference: Measurement | None,
+    marker: SpecperfMarker | None,
+    limits: Limits,
+    baseline: StoredBaseline | None,
+    *,
+    updating: bool,
+) -> Evaluation:
+    """Every check of a test on its current measurement."""
+    level = result.key.concurrency
+    evaluation = Evaluation(baseline=baseline, updating=updating)
+    checks = evaluation.checks
+    checks.append(check_errors(result, limits.max_error_rate))
+    if marker is not None:
+        minimum = marker.min_speedup_at(level)
+        if minimum is not None:
+            checks.append(check_speedup(result, reference, minimum))
+        for key in RANGE_METRICS:
+            bounds = marker.range_at(key, level)
+            if bounds is not None:
+                checks.append(check_range(result, key, *bounds))
+        if marker.lossless:
+            checks.append(check_lossless(result, reference))
+    if baseline is not None and not updating:
+        evaluation.drift = drift(baseline, result)
+        if evaluation.drift is None or evaluation.drift.comparable:
+            for metric, tolerance in (
+                ("output_throughput", limits.max_regression),
+                ("accept_length", limits.max_regression_accept_length),
+            ):
+                check = check_regression(result, baseline, metric, tolerance)
+                if check is not None:
+                    checks.append(check)
+    return evaluation
+
+
+def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | None:
+    if result.fingerprint is None or baseline.measurement.fingerprint is None:
+        return None
+    return diff(baseline.measurement.fingerprint, result.fingerprint)
+
+
+def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequence[CheckResult]) -> str:
+    """The text a failing test shows: verdict, the checks that decided it, and the drift."""
+    lines = [f"{evaluation.verdict.value} {result.key.label}:"]
+    lines += [f"  {c.message}" for c in checks]
+    if evaluation.drift is not None and evaluation.drift.environment:
+        lines.append("  environment drift since the baseline (the comparison was still made):")
+        lines += [f"    {change}" for change in evaluation.drift.environment]
+    if evaluation.baseline is not None:
+        lines.append(f"  baseline: {evaluation.baseline.path}")
+    return "\n".join(lines)
+
+
+def incomparable_message(result: Measurement, evaluation: Evaluation) -> str:
+    assert evaluation.drift is not None and evaluation.baseline is not None
+    lines = [
+        f"INCOMPARABLE {result.key.label}: the stored baseline was measured on a different setup, "
+        "so no comparison was made:",
+        *[f"  {change}" for change in evaluation.drift.identity],
+    ]
+    if evaluation.drift.environment:
+        lines.append("  environment drift as well:")
+        lines += [f"    {change}" for change in evaluation.drift.environment]
+    lines.append(f"  baseline: {evaluation.baseline.path}")
+    lines.append("  store a new one with --specperf-update once this setup is the intended one")
+    return "\n".join(lines)

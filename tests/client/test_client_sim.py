@@ -1,0 +1,242 @@
+"""The SGLang client and load driver against a real simulator process over HTTP."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+from simproc import SimServer
+
+from pytest_specperf.client import RoundResult, SamplingParams, SGLangClient, run_requests
+from pytest_specperf.errors import ServerError
+from pytest_specperf.records import RequestRecord
+from pytest_specperf.workload import Prompt
+
+TEXT = Prompt("t1", "Explain why the sky is blue in two sentences.", None, "qa")
+CHAT = Prompt("c1", None, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}), "chat")
+FIXED = SamplingParams(max_new_tokens=48, ignore_eos=True)
+
+
+def prompts(n: int) -> list[Prompt]:
+    return [Prompt(f"p{i}", f"Prompt number {i}: tell me something about the number {i}.", None, "x") for i in range(n)]
+
+
+def check_sane(record: RequestRecord, tokens: int) -> None:
+    assert record.ok, record.error
+    assert record.completion_tokens == tokens
+    assert record.prompt_tokens > 0
+    assert record.finish_reason == "length"
+    assert record.output_hash and len(record.output_hash) == 64
+    assert record.ttft is not None and record.e2e is not None
+    assert 0 < record.ttft < record.e2e
+    assert 1 <= record.num_chunks <= tokens
+    assert len(record.chunk_gaps) == record.num_chunks - 1
+    assert all(g >= 0 for g in record.chunk_gaps)
+    assert record.last_chunk is not None and record.first_chunk is not None
+    assert sum(record.chunk_gaps) == pytest.approx(record.last_chunk - record.first_chunk, abs=1e-3)
+
+
+def test_text_prompt_on_spec_server(spec_sim: SimServer) -> None:
+    start = time.perf_counter()
+    record = spec_sim.client().generate(TEXT, FIXED, 3, start)
+    check_sane(record, 48)
+    assert record.index == 3 and record.sent >= 0
+    assert record.verify_ct is not None and 0 < record.verify_ct <= 48
+    assert record.num_chunks <= record.verify_ct + 1  # one chunk per verify step (+ the prefill token)
+    assert record.proposed_drafts == record.verify_ct * 5
+    assert record.accepted_drafts is not None and 0 <= record.accepted_drafts <= record.proposed_drafts
+    assert record.accept_length is not None and record.accept_length >= 1
+
+
+def test_chat_prompt_on_spec_server(spec_sim: SimServer) -> None:
+    record = spec_sim.client().generate(CHAT, FIXED, 0, time.perf_counter())
+    check_sane(record, 48)
+    assert record.verify_ct is not None and record.verify_ct > 0
+    assert record.proposed_drafts == record.verify_ct * 5
+
+
+def test_plain_server_has_no_verify_counts(plain_sim: SimServer) -> None:
+    client = plain_sim.client()
+    for prompt in (TEXT, CHAT):
+        record = client.generate(prompt, FIXED, 0, time.perf_counter())
+        check_sane(record, 48)
+        assert record.verify_ct is None and record.accepted_drafts is None and record.accept_length is None
+
+
+def test_same_prompt_same_output_at_temperature_zero(plain_sim: SimServer) -> None:
+    client = plain_sim.client()
+    first = client.generate(TEXT, FIXED, 0, time.perf_counter())
+    second = client.generate(TEXT, FIXED, 1, time.perf_counter())
+    assert first.output_hash == second.output_hash
+
+
+def test_http_error_becomes_error_record(plain_sim: SimServer) -> None:
+    record = plain_sim.client().generate(TEXT, SamplingParams(max_new_tokens=-1), 0, time.perf_counter())
+    assert not record.ok and record.error is not None and "HTTP 400" in record.error
+    assert record.completion_tokens == 0
+
+
+def test_timeout_becomes_error_record(spec_sim: SimServer) -> None:
+    client = spec_sim.client(request_timeout=0.05)
+    began = time.perf_counter()
+    record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, began)
+    assert record.error is not None and "timeout" in record.error
+    assert time.perf_counter() - began < 2.0
+
+
+def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:
+    client = spec_sim.client()
+    assert client.ready() and client.health_generate()
+    assert client.flush_cache(timeout=10)
+    info = client.server_info()
+    assert info["speculative_num_draft_tokens"] == 6 and "version" in info
+    assert "model_path" in client.model_info()
+    loads = client.loads()
+    assert loads is None or "loads" in loads
+    metrics = client.metrics_text()
+    assert metrics is not None and "sglang:generation_tokens_total" in metrics
+    assert plain_sim.client().metrics_text() is None
+
+
+def test_unreachable_server() -> None:
+    client = SGLangClient("http://127.0.0.1:9", request_timeout=2)
+    assert not client.ready() and not client.health_generate(timeout=1)
+    record = client.generate(TEXT, FIXED, 0, time.perf_counter())
+    assert record.error is not None and "refused" in record.error
+    with pytest.raises(ServerError):
+        client.server_info()
+
+
+# ---------------------------------------------------------------------------------------------
+# API key
+
+
+def test_api_key_sent_and_never_leaked(sim_factory: Callable[..., SimServer]) -> None:
+    secret = "sk-test-0123456789abcdef"
+    server = sim_factory(api_key=secret)
+    good = server.client().generate(TEXT, FIXED, 0, time.perf_counter())
+    check_sane(good, 48)
+    assert server.client().server_info()
+
+    wrong_key = "sk-wrong-9876543210fedcba"
+    wrong = server.client(api_key=wrong_key)
+    for prompt in (TEXT, CHAT):
+        record = wrong.generate(prompt, FIXED, 0, time.perf_counter())
+        assert record.error is not None and "401" in record.error
+        assert wrong_key not in record.error and secret not in record.error
+    with pytest.raises(ServerError) as info:
+        wrong.server_info()
+    assert wrong_key not in str(info.value)
+    assert wrong_key not in repr(wrong)
+    assert wrong.ready()  # /ready needs no key
+
+    anonymous = SGLangClient(server.url)
+    assert anonymous.generate(TEXT, FIXED, 0, time.perf_counter()).error is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# faults
+
+
+def test_error_rate_gives_error_records(sim_factory: Callable[..., SimServer]) -> None:
+    server = sim_factory("--sim-error-rate", "0.5", "--sim-seed", "3")
+    mixed = [TEXT if i % 2 else CHAT for i in range(24)]
+    result = run_requests(server.client(), mixed, SamplingParams(max_new_tokens=8), concurrency=4)
+    errors = [r for r in result.records if not r.ok]
+    assert 0 < len(errors) < len(mixed)
+    assert all(r.error for r in errors) and all(r.completion_tokens == 0 for r in errors)
+    assert all(r.completion_tokens == 8 for r in result.records if r.ok)
+
+
+def test_server_exit_gives_error_records(sim_factory: Callable[..., SimServer]) -> None:
+    server = sim_factory("--sim-exit-after-requests", "3")
+    result = run_requests(server.client(request_timeout=10), prompts(8), FIXED, concurrency=2)
+    assert len(result.records) == 8
+    assert sum(not r.ok for r in result.records) >= 4
+    assert server.proc.wait(timeout=10) is not None
+
+
+def test_server_killed_mid_stream(sim_factory: Callable[..., SimServer]) -> None:
+    server = sim_factory(time_scale=1.0)
+    client = server.client(request_timeout=20)
+    long = SamplingParams(max_new_tokens=4000, ignore_eos=True)
+    results: list[RoundResult] = []
+    worker = threading.Thread(target=lambda: results.append(run_requests(client, prompts(3), long, concurrency=3)))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not _running_requests(client) and time.monotonic() < deadline:
+        time.sleep(0.01)  # poll interval while waiting for requests to be in flight
+    server.proc.kill()
+    worker.join(timeout=20)
+    assert not worker.is_alive()
+    records = results[0].records
+    assert all(not r.ok for r in records)
+    assert all("disconnect" in (r.error or "") for r in records), [r.error for r in records]
+
+
+def _running_requests(client: SGLangClient) -> bool:
+    loads = client.loads() or {}
+    return any(entry.get("num_running_reqs", 0) > 0 for entry in loads.get("loads", []))
+
+
+# ---------------------------------------------------------------------------------------------
+# load driver
+
+
+def max_overlap(records: Sequence[RequestRecord]) -> int:
+    """Largest number of requests in flight at one moment, from [sent, last_chunk] intervals."""
+    events = sorted([(r.sent, 1) for r in records] + [(r.last_chunk or r.sent, -1) for r in records])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_closed_loop_overlaps_requests(plain_sim: SimServer) -> None:
+    client = plain_sim.client()
+    seen: list[int] = []
+    result = run_requests(client, prompts(16), FIXED, concurrency=4, on_record=lambda r: seen.append(r.index))
+    assert [r.index for r in result.records] == list(range(16))
+    assert sorted(seen) == list(range(16))
+    assert all(r.ok for r in result.records)
+    assert max_overlap(result.records) == 4
+    serial = run_requests(client, prompts(4), FIXED, concurrency=1)
+    assert max_overlap(serial.records) == 1
+    assert min(r.sent for r in result.records) >= 0
+    assert max(r.last_chunk or 0 for r in result.records) <= result.duration
+
+
+def test_open_loop_follows_seeded_poisson_schedule(plain_sim: SimServer) -> None:
+    rate, n, seed = 25.0, 30, 11
+    result = run_requests(
+        plain_sim.client(), prompts(n), SamplingParams(max_new_tokens=4), concurrency=32, request_rate=rate, seed=seed
+    )
+    assert all(r.ok for r in result.records)
+    rng = random.Random(seed)
+    expected, t = [], 0.0
+    for _ in range(n):
+        expected.append(t)
+        t += rng.expovariate(rate)
+    sent = [r.sent for r in result.records]
+    lateness = [s - e for s, e in zip(sent, expected, strict=True)]
+    assert min(lateness) > -0.005 and max(lateness) < 0.05, lateness
+    achieved = (n - 1) / (sent[-1] - sent[0])
+    assert rate * 0.5 < achieved < rate * 2  # a Poisson sample of 29 gaps: loose bounds, exact schedule above
+
+
+def test_open_loop_respects_concurrency_cap(plain_sim: SimServer) -> None:
+    result = run_requests(plain_sim.client(), prompts(12), FIXED, concurrency=2, request_rate=1000.0)
+    assert all(r.ok for r in result.records)
+    assert max_overlap(result.records) <= 2
+
+
+def test_callback_failure_is_raised_in_caller(plain_sim: SimServer) -> None:
+    def explode(record: RequestRecord) -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        run_requests(plain_sim.client(), prompts(4), FIXED, concurrency=2, on_record=explode)

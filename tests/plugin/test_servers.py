@@ -1,0 +1,226 @@
+"""Server configs, launching and sharing, end to end: real pytest runs against simulator processes."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+
+
+TEN_TESTS = [
+    '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\ndef test_plain_{i}(specperf_server):\n'
+    '    assert specperf_server.name == "plain"\n',
+    '@pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)\ndef test_five_{i}(specperf_server):\n'
+    '    assert specperf_server.url.startswith("http://127.0.0.1:")\n',
+    '@pytest.mark.parametrize("specperf_server", ["eagle3-2step"], indirect=True)\ndef test_two_{i}(specperf_server):\n'
+    '    assert specperf_server.log_path.name.startswith("eagle3-2step")\n',
+]
+
+
+def shuffled_ten_tests(seed: int = 7) -> str:
+    """Ten functional tests over three configs, in an order that interleaves the configs."""
+    bodies = [TEN_TESTS[i % 3].format(i=i) for i in range(10)]
+    random.Random(seed).shuffle(bodies)
+    return "import pytest\n\n" + "\n\n".join(bodies)
+
+
+def test_three_configs_ten_tests_start_three_servers(make_suite) -> None:
+    suite = make_suite(shuffled_ten_tests())
+    result = suite.run("-v")
+    result.assert_outcomes(passed=10)
+    assert suite.starts() == ["eagle3-2step", "eagle3-5step", "plain"]
+    # the reference server's tests run first, then each config's tests together
+    order = [line.split("::")[1].split("[")[0] for line in result.outlines if "PASSED" in line]
+    groups = [name.split("_")[1] for name in order]
+    assert groups[:4] == ["plain"] * 4
+    assert len([g for i, g in enumerate(groups) if i == 0 or g != groups[i - 1]]) == 3
+
+
+def test_xdist_starts_each_config_once(make_suite) -> None:
+    pytest.importorskip("xdist")
+    suite = make_suite(shuffled_ten_tests())
+    result = suite.run("-n", "2", subprocess=True)
+    result.assert_outcomes(passed=10)
+    assert suite.starts() == ["eagle3-2step", "eagle3-5step", "plain"]
+
+
+def test_max_servers_one_never_runs_two(make_suite) -> None:
+    suite = make_suite(shuffled_ten_tests(), extra="max_servers = 1\n")
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(suite.processes()))
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = suite.run(subprocess=True)
+    finally:
+        done.set()
+        watcher.join()
+    result.assert_outcomes(passed=10)
+    assert peak == 1
+
+
+def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+        def test_a(specperf_server):
+            pass
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+        def test_b(specperf_server):
+            pass
+
+        @pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+        def test_plain(specperf_server):
+            pass
+        """,
+        servers=SERVERS_WITH_FAULT.format(fault='"--sim-fail-at-startup"'),
+    )
+    started = time.monotonic()
+    result = suite.run()
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*server 'eagle3-5step' exited with code 1*before it was ready*", "*| *"])
+    assert "eagle3-5step.log" in result.stdout.str()
+    assert suite.starts().count("eagle3-5step") == 1  # not retried for the second test
+    assert elapsed < 30
+
+
+def test_never_ready_fails_at_the_startup_timeout(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+        def test_a(specperf_server):
+            pass
+        """,
+        servers=SERVERS_WITH_FAULT.format(fault='"--sim-never-ready"').replace(
+            'num_draft_tokens = 6\n', "num_draft_tokens = 6\nstartup_timeout = 3\n", 1
+        ),
+    )
+    result = suite.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*was not ready after its startup_timeout of 3 s; it was stopped*"])
+
+
+def test_server_dying_mid_session_errors_its_tests_only(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest, requests
+
+        def test_a(specperf_server):
+            requests.post(specperf_server.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+
+        def test_b(specperf_server):
+            pass
+        """,
+        servers=SERVERS_WITH_FAULT.format(fault='"--sim-exit-after-requests", "1"'),
+    )
+    result = suite.run("-v")
+    # plain: a and b pass; eagle3-5step: a kills the server, b errors; eagle3-2step: all pass
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines(["*test_b?eagle3-5step? ERROR*"])
+    result.stdout.fnmatch_lines(["*server 'eagle3-5step' died during the session*"])
+
+
+SERVERS_WITH_FAULT = """
+[specperf.servers.plain]
+
+[specperf.servers.eagle3-5step]
+algorithm = "EAGLE3"
+draft_model = "sim/kimi-k2.5-eagle3"
+num_steps = 5
+eagle_topk = 1
+num_draft_tokens = 6
+sim_args = [{fault}]
+
+[specperf.servers.eagle3-2step]
+algorithm = "EAGLE3"
+draft_model = "sim/kimi-k2.5-eagle3"
+num_steps = 2
+eagle_topk = 1
+num_draft_tokens = 3
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_pytest_leaves_no_server(make_suite, sig: signal.Signals) -> None:
+    suite = make_suite(
+        """
+        import pytest, threading
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+        def test_block(specperf_server):
+            print("SERVER-UP", flush=True)
+            threading.Event().wait(120)
+        """
+    )
+    proc = suite.pytester.popen(
+        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", str(suite.pytester.path)],
+        stdout=-1,
+        stderr=-2,
+    )
+    try:
+        for line in proc.stdout:  # wait for the test body, i.e. a ready server
+            if b"SERVER-UP" in line:
+                break
+        assert len(suite.processes()) == 1
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert suite.processes() == []
+
+
+def test_attach_mode_uses_a_running_server_and_never_stops_it(make_suite, sim_server) -> None:
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+        def test_attached(specperf_server):
+            assert specperf_server.attached
+        """
+    )
+    result = suite.run(f"--specperf-attach=plain={sim_server.url}")
+    result.assert_outcomes(passed=1)
+    assert suite.starts() == []
+    assert sim_server.proc.poll() is None
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"extra": "max_rounds = 1\n"}, "specperf.toml [specperf] max_rounds: must be >= 2, got 1"),
+        ({"extra": "max_server = 1\n"}, "specperf.toml [specperf] max_server: unknown key (did you mean 'max_servers'?)"),
+        ({"extra": 'reference = "eagle3-5step"\n'}, "specperf.toml [specperf] reference: server 'eagle3-5step' is speculative"),
+    ],
+)
+def test_config_errors_are_usage_errors(make_suite, config: dict[str, str], expected: str) -> None:
+    suite = make_suite("def test_x():\n    pass\n", **config)
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: pytest-specperf: {expected}" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_marker_without_config_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n\n@pytest.mark.specperf(min_speedup=1.1)\ndef test_x(specperf):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_x: uses @pytest.mark.specperf or specperf_server, but no config was found*"])

@@ -1,0 +1,117 @@
+"""Launch flags: SGLang's resolution rules, and refusals where SGLang would crash or silently correct."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_specperf.sim.cli import ConfigError, build_parser, parse_config
+
+EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d"]
+
+
+def cfg(*args: str):
+    return parse_config(["--model-path", "m", *args])
+
+
+def test_plain_defaults():
+    c = cfg()
+    assert c.spec is None and c.speculative_algorithm is None
+    assert c.max_running_requests == 256  # the profile's plain default
+    assert (c.host, c.port, c.tp_size) == ("127.0.0.1", 30000, 1)
+    assert c.sim.profile == "kimi-k2.5-tp8" and c.sim.time_scale == 1.0
+
+
+def test_spec_without_max_running_requests_is_capped_at_48_with_warning():
+    c = cfg(*EAGLE, "--speculative-num-steps", "5", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "6")
+    assert c.max_running_requests == 48
+    assert any(level == "warning" and "48" in msg for level, msg in c.notices)
+    assert cfg(*EAGLE, "--max-running-requests", "64").max_running_requests == 64
+
+
+def test_auto_spec_defaults_follow_the_target_architecture():
+    kimi = cfg(*EAGLE)
+    assert (kimi.spec.steps, kimi.spec.topk, kimi.spec.draft_tokens) == (3, 1, 4)
+    assert any("auto defaults" in msg for _, msg in kimi.notices)
+    llama = cfg(*EAGLE, "--sim-profile", "llama3.1-8b-h100")
+    assert (llama.spec.steps, llama.spec.topk, llama.spec.draft_tokens) == (5, 4, 8)
+    standalone = cfg("--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "d",
+                     "--sim-profile", "llama3.1-8b-h100")
+    assert (standalone.spec.steps, standalone.spec.topk, standalone.spec.draft_tokens) == (3, 1, 4)
+
+
+def test_nextn_resolves_to_eagle_and_drafts_with_the_target():
+    c = cfg("--speculative-algorithm", "nextn")
+    assert c.speculative_algorithm == "EAGLE"
+    assert c.speculative_draft_model_path == "m"
+
+
+def test_ngram_resolution():
+    c = cfg("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "16")
+    assert (c.spec.algorithm, c.spec.topk, c.spec.draft_tokens, c.spec.steps) == ("NGRAM", 10, 16, 1)
+    assert cfg("--speculative-algorithm", "NGRAM").spec.draft_tokens == 12
+    with pytest.raises(ConfigError, match="overwrites"):
+        cfg("--speculative-algorithm", "NGRAM", "--speculative-eagle-topk", "4")
+
+
+def test_aliases_and_unmodelled_flags():
+    c = cfg("--tensor-parallel-size", "8", "--attention-backend", "fa3", "--trust-remote-code",
+            "--cuda-graph-bs-decode", "1", "2", "4")
+    assert c.tp_size == 8
+    assert c.unmodelled_args == {"attention_backend": "fa3", "trust_remote_code": True,
+                                 "cuda_graph_bs_decode": ["1", "2", "4"]}
+    assert sum("not modelled by the simulator" in msg for _, msg in c.notices) == 1
+    assert parse_config(["--model", "x", "--speculative-algorithm", "EAGLE", "--speculative-draft-model",
+                         "y"]).speculative_draft_model_path == "y"
+
+
+def test_seed_defaults_to_random_seed():
+    assert cfg("--random-seed", "7").sim.seed == 7
+    assert cfg("--random-seed", "7", "--sim-seed", "3").sim.seed == 3
+
+
+SIZES = ["--speculative-num-steps", "{s}", "--speculative-eagle-topk", "{k}", "--speculative-num-draft-tokens", "{n}"]
+
+
+def sizes(s: int, k: int, n: int) -> list[str]:
+    return [a.format(s=s, k=k, n=n) for a in SIZES]
+
+
+REFUSALS = {
+    "partial-sizes": ([*EAGLE, "--speculative-num-steps", "5"], r"all three or none.*without --speculative-eagle-topk"),
+    "too-many-draft-tokens": ([*EAGLE, *sizes(2, 2, 6)], r"--speculative-num-draft-tokens 6 exceeds.*= 5"),
+    "topk1-needs-steps-plus-1": ([*EAGLE, *sizes(5, 1, 4)], r"topk 1 requires .*= 6 \(got 4; SGLang silently"),
+    "unknown-algorithm": (["--speculative-algorithm", "MEDUSA"], r"'MEDUSA' is unknown"),
+    "unmodelled-algorithm": (["--speculative-algorithm", "DFLASH"], r"DFLASH is known to SGLang but not modelled"),
+    "spec-flags-without-algorithm": (sizes(5, 1, 6), r"given without --speculative-algorithm"),
+    "eagle-without-draft": (["--speculative-algorithm", "EAGLE3"], r"EAGLE3 needs --speculative-draft-model-path"),
+    "lossy-on-plain": (["--sim-lossy-rate", "0.5"], r"--sim-lossy-rate needs a speculative server"),
+    "bad-rate": (["--sim-error-rate", "1.5"], r"--sim-error-rate must be a share in \[0, 1\]"),
+    "bad-profile": (["--sim-profile", "nope"], r"unknown simulator profile 'nope'"),
+}
+
+
+@pytest.mark.parametrize("args,pattern", REFUSALS.values(), ids=REFUSALS.keys())
+def test_refusals_exit_2_with_one_line(run_sim_cli, args, pattern):
+    res = run_sim_cli(args)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("pytest_specperf.sim: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_removed_cuda_graph_max_bs_is_ambiguous(run_sim_cli):
+    res = run_sim_cli(["--cuda-graph-max-bs", "8"])
+    assert res.returncode == 2
+    assert ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+            "--cuda-graph-max-bs-prefill") in res.stderr
+
+
+def test_model_path_is_required(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_known_args(["--port", "1"])
+    assert exc.value.code == 2
+    assert "--model-path/--model" in capsys.readouterr().err

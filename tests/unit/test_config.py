@@ -1,0 +1,183 @@
+"""Config loading and validation: every error names the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_specperf.config import apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf.errors import ConfigError
+
+BASE = """
+[specperf]
+launcher = "sim"
+model = "m"
+
+[specperf.servers.plain]
+
+[specperf.servers.eagle]
+algorithm = "EAGLE3"
+draft_model = "d"
+num_steps = 2
+eagle_topk = 1
+num_draft_tokens = 3
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "specperf.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load(tmp_path: Path, text: str):
+    return load_config(write(tmp_path, text), "specperf")
+
+
+def error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    return str(info.value)
+
+
+def test_loads_the_documented_shape(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE + '\n[specperf.workloads.chat]\nprompts = "builtin:chat"\nconcurrency = 2\n')
+    assert config.launcher == "sim"
+    assert [s.name for s in config.speculative_servers] == ["eagle"]
+    assert config.reference_server is not None and not config.reference_server.is_speculative
+    assert config.servers["eagle"].num_draft_tokens == 3
+    assert config.workloads["chat"].concurrency == (2,)
+    assert "default" in config.workloads
+    assert config.store == tmp_path / ".specperf"
+    assert config.effective_max_rounds == 2 * config.rounds
+
+
+def test_pyproject_table_is_found(tmp_path: Path) -> None:
+    write(tmp_path, BASE.replace("[specperf", "[tool.specperf"), "pyproject.toml")
+    found = find_config_file(tmp_path, None)
+    assert found is not None and found[1] == "tool.specperf"
+    assert load_config(*found).servers["eagle"].algorithm == "EAGLE3"
+
+
+def test_no_config_file_means_inactive(tmp_path: Path) -> None:
+    assert find_config_file(tmp_path, None) is None
+
+
+def test_explicit_missing_file_names_the_option(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--specperf-config: file not found"):
+        find_config_file(tmp_path, str(tmp_path / "nope.toml"))
+
+
+def test_unknown_key_gets_a_hint(tmp_path: Path) -> None:
+    message = error(tmp_path, BASE.replace('model = "m"', 'model = "m"\nround = 3'))
+    assert "specperf.toml [specperf] round: unknown key (did you mean 'rounds'?)" in message
+
+
+def test_unknown_server_key_gets_a_hint(tmp_path: Path) -> None:
+    message = error(tmp_path, BASE + "num_draft_token = 3\n")
+    assert "[specperf.servers.eagle] num_draft_token: unknown key (did you mean 'num_draft_tokens'?)" in message
+
+
+@pytest.mark.parametrize(
+    ("replace", "expected"),
+    [
+        ("max_servers = 0", "max_servers: must be >= 1, got 0"),
+        ("rounds = true", "rounds: must be an integer, got True"),
+        ('launcher = "docker"', "launcher: must be one of 'sglang', 'sim', got 'docker'"),
+        ("env = { NCCL_MIN_NCHANNELS = 16 }", 'env.NCCL_MIN_NCHANNELS: must be a string (quote numbers: "16")'),
+        ("startup_timeout = -1", "startup_timeout: must be > 0"),
+    ],
+)
+def test_wrong_types_and_ranges(tmp_path: Path, replace: str, expected: str) -> None:
+    text = (
+        BASE.replace('launcher = "sim"', replace)
+        if "launcher" in replace
+        else BASE.replace('model = "m"', f'model = "m"\n{replace}')
+    )
+    assert expected in error(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        ("num_steps = 2", "must be given all together or not at all"),
+        (
+            "num_steps = 2\neagle_topk = 1\nnum_draft_tokens = 6",
+            "with eagle_topk = 1 it must be num_steps + 1 = 3, got 6",
+        ),
+        ("num_steps = 2\neagle_topk = 2\nnum_draft_tokens = 6", "6 is more than num_steps * eagle_topk + 1 = 5"),
+    ],
+)
+def test_sglang_speculative_rules_are_refused(tmp_path: Path, sizes: str, expected: str) -> None:
+    text = BASE + f'\n[specperf.servers.bad]\nalgorithm = "EAGLE3"\ndraft_model = "d"\n{sizes}\n'
+    message = error(tmp_path, text)
+    assert "[specperf.servers.bad]" in message and expected in message
+
+
+def test_unknown_algorithm_lists_the_known_ones(tmp_path: Path) -> None:
+    message = error(tmp_path, BASE + '\n[specperf.servers.x]\nalgorithm = "MEDUSA"\n')
+    assert "unknown speculative algorithm 'MEDUSA'" in message and "EAGLE3" in message
+
+
+def test_eagle3_needs_a_draft_model(tmp_path: Path) -> None:
+    assert "draft_model: is required for algorithm EAGLE3" in error(
+        tmp_path, BASE + '\n[specperf.servers.x]\nalgorithm = "EAGLE3"\n'
+    )
+
+
+def test_reference_must_be_plain(tmp_path: Path) -> None:
+    message = error(tmp_path, BASE.replace('model = "m"', 'model = "m"\nreference = "eagle"'))
+    assert "reference: server 'eagle' is speculative" in message
+
+
+def test_reference_must_exist(tmp_path: Path) -> None:
+    message = error(tmp_path, BASE.replace('model = "m"', 'model = "m"\nreference = "plian"'))
+    assert "names server 'plian', which is not defined (did you mean 'plain'?)" in message
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('["--port", "1"]', "--port is not allowed here: the plugin picks a free port"),
+        ('["--cuda-graph-max-bs", "8"]', "use --cuda-graph-max-bs-decode"),
+        ('["--api-key", "x"]', "never lands in a report"),
+        ('["--speculative-num-steps=3"]', "use the `num_steps` key"),
+    ],
+)
+def test_reserved_flags_in_args(tmp_path: Path, args: str, expected: str) -> None:
+    assert expected in error(
+        tmp_path, BASE.replace("[specperf.servers.plain]", f"[specperf.servers.plain]\nargs = {args}")
+    )
+
+
+def test_attached_server_cannot_have_launch_settings(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "[specperf.servers.plain]", '[specperf.servers.plain]\nurl = "http://h:1"\nargs = ["--tp-size", "8"]'
+    )
+    assert "an attached server (url = ...) is never launched" in error(tmp_path, text)
+
+
+def test_command_template_placeholders(tmp_path: Path) -> None:
+    bad = BASE.replace("[specperf.servers.plain]", '[specperf.servers.plain]\ncommand = "srun {pyhton} {args}"')
+    assert "unknown placeholder {pyhton}" in error(tmp_path, bad)
+    missing = BASE.replace("[specperf.servers.plain]", '[specperf.servers.plain]\ncommand = "srun {python}"')
+    assert "must contain {args}" in error(tmp_path, missing)
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    assert "specperf.toml: not valid TOML" in error(tmp_path, "[specperf\n")
+
+
+def test_command_line_overrides(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE)
+    changed = apply_overrides(config, launcher="sglang", rounds=3, attach={"plain": "http://127.0.0.1:9"})
+    assert changed.launcher == "sglang" and changed.rounds == 3
+    assert changed.servers["plain"].url == "http://127.0.0.1:9"
+    with pytest.raises(ConfigError, match="--specperf-attach: unknown server 'plian'"):
+        apply_overrides(config, attach={"plian": "http://x:1"})
+    with pytest.raises(ConfigError, match="--specperf-rounds: must be >= 2"):
+        apply_overrides(config, rounds=1)
+    with pytest.raises(ConfigError, match="expected NAME=URL"):
+        parse_attach(["plain"])

@@ -1,0 +1,390 @@
+"""Stored baselines: round trip, atomic and locked writes, corrupt files, no secrets."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_specperf import store as store_module
+from pytest_specperf.errors import StoreError
+from pytest_specperf.fingerprint import Fingerprint
+from pytest_specperf.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.store import SCHEMA_VERSION, BaselineStore, Summary, safe_name
+
+KEY = MeasurementKey("eagle3-5step", "chat", 1)
+FINGERPRINT = Fingerprint(
+    identity={"launcher": "sim", "model": "m", "gpu": "NVIDIA H200", "gpu_count": "8"},
+    environment={"sglang.version": "0.5.23", "NCCL_ALGO": "Ring"},
+)
+
+
+def record(index: int, tokens: int = 64, verify: int | None = 30) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        sent=0.01 * index,
+        first_chunk=0.05 + 0.01 * index,
+        last_chunk=0.9 + 0.01 * index,
+        num_chunks=verify or tokens,
+        prompt_tokens=20,
+        completion_tokens=tokens,
+        verify_ct=verify,
+        finish_reason="length",
+    )
+
+
+def round_sample(index: int, throughput: float, accept: float | None = 2.1) -> RoundSample:
+    dist = Distribution(mean=10.0 + index, p50=9.0, p90=12.0, p99=15.0)
+    return RoundSample(
+        index=index,
+        duration_s=1.0,
+        output_throughput=throughput,
+        request_count=2,
+        error_count=0,
+        ttft_ms=Distribution(mean=50.0, p50=50.0, p90=55.0, p99=60.0),
+        tpot_ms=dist,
+        e2e_ms=dist,
+        chunk_gap_ms=dist,
+        accept_length=accept,
+        accept_length_per_request=accept,
+        acceptance_rate=None if accept is None else (accept - 1) / 5,
+        cached_tokens=0,
+        records=(record(0), record(1)),
+    )
+
+
+def measurement(
+    key: MeasurementKey = KEY, throughputs: tuple[float, ...] = (70.0, 72.0, 74.0), **kw: object
+) -> Measurement:
+    values: dict = {
+        "key": key,
+        "workload_hash": "w-hash",
+        "is_reference": False,
+        "rounds": [round_sample(i, t) for i, t in enumerate(throughputs)],
+        "num_steps": 5,
+        "eagle_topk": 1,
+        "num_draft_tokens": 6,
+        "fingerprint": FINGERPRINT,
+    }
+    values.update(kw)
+    return Measurement(**values)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BaselineStore:
+    return BaselineStore(tmp_path / ".specperf")
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Anything in the store that is not a stored baseline, its lock or its .gitignore."""
+    expected = {".gitignore", ".specperf.lock"}
+    return [p for p in root.rglob("*") if p.is_file() and p.suffix != ".json" and p.name not in expected]
+
+
+# --- round trip -----------------------------------------------------------------------------
+
+
+def test_absent_is_none(store: BaselineStore) -> None:
+    assert store.load(KEY) is None
+    assert store.entries() == []
+
+
+def test_round_trip(store: BaselineStore, tmp_path: Path) -> None:
+    original = measurement(warnings=["concurrency above cuda-graph bs"])
+    result = store.save(original, suite_dir=tmp_path)
+    loaded = store.load(KEY)
+    assert loaded is not None
+    assert loaded.path == result.path == store.root / "eagle3-5step" / "chat-c1.json"
+    assert loaded.measurement == original
+    # records are compare=False in RoundSample, and times are stored to the microsecond
+    assert [r.to_dict() for r in loaded.measurement.records] == [r.to_dict() for r in original.records]
+    assert isinstance(loaded.fingerprint, Fingerprint)
+    assert loaded.fingerprint == FINGERPRINT
+    assert loaded.summary == result.new == Summary.of(original)
+    assert loaded.provenance.specperf_version
+    assert loaded.provenance.git_commit is None  # tmp_path is not a git repository
+    assert store.entries() == [loaded]
+
+
+def test_gitignore_covers_the_lock(store: BaselineStore) -> None:
+    store.save(measurement(), suite_dir=None)
+    ignored = (store.root / ".gitignore").read_text().splitlines()
+    assert ".specperf.lock" in ignored and ".*.tmp" in ignored
+    (store.root / ".gitignore").write_text("mine\n")
+    store.save(measurement(), suite_dir=None)
+    assert (store.root / ".gitignore").read_text() == "mine\n"  # never overwritten
+
+
+def test_summary_values(store: BaselineStore) -> None:
+    summary = store.save(measurement(), suite_dir=None).new
+    assert summary == Summary(
+        rounds=3,
+        requests=6,
+        errors=0,
+        output_throughput=72.0,
+        accept_length=2.1,
+        mean_tpot_ms=11.0,
+        mean_ttft_ms=50.0,
+    )
+
+
+def test_save_reports_old_and_new_summary(store: BaselineStore) -> None:
+    first = store.save(measurement(throughputs=(60.0,)), suite_dir=None)
+    second = store.save(measurement(throughputs=(75.0,)), suite_dir=None)
+    assert first.old is None
+    assert second.old == first.new
+    assert second.new.output_throughput == 75.0
+
+
+def test_file_is_pretty_key_sorted_json(store: BaselineStore) -> None:
+    path = store.save(measurement(), suite_dir=None).path
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert data["kind"] == "pytest-specperf baseline"
+    assert set(data) == {"schema_version", "kind", "measurement", "summary", "fingerprint", "provenance"}
+    assert "fingerprint" not in data["measurement"]  # stored once
+    assert len(data["measurement"]["rounds"][0]["records"]) == 2
+    assert set(data["provenance"]) == {"created", "git_commit", "host", "specperf_version"}
+    assert data["provenance"]["created"].endswith("+00:00")
+
+
+def test_git_commit_in_provenance(store: BaselineStore, tmp_path: Path) -> None:
+    repo = tmp_path / "suite"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
+    store.save(measurement(), suite_dir=repo / "")
+    assert store.load(KEY).provenance.git_commit == head.strip()
+
+
+def test_names_are_sanitised_without_collisions(store: BaselineStore) -> None:
+    a = MeasurementKey("team/eagle 3", "../chat", 8)
+    b = MeasurementKey("team_eagle_3", "__chat", 8)
+    path_a, path_b = store.path_for(a), store.path_for(b)
+    assert path_a != path_b
+    for path in (path_a, path_b):
+        assert path.parent.parent == store.root
+        assert path.name.endswith("-c8.json")
+    store.save(measurement(key=a), suite_dir=None)
+    assert store.load(a).measurement.key == a
+    assert store.load(b) is None
+    assert safe_name("plain") == "plain"
+    assert safe_name("NUL") != "NUL"
+
+
+def test_summary_is_recomputed_not_trusted(store: BaselineStore) -> None:
+    path = store.save(measurement(), suite_dir=None).path
+    data = json.loads(path.read_text())
+    data["summary"]["output_throughput"] = 999.0  # a hand edit
+    path.write_text(json.dumps(data))
+    assert store.load(KEY).summary.output_throughput == 72.0
+
+
+def test_non_finite_numbers_are_stored_as_null(store: BaselineStore) -> None:
+    m = measurement()
+    m.rounds[0] = round_sample(0, float("nan"), accept=float("inf"))
+    text = store.save(m, suite_dir=None).path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    loaded = store.load(KEY)
+    assert loaded.measurement.rounds[0].output_throughput is None
+    assert loaded.summary.output_throughput == 73.0
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+
+def test_no_secret_is_written(store: BaselineStore) -> None:
+    leaky = Fingerprint(
+        identity={"launcher": "sglang", "args": "--api-key sk-live-123 --tp-size 8"},
+        environment={"HF_TOKEN": "hf_whatever", "NCCL_ALGO": "Ring", "SGLANG_URL": "http://u:pw9@h/"},
+    )
+    m = measurement(fingerprint=leaky, warnings=["attached to https://bob:hunter2@10.0.0.7:30000"])
+    text = store.save(m, suite_dir=None).path.read_text()
+    for secret in ("sk-live-123", "hf_whatever", "pw9", "hunter2"):
+        assert secret not in text
+    assert store.load(KEY).fingerprint.environment["NCCL_ALGO"] == "Ring"
+
+
+def test_refuses_a_measurement_without_fingerprint(store: BaselineStore) -> None:
+    with pytest.raises(ValueError, match="without a fingerprint"):
+        store.save(measurement(fingerprint=None), suite_dir=None)
+    assert not store.root.exists()
+
+
+# --- atomic writes --------------------------------------------------------------------------
+
+
+def test_no_temp_files_left(store: BaselineStore) -> None:
+    for throughput in (1.0, 2.0, 3.0):
+        store.save(measurement(throughputs=(throughput,)), suite_dir=None)
+    assert leftovers(store.root) == []
+
+
+def test_failed_serialisation_leaves_old_file_intact(
+    store: BaselineStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = store.save(measurement(), suite_dir=None).path
+    before = path.read_bytes()
+
+    def broken(value: object) -> object:
+        raise RuntimeError("serialiser died")
+
+    monkeypatch.setattr(store_module, "_scrub", broken)
+    with pytest.raises(RuntimeError, match="serialiser died"):
+        store.save(measurement(throughputs=(1.0,)), suite_dir=None)
+    assert path.read_bytes() == before
+    assert leftovers(store.root) == []
+
+
+@pytest.mark.parametrize("step", ["fsync", "replace"])
+def test_failed_write_leaves_old_file_intact(
+    store: BaselineStore, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """The temp file is half-written (or complete but not renamed) when the failure hits."""
+    path = store.save(measurement(), suite_dir=None).path
+    before = path.read_bytes()
+
+    def fail(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module.os, step, fail)
+    with pytest.raises(OSError, match="No space left"):
+        store.save(measurement(throughputs=(1.0,)), suite_dir=None)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert leftovers(store.root) == []
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+WORKERS = 8
+SAVES = 5
+SHARED = MeasurementKey("plain", "chat", 4)
+
+
+def _worker(root: str, worker: int, results: multiprocessing.Queue) -> None:
+    """One xdist worker / CI job: saves its own key and the shared key, several times."""
+    store = BaselineStore(Path(root))
+    own = MeasurementKey(f"server-{worker}", "chat", 1)
+    for i in range(SAVES):
+        store.save(measurement(key=own, throughputs=(float(i),)), suite_dir=None)
+        result = store.save(measurement(key=SHARED, throughputs=(worker * 100.0 + i,)), suite_dir=None)
+        old = None if result.old is None else result.old.output_throughput
+        results.put((old, result.new.output_throughput))
+
+
+def test_concurrent_saves_lose_nothing(store: BaselineStore) -> None:
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    results = context.Queue()
+    processes = [context.Process(target=_worker, args=(str(store.root), w, results)) for w in range(WORKERS)]
+    for process in processes:
+        process.start()
+    pairs = [results.get(timeout=60) for _ in range(WORKERS * SAVES)]
+    for process in processes:
+        process.join(timeout=60)
+    assert [p.exitcode for p in processes] == [0] * WORKERS
+
+    for path in store.root.rglob("*.json"):
+        json.loads(path.read_text())  # every file is complete, valid JSON
+    assert len(store.entries()) == WORKERS + 1
+    for worker in range(WORKERS):
+        own = store.load(MeasurementKey(f"server-{worker}", "chat", 1))
+        assert own.summary.output_throughput == SAVES - 1.0  # each worker's last save
+    # The saves of the shared key were serialised: each one replaced exactly the one before it.
+    final = store.load(SHARED).summary.output_throughput
+    olds = sorted((old for old, _ in pairs), key=lambda v: -1 if v is None else v)
+    news = sorted(new for _, new in pairs)
+    assert olds[0] is None and olds[1:] == [v for v in news if v != final]
+    assert leftovers(store.root) == []
+
+
+# --- unreadable files -----------------------------------------------------------------------
+
+
+def write_raw(store: BaselineStore, content: str) -> Path:
+    path = store.path_for(KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    return path
+
+
+def stored_dict(store: BaselineStore) -> dict:
+    path = store.save(measurement(), suite_dir=None).path
+    return json.loads(path.read_text())
+
+
+def test_bad_json_names_the_file(store: BaselineStore) -> None:
+    path = write_raw(store, '{"schema_version": 1, "kind": ')
+    with pytest.raises(StoreError, match="not valid JSON") as info:
+        store.load(KEY)
+    assert str(path) in str(info.value)
+    with pytest.raises(StoreError, match=r"chat-c1\.json"):
+        store.entries()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("measurement"), "missing field 'measurement'"),
+        (lambda d: d["measurement"].pop("rounds"), "missing field 'rounds'"),
+        (lambda d: d["measurement"]["rounds"][0].pop("ttft_ms"), "missing field 'ttft_ms'"),
+        (lambda d: d.pop("fingerprint"), "missing field 'fingerprint'"),
+        (lambda d: d["fingerprint"].pop("identity"), "fingerprint.identity must be an object"),
+        (lambda d: d["provenance"].pop("host"), "missing field 'host'"),
+        (lambda d: d["measurement"]["rounds"][0].update(output_throughput="fast"), "corrupt baseline"),
+        (lambda d: d.update(schema_version="1"), "bad schema_version '1'"),
+        (lambda d: d.update(kind="something else"), "not a pytest-specperf baseline"),
+    ],
+)
+def test_missing_or_wrong_fields(store: BaselineStore, mutate, message: str) -> None:
+    data = stored_dict(store)
+    mutate(data)
+    path = write_raw(store, json.dumps(data))
+    with pytest.raises(StoreError, match=message) as info:
+        store.load(KEY)
+    assert str(path) in str(info.value)
+
+
+def test_newer_schema_says_what_is_supported(store: BaselineStore) -> None:
+    data = stored_dict(store)
+    data["schema_version"] = SCHEMA_VERSION + 1
+    path = write_raw(store, json.dumps(data))
+    with pytest.raises(StoreError) as info:
+        store.load(KEY)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"schema_version {SCHEMA_VERSION + 1} is newer" in message
+    assert f"supports (schema_version {SCHEMA_VERSION})" in message
+
+
+def test_file_under_the_wrong_key_is_refused(store: BaselineStore) -> None:
+    text = store.save(measurement(), suite_dir=None).path.read_text()
+    other = MeasurementKey(KEY.server, KEY.workload, 2)
+    store.path_for(other).write_text(text)
+    with pytest.raises(StoreError, match="not eagle3-5step/chat/c2"):
+        store.load(other)
+
+
+def test_save_replaces_a_corrupt_file_and_says_so(store: BaselineStore) -> None:
+    write_raw(store, "garbage")
+    result = store.save(measurement(), suite_dir=None)
+    assert result.old is None
+    assert "not valid JSON" in (result.replaced_error or "")
+    assert store.load(KEY) is not None
+
+
+def test_load_never_writes(store: BaselineStore) -> None:
+    path = write_raw(store, "garbage")
+    mtime = os.stat(path).st_mtime_ns
+    with pytest.raises(StoreError):
+        store.load(KEY)
+    assert path.read_text() == "garbage" and os.stat(path).st_mtime_ns == mtime
