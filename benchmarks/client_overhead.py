@@ -7,7 +7,8 @@ Measures:
 
 (a) client CPU per streamed chunk: this process's CPU time (``time.process_time()``, all threads)
     during a closed-loop round, divided by the chunks received. Goal: < 50 µs.
-(b) the highest Poisson request rate the client sustains: for each offered rate, the achieved send
+(b) the highest Poisson request rate the client sustains (1-token requests, so the simulator does as
+    little as possible per request): for each offered rate, the achieved send
     rate ``(n - 1) / (last sent - first sent)`` must be >= 95% of the offered rate and the p99
     lateness of sends against the seeded schedule < 50 ms. (If the simulator itself saturates
     first, the rate reported is a lower bound for the client; the client CPU share is printed.)
@@ -32,6 +33,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import psutil
 
 from pytest_specperf.client import RoundResult, SamplingParams, SGLangClient, run_requests
 from pytest_specperf.workload import Prompt
@@ -74,23 +77,36 @@ def generation_tokens(client: SGLangClient) -> float:
     return sum(float(v) for v in _METRIC.findall(text))
 
 
+class SimCpu:
+    """CPU seconds used by the simulator process (all threads), to tell who saturates first."""
+
+    process: psutil.Process | None = None
+
+    @classmethod
+    def seconds(cls) -> float:
+        if cls.process is None:
+            return 0.0
+        times = cls.process.cpu_times()
+        return times.user + times.system
+
+
 def timed_round(
     client: SGLangClient, n: int, sampling: SamplingParams, concurrency: int, rate: float | None = None
-) -> tuple[RoundResult, float]:
-    """One round and the client process CPU seconds it cost."""
-    cpu = time.process_time()
+) -> tuple[RoundResult, float, float]:
+    """One round, the client process CPU seconds it cost, and the simulator's."""
+    cpu, sim_cpu = time.process_time(), SimCpu.seconds()
     result = run_requests(client, make_prompts(n), sampling, concurrency=concurrency, request_rate=rate, seed=1)
-    return result, time.process_time() - cpu
+    return result, time.process_time() - cpu, SimCpu.seconds() - sim_cpu
 
 
 def cpu_per_chunk(client: SGLangClient, n: int, tokens: int, concurrency: int) -> None:
-    result, cpu = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
+    result, cpu, sim_cpu = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
     chunks = sum(r.num_chunks for r in result.records)
     errors = sum(not r.ok for r in result.records)
     print(
         f"(a) concurrency {concurrency:>3}: {n} requests x {tokens} tokens, {chunks} chunks in {result.duration:.2f} s;"
-        f" client CPU {cpu:.3f} s = {cpu / chunks * 1e6:.1f} µs/chunk ({cpu / result.duration:.0%} of one core),"
-        f" {errors} errors"
+        f" client CPU {cpu:.3f} s = {cpu / chunks * 1e6:.1f} µs/chunk ({cpu / result.duration:.0%} of one core;"
+        f" simulator {sim_cpu / result.duration:.0%}), {errors} errors"
     )
 
 
@@ -104,7 +120,7 @@ def schedule(n: int, rate: float, seed: int) -> list[float]:
 
 def rate_check(client: SGLangClient, rate: float, seconds: float) -> bool:
     n = max(50, int(rate * seconds))
-    result, cpu = timed_round(client, n, SamplingParams(16, ignore_eos=True), 512, rate)
+    result, cpu, sim_cpu = timed_round(client, n, SamplingParams(1), 512, rate)
     sent = [r.sent for r in result.records]
     late = sorted(s - e for s, e in zip(sent, schedule(n, rate, 1), strict=True))
     p99 = late[min(len(late) - 1, int(0.99 * len(late)))]
@@ -114,14 +130,15 @@ def rate_check(client: SGLangClient, rate: float, seconds: float) -> bool:
     verdict = "sustained" if ok else "NOT sustained"
     print(
         f"(b) offered {rate:>6.0f} req/s: achieved {achieved:>7.1f} req/s, p99 send lateness {p99 * 1e3:6.1f} ms,"
-        f" client CPU {cpu / result.duration:.0%} of one core, {errors} errors -> {verdict}"
+        f" CPU: client {cpu / result.duration:.0%}, simulator {sim_cpu / result.duration:.0%} of one core;"
+        f" {errors} errors -> {verdict}"
     )
     return ok
 
 
 def throughput_agreement(client: SGLangClient, n: int, tokens: int, concurrency: int) -> None:
     before = generation_tokens(client)
-    result, _ = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
+    result, _, _ = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
     after = generation_tokens(client)
     ok = [r for r in result.records if r.ok]
     span = max(r.last_chunk or 0.0 for r in ok) - min(r.sent for r in ok)
@@ -142,10 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate-seconds", type=float, default=2.0, help="seconds of arrivals per offered rate")
     args = parser.parse_args(argv)
     proc, url, log = start_simulator(max_running=1024)
+    SimCpu.process = psutil.Process(proc.pid)
     try:
         client = SGLangClient(url, request_timeout=120)
         run_requests(client, make_prompts(64), SamplingParams(32, ignore_eos=True), concurrency=16)  # warm up
-        print(f"simulator at {url}, --sim-time-scale 0; client and simulator in separate processes")
+        print(
+            f"simulator at {url}, --sim-time-scale 0; client and simulator in separate processes;"
+            f" {psutil.cpu_count()} CPUs on this machine"
+        )
         for concurrency in (1, 64):
             n = args.requests if concurrency > 1 else max(16, args.requests // 16)
             cpu_per_chunk(client, n, args.tokens, concurrency)

@@ -14,7 +14,7 @@ from .fingerprint import Change
 from .records import Measurement, MeasurementKey
 from .stats import Estimate, coefficient_of_variation, mean_estimate, ratio_estimate, rounds_to_resolve
 from .store import SaveResult, StoredBaseline
-from .verdict import Evaluation, Limits, Verdict, evaluate
+from .verdict import Limits, Verdict, drift, evaluate
 
 #: Worst first: the verdict a measurement row shows when several tests share it.
 SEVERITY = (
@@ -69,7 +69,7 @@ class Report:
 def build_report(
     config: SpecperfConfig,
     measurements: dict[MeasurementKey, Measurement],
-    evaluations: dict[str, tuple[MeasurementKey, Evaluation]],
+    verdicts: dict[MeasurementKey, list[Verdict]],
     baselines: dict[MeasurementKey, StoredBaseline | None],
     saved: dict[MeasurementKey, SaveResult],
     *,
@@ -79,12 +79,12 @@ def build_report(
     ordered = sorted(measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency))
     for measurement in ordered:
         reference = measurements.get(MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency))
-        verdict, evaluation = _verdict(config, measurement, evaluations, baselines.get(measurement.key), updating)
-        report.rows.append(_row(measurement, reference, baselines.get(measurement.key), verdict, updating))
-        if evaluation is not None and evaluation.drift is not None:
-            changes = [*evaluation.drift.identity, *evaluation.drift.environment]
-            if changes:
-                report.drift[measurement.key.label] = changes
+        baseline = baselines.get(measurement.key)
+        verdict = _verdict(config, measurement, verdicts.get(measurement.key, []), baseline, updating)
+        report.rows.append(_row(measurement, reference, baseline, verdict, updating))
+        changes = drift(baseline, measurement) if baseline is not None and not updating else None
+        if changes:
+            report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
         report.warnings += [f"{measurement.key.label}: {w}" for w in measurement.warnings]
         report.warnings += _noise_warning(measurement, config)
     report.fits = _fits(config, report.rows)
@@ -98,17 +98,15 @@ def build_report(
 def _verdict(
     config: SpecperfConfig,
     measurement: Measurement,
-    evaluations: dict[str, tuple[MeasurementKey, Evaluation]],
+    verdicts: list[Verdict],
     baseline: StoredBaseline | None,
     updating: bool,
-) -> tuple[Verdict, Evaluation | None]:
+) -> Verdict:
     """The worst verdict of the tests sharing a measurement, or its own baseline comparison."""
-    own = [e for key, e in evaluations.values() if key == measurement.key]
-    if not own:
+    if not verdicts:
         limits = Limits(config.max_regression, config.max_regression_accept_length, 1.0)
-        own = [evaluate(measurement, None, None, limits, baseline, updating=updating)]
-    worst = min(own, key=lambda e: SEVERITY.index(e.verdict))
-    return worst.verdict, worst
+        verdicts = [evaluate(measurement, None, None, limits, baseline, updating=updating).verdict]
+    return min(verdicts, key=SEVERITY.index)
 
 
 def _estimate(measurement: Measurement, metric: str) -> Estimate | None:

@@ -451,16 +451,34 @@ class SGLangClient:
             detail = _short(resp.read(4096).decode("utf-8", "replace"))
             raise _StreamError(f"HTTP {resp.status} {resp.reason}: {detail}")
         lines = _chunked_lines(resp.fp) if resp.chunked else _plain_lines(resp)
-        for payload, t in _sse_data(lines):
+        events = _sse_data(lines)
+        for payload, t in events:
             if t > deadline:
                 raise TimeoutError
             if sock is not None:
-                sock.settimeout(deadline - t)
+                sock.settimeout(max(deadline - t, 1e-3))
             if payload == b"[DONE]":
                 stream.end()
-            elif not stream.done:
-                stream.feed_payload(payload, t)
-        resp.close()
+                break
+            stream.feed_payload(payload, t)
+        else:
+            return  # the body ended without [DONE]: `_Stream.record` reports it
+        self._finish_body(resp, events, sock)
+
+    def _finish_body(self, resp: http.client.HTTPResponse, events: Iterator[Any], sock: socket.socket | None) -> None:
+        """Read what follows [DONE] (the chunked terminator) so the connection can be kept alive.
+
+        The answer is complete at [DONE]: a server slow to end the body costs the connection, not
+        the record.
+        """
+        try:
+            if sock is not None:
+                sock.settimeout(1.0)
+            for _ in events:
+                pass
+            resp.close()
+        except Exception:
+            self._drop_connection()
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)

@@ -211,10 +211,10 @@ _PDEATHSIG_HOOK = _parent_death_signal()
 class ServerProcess:
     """One launched server process group, its log file, and its teardown."""
 
-    def __init__(self, plan: LaunchPlan) -> None:
+    def __init__(self, plan: LaunchPlan, *, parent_death_signal: bool = True) -> None:
         self.plan = plan
+        self.parent_death_signal = parent_death_signal
         self.proc: subprocess.Popen[bytes] | None = None
-        self._tree: dict[int, psutil.Process] = {}
 
     @property
     def pid(self) -> int | None:
@@ -233,7 +233,7 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     env=self.plan.child_env(),
                     start_new_session=True,
-                    preexec_fn=_PDEATHSIG_HOOK,
+                    preexec_fn=_PDEATHSIG_HOOK if self.parent_death_signal else None,
                 )
             except OSError as exc:
                 raise ServerError(
@@ -305,34 +305,43 @@ class ServerProcess:
         tail = [line for line in self.log_tail(5) if line.strip()]
         return tail[-1][-120:] if tail else "(no output yet)"
 
-    def _snapshot_tree(self) -> None:
-        """Remember every descendant now: once the parent dies they are re-parented and lost."""
-        if self.proc is None:
-            return
-        try:
-            root = psutil.Process(self.proc.pid)
-            for proc in [root, *root.children(recursive=True)]:
-                self._tree[proc.pid] = proc
-        except psutil.NoSuchProcess:
-            pass
-
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM the process group, wait up to `timeout`, then SIGKILL the whole tree."""
         if self.proc is None:
             return
-        self._snapshot_tree()
-        if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=timeout)
-        self._snapshot_tree()
-        _signal_group(self.proc.pid, signal.SIGKILL)
-        alive = [p for p in self._tree.values() if _is_running(p)]
-        for proc in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=10)
+        terminate_tree(self.proc.pid, timeout)
         self.proc.wait()
+
+
+def terminate_tree(pid: int, timeout: float) -> None:
+    """Stop a server started in its own process group: SIGTERM, wait, then SIGKILL every descendant.
+
+    The descendants are listed before and after the SIGTERM: once the parent dies they are
+    re-parented and can no longer be found from it (SGLang spawns schedulers and a detokenizer).
+    """
+    tree = _tree(pid)
+    if any(_is_running(p) for p in tree.values()):
+        _signal_group(pid, signal.SIGTERM)
+        root = tree.get(pid)
+        if root is not None:
+            psutil.wait_procs([root], timeout=timeout)
+    tree.update(_tree(pid))
+    _signal_group(pid, signal.SIGKILL)
+    alive = [p for p in tree.values() if _is_running(p)]
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+
+
+def _tree(pid: int) -> dict[int, psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return {p.pid: p for p in [root, *root.children(recursive=True)]}
+    except psutil.NoSuchProcess:
+        return {}
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -343,5 +352,13 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 def _is_running(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (a dead child nobody reaped yet)."""
+    try:
+        return _is_running(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return False

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import json
 import signal
 import warnings
 from collections.abc import Generator
@@ -16,9 +18,11 @@ import pytest
 from . import __version__
 from .config import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
 from .errors import ConfigError, SpecperfError
+from .launch import terminate_tree
 from .markers import SpecperfMarker, Target, parse_marker, targets
 from .pool import RunningServer
 from .records import Measurement
+from .registry import SharedRegistry
 from .session import Options, PlannedTest, SpecperfSession
 from .verdict import failure_message, incomparable_message
 
@@ -98,6 +102,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"pytest-specperf: {exc}") from None
     plugin = SpecperfPlugin(config, specperf_config)
     config.pluginmanager.register(plugin, SESSION_PLUGIN)
+    if specperf_config is not None and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(plugin), "specperf-xdist")
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is None and getattr(config.option, "dist", "no") == "load":
+            # keep each server's tests on one worker, so a server is shared rather than contended for
+            config.option.dist = "loadgroup"
+        elif workerinput is not None and workerinput.get("specperf_loadgroup"):
+            config.option.loadgroup = True  # workers re-parse the command line, which said `load`
 
 
 def _load(config: pytest.Config) -> SpecperfConfig | None:
@@ -165,13 +177,22 @@ class SpecperfPlugin:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The session state is made here: the tmp_path factory (for the run dir) exists by now."""
         if self.config is not None:
-            self.session = SpecperfSession(self.config, self.options, self._run_dir(), progress=self.progress)
+            workerinput = getattr(self.pytest_config, "workerinput", None)
+            self.session = SpecperfSession(
+                self.config,
+                self.options,
+                self.run_dir,
+                progress=self.progress,
+                worker=workerinput["workerid"] if workerinput else None,
+            )
             self._install_signal_handlers()
             atexit.register(self._shutdown)
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _run_dir(self) -> Path:
+    @functools.cached_property
+    def run_dir(self) -> Path:
+        """Server logs (and, under xdist, the state workers share): one folder per session."""
         workerinput = getattr(self.pytest_config, "workerinput", None)
         if workerinput and "specperf_run_dir" in workerinput:
             return Path(workerinput["specperf_run_dir"])
@@ -335,6 +356,18 @@ class SpecperfPlugin:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._shutdown()
+        workeroutput = getattr(self.pytest_config, "workeroutput", None)
+        if workeroutput is not None and self.session is not None:
+            workeroutput["specperf"] = json.dumps(self.session.worker_payload())
+        elif self.session is not None and self.session.worker is None:
+            self._kill_worker_leftovers()
+
+    def _kill_worker_leftovers(self) -> None:
+        """Controller's safety net: a server an xdist worker left (e.g. the worker crashed) is stopped."""
+        if not (self.run_dir / "servers.json").exists():
+            return
+        for pid in SharedRegistry(self.run_dir, "controller").running_pids():
+            terminate_tree(pid, timeout=self.config.stop_timeout if self.config else 10)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._shutdown()
@@ -438,3 +471,29 @@ def _specperf_marked(request: pytest.FixtureRequest) -> None:
         getattr(request.node, "callspec", None), "params", {}
     ):
         request.getfixturevalue("specperf")
+
+
+class XdistHooks:
+    """pytest-xdist hooks, registered only when xdist is installed (its hookspecs exist then)."""
+
+    def __init__(self, plugin: SpecperfPlugin) -> None:
+        self.plugin = plugin
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Every worker shares the controller's run directory (server registry, measurements, logs)."""
+        node.workerinput["specperf_run_dir"] = str(self.plugin.run_dir)
+        node.workerinput["specperf_loadgroup"] = node.config.option.dist == "loadgroup"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Group each server's tests (before xdist reads the groups) for `--dist loadgroup`."""
+        for item in items:
+            target = _target(item)
+            if target is not None:
+                item.add_marker(pytest.mark.xdist_group(target.server))
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Collect a worker's measurements and verdicts for the controller's summary."""
+        payload = getattr(node, "workeroutput", {}).get("specperf")
+        if payload and self.plugin.session is not None:
+            self.plugin.session.absorb(json.loads(payload))

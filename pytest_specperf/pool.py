@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .config import ServerConfig, SpecperfConfig
 from .errors import ServerError
-from .launch import LaunchPlan, ServerProcess, api_key_for, build_launch
+from .launch import LaunchPlan, ServerProcess, api_key_for, build_launch, pid_alive, terminate_tree
+from .registry import SharedRegistry
 
 
 @dataclass
@@ -29,20 +30,23 @@ class RunningServer:
     process: ServerProcess | None = field(default=None, repr=False)
     startup_seconds: float | None = None
     launch_plan: LaunchPlan | None = field(default=None, repr=False)
+    pid: int | None = None  # a server another xdist worker launched
 
     @property
     def attached(self) -> bool:
-        return self.process is None
+        """Attached by URL (never started or stopped by the plugin)."""
+        return self.config.is_attached
 
     def check_alive(self) -> None:
         """Raise if a launched server has died since it became ready."""
-        if self.process is None:
-            return
-        code = self.process.exit_code()
-        if code is not None:
-            raise ServerError(
-                f"server {self.name!r} died during the session (exit code {code}).\n{self.process.describe()}"
-            )
+        if self.process is not None:
+            code = self.process.exit_code()
+            if code is not None:
+                raise ServerError(
+                    f"server {self.name!r} died during the session (exit code {code}).\n{self.process.describe()}"
+                )
+        elif self.pid is not None and not pid_alive(self.pid):
+            raise ServerError(f"server {self.name!r} died during the session (log: {self.log_path})")
 
     @property
     def launch_env(self) -> dict[str, str]:
@@ -51,7 +55,11 @@ class RunningServer:
 
 
 class ServerPool:
-    """Running servers by config name, at most `max_servers` alive (least recently used goes)."""
+    """Running servers by config name, at most `max_servers` alive (least recently used goes).
+
+    Under pytest-xdist a `SharedRegistry` makes the limit and the sharing machine-wide: a server
+    another worker started is used, not started again, and its last user stops it.
+    """
 
     def __init__(
         self,
@@ -61,12 +69,14 @@ class ServerPool:
         keep_servers: bool = False,
         progress: Callable[[str], None] | None = None,
         max_concurrency: Callable[[str], int] = lambda name: 1,
+        registry: SharedRegistry | None = None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.keep_servers = keep_servers
         self.progress = progress
         self.max_concurrency = max_concurrency
+        self.registry = registry
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self.starts: list[str] = []
@@ -86,7 +96,7 @@ class ServerPool:
                 raise
             return server
         try:
-            server = self._start(self.config.servers[name])
+            server = self._get(self.config.servers[name])
         except ServerError as exc:
             self._failed[name] = exc
             raise
@@ -95,18 +105,20 @@ class ServerPool:
 
     def release(self, name: str) -> None:
         """Stop a server no remaining test needs (frees the GPUs early)."""
+        if self.keep_servers:
+            return
         server = self._alive.pop(name, None)
         if server is not None:
             self._stop(server)
 
     def shutdown(self) -> list[RunningServer]:
-        """Stop every launched server; with keep_servers, leave them and return them."""
+        """Stop every server this process launched; with keep_servers, leave them and return them."""
         kept = []
         while self._alive:
             _, server = self._alive.popitem(last=False)
             if self.keep_servers and not server.attached:
                 kept.append(server)
-            else:
+            elif server.process is not None:  # servers of other xdist workers are theirs to stop
                 self._stop(server)
         return kept
 
@@ -114,20 +126,47 @@ class ServerPool:
     def alive(self) -> list[str]:
         return list(self._alive)
 
-    def _start(self, server: ServerConfig) -> RunningServer:
+    def _get(self, server: ServerConfig) -> RunningServer:
         if server.is_attached:
             assert server.url is not None
             return RunningServer(server.name, server.url.rstrip("/"), server, api_key=api_key_for(server, self.config))
-        while len(self._alive) >= self.config.max_servers:
+        if self.registry is None:
+            self._make_room(self.config.max_servers - 1)
+            return self._start(server)
+        timeout = server.startup_timeout or self.config.startup_timeout
+        claim = self.registry.claim(server.name, self.config.max_servers, timeout, lambda: self._make_room(0))
+        if not claim.start:
+            assert claim.url is not None
+            return RunningServer(
+                server.name, claim.url, server, log_path=Path(claim.log_path) if claim.log_path else None,
+                api_key=api_key_for(server, self.config), pid=claim.pid,
+            )  # fmt: skip
+        try:
+            running = self._start(server)
+        except ServerError as exc:
+            self.registry.failed(server.name, str(exc))
+            raise
+        except BaseException:
+            self.registry.remove(server.name)
+            raise
+        assert running.process is not None and running.process.pid is not None
+        self.registry.ready(server.name, running.url, running.process.pid, str(running.log_path))
+        return running
+
+    def _make_room(self, keep: int) -> None:
+        """Stop this process's least recently used servers until at most `keep` are alive."""
+        while len(self._alive) > keep:
             _, oldest = self._alive.popitem(last=False)
             self._stop(oldest)
+
+    def _start(self, server: ServerConfig) -> RunningServer:
         plan = build_launch(
             server,
             self.config,
             run_dir=self.run_dir,
             max_concurrency=self.max_concurrency(server.name),
         )
-        process = ServerProcess(plan)
+        process = ServerProcess(plan, parent_death_signal=self.registry is None)
         self.starts.append(server.name)
         process.start()
         try:
@@ -150,3 +189,7 @@ class ServerPool:
     def _stop(self, server: RunningServer) -> None:
         if server.process is not None:
             server.process.stop(timeout=self.config.stop_timeout)
+        elif server.pid is not None:
+            terminate_tree(server.pid, self.config.stop_timeout)
+        if self.registry is not None and not server.config.is_attached:
+            self.registry.remove(server.name)

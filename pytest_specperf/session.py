@@ -6,19 +6,22 @@ owns the middle of that flow so the pytest hooks in `plugin.py` stay thin.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .config import SpecperfConfig
-from .errors import ServerError, SpecperfError
+from .errors import SpecperfError
+from .fingerprint import Fingerprint
 from .markers import SpecperfMarker, Target
 from .pool import RunningServer, ServerPool
 from .records import Measurement, MeasurementKey
-from .store import BaselineStore, SaveResult, StoredBaseline
-from .verdict import Evaluation, Limits, evaluate
+from .registry import MeasurementCache, SharedRegistry
+from .store import BaselineStore, SaveResult, StoredBaseline, Summary
+from .verdict import Evaluation, Limits, Verdict, evaluate
 
 if TYPE_CHECKING:
     from .analysis import Report
@@ -51,30 +54,39 @@ class PlannedTest:
 
 @dataclass
 class SpecperfSession:
-    """Plan, servers and measurements of a session; one instance per pytest process."""
+    """Plan, servers and measurements of a session; one instance per pytest process.
+
+    `worker` is the pytest-xdist worker id (None without xdist); workers share servers and
+    measurements through files in the run directory (see registry.py).
+    """
 
     config: SpecperfConfig
     options: Options
     run_dir: Path
     progress: Callable[[str], None] | None = None
+    worker: str | None = None
     planned: dict[str, PlannedTest] = field(default_factory=dict)
     measurements: dict[MeasurementKey, Measurement] = field(default_factory=dict)
     failures: dict[MeasurementKey, SpecperfError] = field(default_factory=dict)
-    remaining_uses: Counter[str] = field(default_factory=Counter)
-    evaluations: dict[str, tuple[MeasurementKey, Evaluation]] = field(default_factory=dict)
+    verdicts: dict[MeasurementKey, list[Verdict]] = field(default_factory=dict)
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
+    _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from .measure import Measurer  # imports the HTTP client only when a suite is configured
+
+        shared = self.worker is not None
+        self.registry = SharedRegistry(self.run_dir, self.worker) if shared else None  # type: ignore[arg-type]
+        self.cache = MeasurementCache(self.run_dir) if shared else None
         self.pool = ServerPool(
             self.config,
             self.run_dir,
             keep_servers=self.options.keep_servers,
             progress=self.progress,
             max_concurrency=self.max_concurrency,
+            registry=self.registry,
         )
-        from .measure import Measurer  # imports the HTTP client only when a suite is configured
-
         self.measurer = Measurer(self.config, self.progress)
         self.store = BaselineStore(self.config.store)
 
@@ -83,7 +95,9 @@ class SpecperfSession:
     def plan(self, tests: list[PlannedTest]) -> None:
         """Record what every collected test needs, in run order."""
         self.planned = {t.nodeid: t for t in tests}
-        self.remaining_uses = Counter(t.target.server for t in tests)
+
+    def uses(self, server: str) -> int:
+        return sum(1 for t in self.planned.values() if t.target.server == server)
 
     def max_concurrency(self, server: str) -> int:
         levels = [t.target.concurrency for t in self.planned.values() if t.target.server == server]
@@ -97,8 +111,7 @@ class SpecperfSession:
         for test in self.planned.values():
             target = test.target
             if target.measured and target.server != self.config.reference and self.config.reference_server:
-                key = MeasurementKey(self.config.reference, target.workload, target.concurrency)  # type: ignore[arg-type]
-                keys[key] = None
+                keys[MeasurementKey(self.config.reference, target.workload, target.concurrency)] = None  # type: ignore[arg-type]
         return list(keys)
 
     def group_order(self, targets: list[Target | None]) -> list[int]:
@@ -116,52 +129,92 @@ class SpecperfSession:
     # ---- servers and measurements ------------------------------------------------------------
 
     def server(self, name: str) -> RunningServer:
+        """A running server; the reference measurements come first, so its server starts once."""
+        if name != self.config.reference:
+            self.measure_reference()
         return self.pool.acquire(name)
 
     def measurement(self, target: Target) -> Measurement:
         """The shared measurement of a target, measured on first request."""
         assert target.workload is not None and target.concurrency is not None
-        key = MeasurementKey(target.server, target.workload, target.concurrency)
-        if key.server == self.config.reference:
-            self.measure_reference()
-        return self._measure(key)
+        return self._measure(MeasurementKey(target.server, target.workload, target.concurrency))
 
     def reference_measurement(self, target: Target) -> Measurement | None:
         if self.config.reference_server is None or target.server == self.config.reference:
             return None
-        key = MeasurementKey(self.config.reference, target.workload, target.concurrency)  # type: ignore[arg-type]
-        if key not in self.measurements and key not in self.failures:
-            self.measure_reference()
-        return self._measure(key)
+        self.measure_reference()
+        return self._measure(MeasurementKey(self.config.reference, target.workload, target.concurrency))  # type: ignore[arg-type]
 
     def measure_reference(self) -> None:
         """Measure every planned reference workload in one stretch, while its server is up."""
-        missing = [k for k in self.reference_keys() if k not in self.measurements and k not in self.failures]
+        missing = [k for k in self.reference_keys() if not self._known(k)]
+        if not missing:
+            return
         for key in missing:
-            try:
+            with contextlib.suppress(SpecperfError):  # remembered in self.failures for the tests needing it
                 self._measure(key)
-            except SpecperfError:
-                continue  # remembered in self.failures, raised to the tests that need it
-        if self.remaining_uses[self.config.reference] <= 0:
-            self.pool.release(self.config.reference)
+        self._release_if_unused(self.config.reference)
+
+    def _known(self, key: MeasurementKey) -> bool:
+        if key in self.measurements or key in self.failures:
+            return True
+        cached = self.cache.get(key) if self.cache else None
+        if cached is not None:
+            self.measurements[key] = cached
+        return cached is not None
 
     def _measure(self, key: MeasurementKey) -> Measurement:
         if key in self.failures:
             raise self.failures[key]
-        if key in self.measurements:
+        if self._known(key):
             return self.measurements[key]
-        workload = self.config.workloads[key.workload]
         try:
             server = self.pool.acquire(key.server)
-            measurement = self.measurer.measure(
-                server, workload, key.concurrency, is_reference=key.server == self.config.reference
-            )
+            with self._measuring():
+                if not self._known(key):  # another xdist worker may have measured it meanwhile
+                    self.measurements[key] = self.measurer.measure(
+                        server,
+                        self.config.workloads[key.workload],
+                        key.concurrency,
+                        is_reference=key.server == self.config.reference,
+                    )
+                    self._publish(self.measurements[key])
         except SpecperfError as exc:
             self.failures[key] = exc
             raise
-        self.measurements[key] = measurement
-        self._save(measurement)
-        return measurement
+        return self.measurements[key]
+
+    @contextlib.contextmanager
+    def _measuring(self) -> Iterator[None]:
+        """Hold the machine-wide measurement lock (xdist): measurements never overlap in time."""
+        if self.cache is None:
+            yield
+        else:
+            with self.cache.lock:
+                yield
+
+    def _publish(self, measurement: Measurement) -> None:
+        if self.cache is not None:
+            self.cache.put(measurement)
+        if self.options.update:
+            suite_dir = self.config.source.parent if self.config.source else None
+            self.saved[measurement.key] = self.store.save(measurement, suite_dir=suite_dir)
+
+    def finished(self, nodeid: str) -> None:
+        """A test is done: stop its server when no remaining test (on any worker) needs it."""
+        test = self.planned.get(nodeid)
+        if test is None:
+            return
+        if self.registry is not None:
+            done = self.registry.finish(nodeid)
+            self._done = Counter(self.planned[n].target.server for n in done if n in self.planned)
+        else:
+            self._done[test.target.server] += 1
+        self._release_if_unused(test.target.server)
+
+    def _release_if_unused(self, name: str) -> None:
+        if self._done[name] >= self.uses(name):
+            self.pool.release(name)
 
     # ---- baselines and checks -------------------------------------------------------------------
 
@@ -178,26 +231,18 @@ class SpecperfSession:
         except SpecperfError:
             return None
 
-    def _save(self, measurement: Measurement) -> None:
-        if self.options.update:
-            suite_dir = self.config.source.parent if self.config.source else None
-            self.saved[measurement.key] = self.store.save(measurement, suite_dir=suite_dir)
-
     def limits(self, marker: SpecperfMarker | None, workload: str) -> Limits:
         """Tolerances: marker > config (> defaults, already in the config)."""
-        m = marker
+        m = marker or SpecperfMarker(servers=(), workloads=())
+        c = self.config
         return Limits(
-            max_regression=m.max_regression if m and m.max_regression is not None else self.config.max_regression,
+            max_regression=c.max_regression if m.max_regression is None else m.max_regression,
             max_regression_accept_length=(
-                m.max_regression_accept_length
-                if m and m.max_regression_accept_length is not None
-                else self.config.max_regression_accept_length
+                c.max_regression_accept_length
+                if m.max_regression_accept_length is None
+                else m.max_regression_accept_length
             ),
-            max_error_rate=(
-                m.max_error_rate
-                if m and m.max_error_rate is not None
-                else self.config.workloads[workload].max_error_rate
-            ),
+            max_error_rate=c.workloads[workload].max_error_rate if m.max_error_rate is None else m.max_error_rate,
         )
 
     def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
@@ -214,20 +259,13 @@ class SpecperfSession:
             if len(result.rounds) >= self.config.effective_max_rounds:
                 break
             server = self.pool.acquire(key.server)
-            self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
-            self._save(result)
-        self.evaluations[nodeid] = (key, evaluation)
+            with self._measuring():
+                self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
+                self._publish(result)
+        self.verdicts.setdefault(key, []).append(evaluation.verdict)
         return evaluation
 
-    def finished(self, nodeid: str) -> None:
-        """A test is done: stop its server when no remaining test needs it."""
-        test = self.planned.get(nodeid)
-        if test is None:
-            return
-        name = test.target.server
-        self.remaining_uses[name] -= 1
-        if self.remaining_uses[name] <= 0 and not self.options.keep_servers:
-            self.pool.release(name)
+    # ---- results ------------------------------------------------------------------------------
 
     def report(self) -> Report:
         """The session's results as one report model (terminal, Markdown and JSON render it)."""
@@ -235,12 +273,34 @@ class SpecperfSession:
 
         baselines = {} if self.options.update else {k: self._readable_baseline(k) for k in self.measurements}
         return build_report(
-            self.config, self.measurements, self.evaluations, baselines, self.saved, updating=self.options.update
+            self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update
         )
+
+    def worker_payload(self) -> dict[str, Any]:
+        """What an xdist worker hands the controller for the summary (JSON-able)."""
+        return {
+            "measurements": [m.to_dict() for m in self.measurements.values()],
+            "verdicts": [[k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()],
+            "saved": [
+                [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
+                for k, s in self.saved.items()
+            ],
+        }
+
+    def absorb(self, payload: dict[str, Any]) -> None:
+        """Merge a worker's results into this (controller) session, for the summary."""
+        for data in payload["measurements"]:
+            fingerprint = Fingerprint.from_dict(data["fingerprint"]) if data.get("fingerprint") else None
+            measurement = Measurement.from_dict(data, fingerprint)
+            known = self.measurements.get(measurement.key)
+            if known is None or len(measurement.rounds) > len(known.rounds):
+                self.measurements[measurement.key] = measurement
+        for server, workload, level, values in payload["verdicts"]:
+            self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
+        for server, workload, level, path, old, new in payload["saved"]:
+            self.saved[MeasurementKey(server, workload, level)] = SaveResult(
+                Path(path), Summary(**old) if old else None, Summary(**new)
+            )
 
     def shutdown(self) -> list[RunningServer]:
         return self.pool.shutdown()
-
-
-def server_error_message(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"

@@ -18,7 +18,8 @@ Prompt sources (`WorkloadConfig.prompts`):
   ``human`` turn (``system`` -> system, ``human`` -> user, ``gpt`` -> assistant). Chat data is sent
   as chat so the draft model sees the chat template it was trained on, which matters for accept
   length. Entries without a non-empty human turn are skipped (ShareGPT dumps contain many); a file
-  with none left is an error. Detected by a ``.json`` suffix or a first character ``[``.
+  with none left is an error. Detected by a ``.json`` suffix, or, for a file that is not ``.jsonl``,
+  by a first character ``[``.
 
 `workload_hash` deliberately leaves out the workload's name, the prompt *source* (a path differs per
 machine; the prompt *contents* are hashed instead), the concurrency levels (each measurement is keyed
@@ -36,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_specperf.errors import ConfigError
 
@@ -99,7 +100,7 @@ DEFAULT_WORKLOAD = WorkloadConfig(
 class _Key:
     """How one config key is checked and turned into a field value."""
 
-    kind: str  # "int", "float", "bool", "str" or "concurrency"
+    kind: Literal["int", "float", "bool", "str", "concurrency"]
     minimum: float | None = None
     maximum: float | None = None
     exclusive_min: bool = False
@@ -252,7 +253,8 @@ def load_prompts(spec: str, base_dir: Path) -> list[Prompt]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"cannot read prompt file: {exc}") from exc
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("["):
+    suffix = path.suffix.lower()
+    if suffix == ".json" or (suffix != ".jsonl" and text.lstrip().startswith("[")):
         return _parse_sharegpt(text, path)
     return _parse_jsonl(text, path, category=path.stem)
 

@@ -230,8 +230,7 @@ class Engine:
         rates: tuple[float, ...] = ()
         if s.spec is not None:
             model = s.profile.acceptance_for(s.spec.algorithm)
-            dlo, dhi = model.difficulty
-            rates = model.rates(s.spec, dlo + (dhi - dlo) * prompt.unit("difficulty"))
+            rates = model.rates(s.spec, model.difficulty_at(prompt.unit("difficulty")))
         return Request(
             rid=rid,
             prompt=prompt,

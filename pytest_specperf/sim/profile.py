@@ -18,19 +18,21 @@ Public API (kept stable; other modules import it):
 - ``Profile.cycle_breakdown(steps, topk, draft_tokens, batch, tuned=False, *, cuda_graph_max_bs=None)``
   ``-> CycleBreakdown``
 - ``Profile.expected_accept_length(steps, topk, draft_tokens, *, algorithm="EAGLE3", difficulty=None)``
-- ``Profile.expected_verify_steps(spec, output_tokens) -> float``
+- ``Profile.expected_verify_steps(spec, output_tokens, *, difficulty=None) -> float``
 - ``Profile.predicted_decode_throughput(spec_or_None, batch, tuned=False, *, cuda_graph_max_bs=None)``
 - ``Profile.predicted_ttft_ms(prompt_tokens, *, cached_tokens=0, tuned=False) -> float``
 - ``Profile.predict_request(spec_or_None, prompt_tokens, output_tokens, *, tuned=False) -> RequestPrediction``
-- ``Profile.predicted_round_throughput(spec_or_None, *, concurrency, prompt_tokens, output_tokens, tuned=False,``
-  ``cuda_graph_max_bs=None) -> float``
+- ``Profile.predicted_round_throughput(spec_or_None, *, concurrency, prompt_tokens, output_tokens,``
+  ``num_requests=None, tuned=False, cuda_graph_max_bs=None) -> float``
+- ``AcceptanceModel.difficulty_at(u) -> float``: a prompt's difficulty factor from its hash unit u in [0, 1)
 """
 
 from __future__ import annotations
 
 import math
+import random
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -40,6 +42,8 @@ DEFAULT_PROFILE = "kimi-k2.5-tp8"
 
 #: Number of equally likely difficulty points used to average over the prompt difficulty distribution.
 _DIFFICULTY_POINTS = 64
+#: Seeded replays averaged by ``predicted_round_throughput`` for speculative servers above concurrency 1.
+_REPLAYS = 8
 
 
 class ProfileError(ValueError):
@@ -198,6 +202,11 @@ class AcceptanceModel:
             q = min(self.max_rate, base * difficulty)
             out.append(min(self.max_rate, 1.0 - (1.0 - q) ** spec.width))
         return tuple(out)
+
+    def difficulty_at(self, u: float) -> float:
+        """The difficulty factor of a prompt whose hash maps to ``u`` in [0, 1) (uniform in the range)."""
+        lo, hi = self.difficulty
+        return lo + (hi - lo) * u
 
     def difficulty_points(self) -> list[float]:
         """Equally likely difficulty values (midpoint rule) used to average over prompts."""
@@ -381,10 +390,12 @@ class Profile:
         points = model.difficulty_points()
         return len(points) / sum(1.0 / chain_mean_tokens(model.rates(spec, d)) for d in points)
 
-    def expected_verify_steps(self, spec: SpecConfig, output_tokens: int) -> float:
-        """Expected spec_verify_ct of a request with ``output_tokens`` tokens (the first comes from prefill),
-        averaged over the prompt difficulty distribution."""
+    def expected_verify_steps(self, spec: SpecConfig, output_tokens: int, *, difficulty: float | None = None) -> float:
+        """Expected spec_verify_ct of a request with ``output_tokens`` tokens (the first comes from prefill):
+        averaged over the prompt difficulty distribution, or at one ``difficulty`` factor."""
         model = self.acceptance_for(spec.algorithm)
+        if difficulty is not None:
+            return expected_cycles(model.rates(spec, difficulty), output_tokens - 1)
         return _mean_cycles(model, spec, output_tokens - 1)
 
     # ---- predictions -------------------------------------------------------------------------
@@ -421,20 +432,93 @@ class Profile:
         concurrency: int,
         prompt_tokens: int,
         output_tokens: int,
+        num_requests: int | None = None,
         tuned: bool = False,
         cuda_graph_max_bs: int | None = None,
     ) -> float:
-        """Output tok/s of a closed-loop round of equal requests (ignore_eos) at ``concurrency``.
+        """Output tok/s of a closed-loop round of ``num_requests`` (default: ``concurrency``) equal requests
+        (ignore_eos) sent by ``concurrency`` clients, each sending its next request when one ends.
 
-        Exact in expectation at concurrency 1 (prefill + expected verify cycles, sequentially). Above 1
-        it is a wave approximation: ``concurrency`` requests share one prefill step and then decode
-        together; it ignores staggered arrivals and the tail where fewer requests remain.
+        At concurrency 1 this is exact in expectation (TTFT + expected steps, one request after another).
+        Above 1 it replays the engine's schedule: prefill steps stall decoding, a request arriving during a
+        step joins at the next boundary, an idle engine prefills the first arrival alone; for speculative
+        servers the per-request verify counts are drawn from the acceptance model (mean of 8 seeded
+        replays, so the result is deterministic).
         """
         c = max(1, concurrency)
-        prefill = self.prefill_ms(c * prompt_tokens, tuned)
-        steps = float(max(0, output_tokens - 1)) if spec is None else self.expected_verify_steps(spec, output_tokens)
-        decode = steps * self.step_ms(spec, c, tuned, cuda_graph_max_bs=cuda_graph_max_bs)
-        return c * output_tokens / (prefill + decode) * 1000.0
+        total = max(c, num_requests or c)
+        if c == 1:  # sequential: exact, with fractional expected verify steps
+            return self.predict_request(spec, prompt_tokens, output_tokens, tuned=tuned).throughput
+
+        def prefill(n: int) -> float:
+            return self.prefill_ms(n * prompt_tokens, tuned)
+
+        def step(b: int) -> float:
+            return self.step_ms(spec, b, tuned, cuda_graph_max_bs=cuda_graph_max_bs)
+
+        if spec is None:
+            wall_ms = _closed_loop_ms(c, [output_tokens - 1] * total, prefill, step)
+        else:  # requests finish at different steps: average a few seeded replays of the draws
+            walls = []
+            for rep in range(_REPLAYS):
+                rng = random.Random(rep)
+                steps = [self._sample_verify_steps(spec, output_tokens, rng) for _ in range(total)]
+                walls.append(_closed_loop_ms(c, steps, prefill, step))
+            wall_ms = sum(walls) / len(walls)
+        return total * output_tokens / wall_ms * 1000.0
+
+    def _sample_verify_steps(self, spec: SpecConfig, output_tokens: int, rng: random.Random) -> int:
+        """One random request: a difficulty from the distribution, then chain draws until N tokens."""
+        model = self.acceptance_for(spec.algorithm)
+        rates = model.rates(spec, model.difficulty_at(rng.random()))
+        tokens, steps = 1, 0
+        while tokens < output_tokens:
+            accepted = 0
+            for r in rates:
+                if rng.random() >= r:
+                    break
+                accepted += 1
+            tokens += accepted + 1
+            steps += 1
+        return steps
+
+
+def _closed_loop_ms(
+    clients: int,
+    steps: list[int],
+    prefill_ms: Callable[[int], float],
+    step_ms: Callable[[int], float],
+) -> float:
+    """Wall time (ms) of a closed-loop round on the engine's step-by-step schedule.
+
+    ``steps[i]`` is the number of decode steps of the i-th request admitted. Arrivals after a finish come
+    a hair later than the step boundary, so they join at the next one; arrivals of a burst are ordered, so
+    an idle engine admits only the first.
+    """
+    eps = 1e-9
+    total = len(steps)
+    queue = iter(steps)
+    arrivals = [k * eps for k in range(min(clients, total))]
+    sent, finished, t = len(arrivals), 0, 0.0
+    running: list[int] = []
+    while finished < total:
+        if not running and arrivals and min(arrivals) > t:
+            t = min(arrivals)  # idle until the next arrival
+        ready = [a for a in arrivals if a <= t]
+        if ready:
+            arrivals = [a for a in arrivals if a > t]
+            t += prefill_ms(len(ready))
+            running += [next(queue) for _ in ready]
+        else:
+            t += step_ms(len(running))
+            running = [r - 1 for r in running]
+        done = sum(1 for r in running if r <= 0)
+        running = [r for r in running if r > 0]
+        finished += done
+        more = min(done, total - sent)
+        arrivals += [t + (k + 1) * eps for k in range(more)]
+        sent += more
+    return t
 
 
 def _mean_cycles(model: AcceptanceModel, spec: SpecConfig, tokens: int) -> float:

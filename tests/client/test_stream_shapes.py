@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -55,10 +55,11 @@ class Canned:
     """What the fake server answers next: status, body pieces, and how to frame them."""
 
     status = 200
-    pieces: list[bytes] = GOOD_GENERATE
+    pieces: ClassVar[list[bytes]] = GOOD_GENERATE
     chunked = True
     truncate = False
-    seen_auth: list[str | None] = []  # noqa: RUF012
+    seen_auth: ClassVar[list[str | None]] = []
+    seen_ports: ClassVar[list[int]] = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -70,6 +71,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         Canned.seen_auth.append(self.headers.get("Authorization"))
+        Canned.seen_ports.append(self.client_address[1])
         self.send_response(Canned.status)
         self.send_header("Content-Type", "text/event-stream")
         if Canned.chunked:
@@ -86,9 +88,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # truncated streams make the client hang up on purpose
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = QuietServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -100,7 +107,7 @@ def server() -> Iterator[str]:
 def reset() -> Iterator[None]:
     yield
     Canned.status, Canned.pieces, Canned.chunked, Canned.truncate = 200, GOOD_GENERATE, True, False
-    Canned.seen_auth = []
+    Canned.seen_auth, Canned.seen_ports = [], []
 
 
 def test_generate_stream(server: str) -> None:
@@ -136,6 +143,10 @@ def test_keep_alive_connection_is_reused(server: str) -> None:
     client = SGLangClient(server)
     records = [client.generate(TEXT, SAMPLING, i, time.perf_counter()) for i in range(5)]
     assert all(r.ok for r in records)
+    assert len(set(Canned.seen_ports)) == 1  # one TCP connection for all five requests
+    client.release_connection()
+    assert client.generate(TEXT, SAMPLING, 5, time.perf_counter()).ok
+    assert len(set(Canned.seen_ports)) == 2
 
 
 @pytest.mark.parametrize(

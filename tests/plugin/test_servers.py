@@ -124,6 +124,8 @@ def test_server_dying_mid_session_errors_its_tests_only(make_suite) -> None:
 
         def test_a(specperf_server):
             requests.post(specperf_server.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+            if "--sim-exit-after-requests" in specperf_server.config.sim_args:
+                specperf_server.process.proc.wait(timeout=30)  # the fault switch kills it after one request
 
         def test_b(specperf_server):
             pass

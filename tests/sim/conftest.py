@@ -26,8 +26,16 @@ import requests
 SIM_MODULE = "pytest_specperf.sim"
 MODEL = "moonshotai/Kimi-K2.5"
 SPEC_ARGS = [
-    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "org/kimi-k2.5-eagle3",
-    "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "org/kimi-k2.5-eagle3",
+    "--speculative-num-steps",
+    "5",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "6",
 ]
 STARTUP_TIMEOUT_S = 30.0
 
@@ -68,8 +76,10 @@ class Sim:
         return self.session.post(self.url + path, timeout=kw.pop("timeout", 60), **kw)
 
     def generate(self, text: str, max_new_tokens: int = 16, temperature: float = 0.0, **sampling) -> dict:
-        body = {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                                                  **sampling}}
+        body = {
+            "text": text,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature, **sampling},
+        }
         r = self.post("/generate", json=body)
         assert r.status_code == 200, r.text
         return r.json()
@@ -82,7 +92,7 @@ class Sim:
             assert r.headers["Content-Type"].startswith("text/event-stream")
             for line in r.iter_lines():
                 if line.startswith(b"data: "):
-                    data = line[len(b"data: "):].decode()
+                    data = line[len(b"data: ") :].decode()
                     out.append(data if data == "[DONE]" else json.loads(data))
         return out
 
@@ -122,8 +132,13 @@ def launch_sim(args: list[str], *, env: dict[str, str] | None = None, wait: bool
     port = free_port()
     fd, name = tempfile.mkstemp(prefix="specperf-sim-", suffix=".log")
     with os.fdopen(fd, "wb") as log_file:
-        proc = subprocess.Popen(sim_command(args, port), stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=clean_env(env))
+        proc = subprocess.Popen(
+            sim_command(args, port),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=clean_env(env),
+        )
     sim = Sim(proc, port, Path(name))
     if wait:
         try:
@@ -146,8 +161,14 @@ def running_sim(args: list[str], **kw) -> Iterator[Sim]:
 
 def run_sim(args: list[str], timeout: float = 20.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the simulator to completion (for launches it must refuse)."""
-    return subprocess.run(sim_command(args, free_port()), capture_output=True, text=True, timeout=timeout,
-                          env=clean_env(env), stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        sim_command(args, free_port()),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(env),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture
@@ -176,8 +197,17 @@ def plain_sim() -> Iterator[Sim]:
 @pytest.fixture(scope="session")
 def spec_sim() -> Iterator[Sim]:
     """An EAGLE3 5/1/6 server running as fast as possible."""
-    args = ["--tp-size", "8", "--sim-time-scale", "0", "--enable-metrics", "--attention-backend", "fa3",
-            "--trust-remote-code", *SPEC_ARGS]
+    args = [
+        "--tp-size",
+        "8",
+        "--sim-time-scale",
+        "0",
+        "--enable-metrics",
+        "--attention-backend",
+        "fa3",
+        "--trust-remote-code",
+        *SPEC_ARGS,
+    ]
     with running_sim(args) as sim:
         yield sim
 

@@ -24,8 +24,9 @@ def test_plain_defaults():
 
 
 def test_spec_without_max_running_requests_is_capped_at_48_with_warning():
-    c = cfg(*EAGLE, "--speculative-num-steps", "5", "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", "6")
+    c = cfg(
+        *EAGLE, "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6"
+    )
     assert c.max_running_requests == 48
     assert any(level == "warning" and "48" in msg for level, msg in c.notices)
     assert cfg(*EAGLE, "--max-running-requests", "64").max_running_requests == 64
@@ -37,8 +38,14 @@ def test_auto_spec_defaults_follow_the_target_architecture():
     assert any("auto defaults" in msg for _, msg in kimi.notices)
     llama = cfg(*EAGLE, "--sim-profile", "llama3.1-8b-h100")
     assert (llama.spec.steps, llama.spec.topk, llama.spec.draft_tokens) == (5, 4, 8)
-    standalone = cfg("--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "d",
-                     "--sim-profile", "llama3.1-8b-h100")
+    standalone = cfg(
+        "--speculative-algorithm",
+        "STANDALONE",
+        "--speculative-draft-model-path",
+        "d",
+        "--sim-profile",
+        "llama3.1-8b-h100",
+    )
     assert (standalone.spec.steps, standalone.spec.topk, standalone.spec.draft_tokens) == (3, 1, 4)
 
 
@@ -57,14 +64,30 @@ def test_ngram_resolution():
 
 
 def test_aliases_and_unmodelled_flags():
-    c = cfg("--tensor-parallel-size", "8", "--attention-backend", "fa3", "--trust-remote-code",
-            "--cuda-graph-bs-decode", "1", "2", "4")
+    c = cfg(
+        "--tensor-parallel-size",
+        "8",
+        "--attention-backend",
+        "fa3",
+        "--trust-remote-code",
+        "--cuda-graph-bs-decode",
+        "1",
+        "2",
+        "4",
+    )
     assert c.tp_size == 8
-    assert c.unmodelled_args == {"attention_backend": "fa3", "trust_remote_code": True,
-                                 "cuda_graph_bs_decode": ["1", "2", "4"]}
+    assert c.unmodelled_args == {
+        "attention_backend": "fa3",
+        "trust_remote_code": True,
+        "cuda_graph_bs_decode": ["1", "2", "4"],
+    }
     assert sum("not modelled by the simulator" in msg for _, msg in c.notices) == 1
-    assert parse_config(["--model", "x", "--speculative-algorithm", "EAGLE", "--speculative-draft-model",
-                         "y"]).speculative_draft_model_path == "y"
+    assert (
+        parse_config(
+            ["--model", "x", "--speculative-algorithm", "EAGLE", "--speculative-draft-model", "y"]
+        ).speculative_draft_model_path
+        == "y"
+    )
 
 
 def test_seed_defaults_to_random_seed():
@@ -106,8 +129,9 @@ def test_refusals_exit_2_with_one_line(run_sim_cli, args, pattern):
 def test_removed_cuda_graph_max_bs_is_ambiguous(run_sim_cli):
     res = run_sim_cli(["--cuda-graph-max-bs", "8"])
     assert res.returncode == 2
-    assert ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-            "--cuda-graph-max-bs-prefill") in res.stderr
+    assert (
+        "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    ) in res.stderr
 
 
 def test_model_path_is_required(capsys):

@@ -23,9 +23,11 @@ def test_startup_seconds_then_ready(sim_factory):
     while time.monotonic() < t0 + 20:
         assert sim.proc.poll() is None, sim.log()
         try:
-            probe = (requests.get(sim.url + "/health_generate", timeout=2).status_code,
-                     requests.get(sim.url + "/ready", timeout=2).status_code,
-                     requests.post(sim.url + "/generate", json={"text": "x"}, timeout=2).status_code)
+            probe = (
+                requests.get(sim.url + "/health_generate", timeout=2).status_code,
+                requests.get(sim.url + "/ready", timeout=2).status_code,
+                requests.post(sim.url + "/generate", json={"text": "x"}, timeout=2).status_code,
+            )
         except requests.ConnectionError:
             probe = (None, None, None)
         seen.append(probe)
@@ -80,8 +82,10 @@ def test_exit_after_requests_cuts_in_flight_streams(sim_factory):
 
 
 def _statuses(sim, n: int) -> list[int]:
-    return [sim.post("/generate", json={"text": f"e{i}", "sampling_params": {"max_new_tokens": 1}}).status_code
-            for i in range(n)]
+    return [
+        sim.post("/generate", json={"text": f"e{i}", "sampling_params": {"max_new_tokens": 1}}).status_code
+        for i in range(n)
+    ]
 
 
 def test_error_rate_is_seeded(sim_factory):

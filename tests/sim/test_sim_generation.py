@@ -46,8 +46,10 @@ def test_acceptance_does_not_depend_on_concurrency(spec_sim):
 def test_temperature_above_0_is_random(plain_sim):
     texts = {plain_sim.generate("random please", max_new_tokens=20, temperature=0.8)["text"] for _ in range(3)}
     assert len(texts) == 3
-    seeded = {plain_sim.generate("random please", max_new_tokens=20, temperature=0.8, sampling_seed=5)["text"]
-              for _ in range(2)}
+    seeded = {
+        plain_sim.generate("random please", max_new_tokens=20, temperature=0.8, sampling_seed=5)["text"]
+        for _ in range(2)
+    }
     assert len(seeded) == 1
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 
 from pytest_specperf.sim.profile import (
@@ -87,8 +89,9 @@ def test_kimi_nccl_tuning_cuts_verify_27_percent(kimi):
 
 @pytest.mark.parametrize("spec", [EAGLE_516, EAGLE_213], ids=["5-1-6", "2-1-3"])
 def test_kimi_speedup_crossover_within_batch_64(kimi, spec):
-    ratios = [kimi.predicted_decode_throughput(spec, b) / kimi.predicted_decode_throughput(None, b)
-              for b in range(1, 65)]
+    ratios = [
+        kimi.predicted_decode_throughput(spec, b) / kimi.predicted_decode_throughput(None, b) for b in range(1, 65)
+    ]
     assert ratios[0] > 1.0
     assert min(ratios) < 1.0  # verify turns compute-bound: speculation loses at large batch
 
@@ -102,8 +105,11 @@ def test_llama_speculation_wins_clearly(llama):
 
 def test_llama_crossover_later_than_kimi(kimi, llama):
     def crossover(profile):
-        return next(b for b in range(1, 257) if profile.predicted_decode_throughput(EAGLE_516, b)
-                    < profile.predicted_decode_throughput(None, b))
+        return next(
+            b
+            for b in range(1, 257)
+            if profile.predicted_decode_throughput(EAGLE_516, b) < profile.predicted_decode_throughput(None, b)
+        )
 
     assert crossover(kimi) < crossover(llama) <= 64
 
@@ -135,8 +141,9 @@ def test_ttft_and_request_prediction(kimi):
     # 255 decode tokens at ~2.125 per cycle -> ~120 cycles; N / V includes the prefill token
     assert spec.verify_steps == pytest.approx(255 / 2.125, rel=0.02)
     assert spec.accept_length == pytest.approx(256 / spec.verify_steps)
-    assert kimi.predicted_round_throughput(EAGLE_516, concurrency=1, prompt_tokens=50,
-                                           output_tokens=256) == pytest.approx(spec.throughput)
+    assert kimi.predicted_round_throughput(
+        EAGLE_516, concurrency=1, prompt_tokens=50, output_tokens=256
+    ) == pytest.approx(spec.throughput)
 
 
 def test_topk_widens_acceptance_and_caps_at_draft_tokens(kimi):
@@ -169,13 +176,10 @@ def test_profile_file_errors(tmp_path):
     bad.write_text('name = "x"\n[server]\nmodel_path = 1\n')
     with pytest.raises(ProfileError, match=r"bad.toml: \[server\]"):
         load_profile(bad)
-    good = (load_profile().source, )
-    assert good
-    text = (tmp_path / "copy.toml")
-    from importlib import resources
     src = (resources.files("pytest_specperf.sim") / "profiles" / "kimi-k2.5-tp8.toml").read_text()
-    text.write_text(src.replace("[output]", "[output]\nbogus = 1"))
-    with pytest.raises(ProfileError, match="unknown key.*bogus"):
-        load_profile(text)
-    text.write_text(src)
-    assert load_profile(str(text)).name == "kimi-k2.5-tp8"
+    copy = tmp_path / "copy.toml"
+    copy.write_text(src.replace("[output]", "[output]\nbogus = 1"))
+    with pytest.raises(ProfileError, match=r"unknown key.*bogus"):
+        load_profile(copy)
+    copy.write_text(src)
+    assert load_profile(str(copy)).name == "kimi-k2.5-tp8"  # a path works as well as a name

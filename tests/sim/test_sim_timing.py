@@ -28,8 +28,11 @@ class Rec:
 
 
 def stream_one(url: str, text: str, max_new: int) -> Rec:
-    body = {"text": text, "stream": True, "sampling_params": {"max_new_tokens": max_new, "temperature": 0,
-                                                              "ignore_eos": True}}
+    body = {
+        "text": text,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
+    }
     start = time.perf_counter()
     first = None
     meta: dict = {}
@@ -39,8 +42,9 @@ def stream_one(url: str, text: str, max_new: int) -> Rec:
                 first = first or time.perf_counter()
                 meta = json.loads(line[6:])["meta_info"]
     last = time.perf_counter()
-    return Rec(start, first or last, last, meta["prompt_tokens"], meta["completion_tokens"],
-               meta.get("spec_verify_ct", 0))
+    return Rec(
+        start, first or last, last, meta["prompt_tokens"], meta["completion_tokens"], meta.get("spec_verify_ct", 0)
+    )
 
 
 def round_of(url: str, prompts: list[str], max_new: int, concurrency: int = 1) -> list[Rec]:
@@ -71,7 +75,8 @@ def test_measured_matches_prediction(sim_factory, spec_args, kimi, spec):
     pred_tput = len(recs) * n / pred_s
     assert tput / pred_tput == pytest.approx(1.0, abs=0.15)
     ttft = sum(r.first - r.start for r in recs) / len(recs)
-    assert ttft / (kimi.predicted_ttft_ms(recs[0].prompt_tokens) * SCALE / 1000) == pytest.approx(1.0, abs=0.5)
+    pred_ttft = kimi.predicted_ttft_ms(recs[0].prompt_tokens) * SCALE / 1000
+    assert 0.9 * pred_ttft <= ttft <= pred_ttft + 0.010  # + HTTP client overhead (a few ms in python)
     if spec is not None:
         tau = sum(r.tokens for r in recs) / sum(r.verify for r in recs)
         pred_tau = sum(p.output_tokens for p in predicted) / sum(p.verify_steps for p in predicted)
@@ -88,8 +93,7 @@ def test_nccl_tuning_env_speeds_up_every_step(sim_factory, kimi):
     assert "NCCL tuned (NCCL_ALGO=Ring" in tuned.log()
     prompts = [f"nccl {i}" for i in range(3)]
     slow, fast = duration(round_of(untuned.url, prompts, 40)), duration(round_of(tuned.url, prompts, 40))
-    expected = (kimi.predict_request(None, 2, 40).e2e_ms
-                / kimi.predict_request(None, 2, 40, tuned=True).e2e_ms)  # ~1.42
+    expected = kimi.predict_request(None, 2, 40).e2e_ms / kimi.predict_request(None, 2, 40, tuned=True).e2e_ms  # ~1.42
     assert slow / fast == pytest.approx(expected, abs=0.2)
 
 

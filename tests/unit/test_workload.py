@@ -270,6 +270,13 @@ def test_jsonl_errors_name_file_and_line(tmp_path: Path, line: str, expected: st
     assert expected in info.value.message
 
 
+def test_jsonl_suffix_is_never_read_as_sharegpt(tmp_path: Path) -> None:
+    path = write(tmp_path, "rows.jsonl", '["not", "an", "object"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_prompts(str(path), tmp_path)
+    assert info.value.where == f"{path}:1" and "must be a JSON object" in info.value.message
+
+
 def test_jsonl_duplicate_id(tmp_path: Path) -> None:
     path = write(tmp_path, "dup.jsonl", '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
     with pytest.raises(ConfigError) as info:

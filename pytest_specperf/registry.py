@@ -1,0 +1,142 @@
+"""State shared by pytest-xdist workers of one session: running servers and measurements.
+
+With `-n 2` every worker collects the whole suite but runs only part of it. A server config
+must still start once per session, never more than `max_servers` at a time on the machine, and
+two measurements must never overlap in time (they would slow each other down). Workers agree
+through two files in the session's run directory, each behind a file lock:
+
+- `servers.json`: which servers are starting or running (URL, pid), which tests are done
+  (so the last user of a server, on whichever worker, stops it), and failed starts (so a
+  15-minute start that failed is not retried by the next worker);
+- `measurements/*.json`: finished measurements, written under the measurement lock, which
+  is also held while measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from .errors import ServerError
+from .fingerprint import Fingerprint
+from .launch import pid_alive
+from .records import Measurement, MeasurementKey
+from .store import safe_name
+
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to "I need server X": attach to a running one, or start it yourself."""
+
+    start: bool
+    url: str | None = None
+    pid: int | None = None
+    log_path: str | None = None
+
+
+class SharedRegistry:
+    """Servers and finished tests of the session, in `servers.json` under a file lock."""
+
+    def __init__(self, run_dir: Path, worker: str) -> None:
+        self.path = run_dir / "servers.json"
+        self.lock = FileLock(str(run_dir / "servers.lock"))
+        self.worker = worker
+
+    @contextmanager
+    def _state(self) -> Iterator[dict[str, Any]]:
+        with self.lock:
+            state = json.loads(self.path.read_text()) if self.path.exists() else {"servers": {}, "done": []}
+            yield state
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+
+    def claim(self, name: str, max_servers: int, timeout: float, before_wait: Callable[[], None]) -> Claim:
+        """Attach to `name` if some worker runs it; else reserve a slot to start it (waiting for one)."""
+        deadline = time.monotonic() + timeout
+        waited = False
+        while True:
+            with self._state() as state:
+                servers = state["servers"]
+                _drop_dead(servers)
+                entry = servers.get(name)
+                if entry and entry["status"] == "failed":
+                    raise ServerError(entry["error"])
+                if entry and entry["status"] == "ready":
+                    return Claim(False, entry["url"], entry["pid"], entry["log_path"])
+                if entry is None and len(servers) < max_servers:
+                    servers[name] = {"status": "starting", "worker": self.worker, "pid": None, "since": time.time()}
+                    return Claim(True)
+            if not waited:
+                before_wait()  # e.g. stop this worker's own idle servers so others can proceed
+                waited = True
+            if time.monotonic() > deadline:
+                raise ServerError(f"server {name!r}: no free server slot (max_servers = {max_servers}) in {timeout:g} s")
+            time.sleep(POLL_S)
+
+    def ready(self, name: str, url: str, pid: int, log_path: str) -> None:
+        with self._state() as state:
+            state["servers"][name] = {"status": "ready", "worker": self.worker, "url": url, "pid": pid, "log_path": log_path}
+
+    def failed(self, name: str, error: str) -> None:
+        with self._state() as state:
+            state["servers"][name] = {"status": "failed", "worker": self.worker, "error": error, "pid": None}
+
+    def remove(self, name: str) -> None:
+        with self._state() as state:
+            entry = state["servers"].get(name)
+            if entry and entry["status"] != "failed":
+                del state["servers"][name]
+
+    def finish(self, nodeid: str) -> set[str]:
+        """Record a finished test; returns every test finished so far on any worker."""
+        with self._state() as state:
+            state["done"] = sorted({*state["done"], nodeid})
+            return set(state["done"])
+
+    def running_pids(self) -> list[int]:
+        with self._state() as state:
+            return [e["pid"] for e in state["servers"].values() if e.get("pid")]
+
+
+def _drop_dead(servers: dict[str, Any]) -> None:
+    """Forget servers whose process is gone (crashed, or killed by hand)."""
+    for name, entry in list(servers.items()):
+        if entry["status"] == "ready" and not pid_alive(entry["pid"]):
+            del servers[name]
+
+
+class MeasurementCache:
+    """Finished measurements on disk, shared by workers; `lock` also serialises measuring."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir / "measurements"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock = FileLock(str(run_dir / "measure.lock"))
+
+    def _path(self, key: MeasurementKey) -> Path:
+        return self.dir / f"{safe_name(key.server)}--{safe_name(key.workload)}--c{key.concurrency}.json"
+
+    def get(self, key: MeasurementKey) -> Measurement | None:
+        path = self._path(key)
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        fingerprint = Fingerprint.from_dict(data["fingerprint"]) if data.get("fingerprint") else None
+        return Measurement.from_dict(data, fingerprint)
+
+    def put(self, measurement: Measurement) -> None:
+        path = self._path(measurement.key)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(measurement.to_dict()))
+        os.replace(tmp, path)
