@@ -171,6 +171,7 @@ class SpecperfPlugin:
         only = config.getoption("specperf_servers")
         self.only_servers = {s for s in only.split(",") if s} if only else None
         self.usage_errors: list[str] = []
+        self.written: list[str] = []
         self.session: SpecperfSession | None = None
         self._previous_sigterm: Any = None
 
@@ -361,6 +362,10 @@ class SpecperfPlugin:
             workeroutput["specperf"] = json.dumps(self.session.worker_payload())
         elif self.session is not None and self.session.worker is None:
             self._kill_worker_leftovers()
+            if self.session.measurements:
+                from .outputs import write_outputs
+
+                self.written = write_outputs(self.session.report(), self.session)
 
     def _kill_worker_leftovers(self) -> None:
         """Controller's safety net: a server an xdist worker left (e.g. the worker crashed) is stopped."""
@@ -381,6 +386,8 @@ class SpecperfPlugin:
         from .report import terminal_summary
 
         terminal_summary(terminalreporter, self.session)
+        for line in self.written:
+            terminalreporter.write_line(line)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
