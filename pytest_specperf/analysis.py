@@ -6,6 +6,7 @@ the same thing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .config import SpecperfConfig
@@ -14,6 +15,7 @@ from .fingerprint import Change
 from .records import Measurement, MeasurementKey
 from .stats import Estimate, coefficient_of_variation, mean_estimate, ratio_estimate, rounds_to_resolve
 from .store import SaveResult, StoredBaseline
+from .sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from .verdict import Limits, Verdict, drift, evaluate
 
 #: Worst first: the verdict a measurement row shows when several tests share it.
@@ -55,6 +57,22 @@ class Fit:
     cycle_ms: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class SweepSummary:
+    """One workload measured at several concurrency levels: where speculation stops paying, who is fastest.
+
+    ``speedups`` holds each speculative config's speedup over the reference per level (only the
+    levels it was measured at); ``winners`` ranks every config, the reference included, since at
+    high load plain decoding may be the fastest.
+    """
+
+    workload: str
+    levels: tuple[int, ...]
+    speedups: dict[str, dict[int, Estimate]]
+    crossovers: dict[str, Crossover]
+    winners: tuple[LevelWinner, ...]
+
+
 @dataclass
 class Report:
     rows: list[Row] = field(default_factory=list)
@@ -64,6 +82,7 @@ class Report:
     saved: list[tuple[MeasurementKey, SaveResult]] = field(default_factory=list)
     fingerprint_summary: str | None = None
     simulated: bool = False
+    sweeps: list[SweepSummary] = field(default_factory=list)
 
 
 def build_report(
@@ -88,6 +107,7 @@ def build_report(
         report.warnings += [f"{measurement.key.label}: {w}" for w in measurement.warnings]
         report.warnings += _noise_warning(measurement, config)
     report.fits = _fits(config, report.rows)
+    report.sweeps = sweep_summaries(report.rows)
     fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
     if fingerprints:
         report.fingerprint_summary = fingerprints[0].summary()
@@ -195,3 +215,34 @@ def _noise_warning(measurement: Measurement, config: SpecperfConfig) -> list[str
     needed = rounds_to_resolve(mean, mean * (1 - config.max_regression), cv)
     hint = f"; about {needed} rounds would resolve a {config.max_regression:.0%} change" if needed else ""
     return [f"{measurement.key.label}: noisy throughput, CV {cv:.1%} over {len(samples)} rounds{hint}"]
+
+
+def sweep_summaries(rows: list[Row]) -> list[SweepSummary]:
+    """A `SweepSummary` for every workload whose rows span more than one concurrency level.
+
+    Works on rows alone (not the config), so merged reports from several shards get their sweep
+    recomputed from rows that each carry a speedup measured against their own shard's reference.
+    """
+    by_workload: dict[str, list[Row]] = {}
+    for row in rows:
+        by_workload.setdefault(row.key.workload, []).append(row)
+    summaries = []
+    for workload, group in by_workload.items():
+        levels = tuple(sorted({row.key.concurrency for row in group}))
+        if len(levels) > 1:
+            summaries.append(_sweep(workload, levels, group))
+    return summaries
+
+
+def _sweep(workload: str, levels: tuple[int, ...], rows: list[Row]) -> SweepSummary:
+    speedups: dict[str, dict[int, Estimate]] = {}
+    throughputs: dict[str, dict[float, Estimate]] = {}
+    for row in rows:
+        level = row.key.concurrency
+        if row.speedup is not None and math.isfinite(row.speedup.value):
+            speedups.setdefault(row.key.server, {})[level] = row.speedup
+        if row.throughput is not None and math.isfinite(row.throughput.value):
+            throughputs.setdefault(row.key.server, {}).setdefault(float(level), row.throughput)
+    crossovers = {name: find_crossover(curve) for name, curve in sorted(speedups.items())}
+    winners = best_config_per_level(throughputs) if throughputs else ()
+    return SweepSummary(workload, levels, dict(sorted(speedups.items())), crossovers, winners)

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
-from .workload import DEFAULT_WORKLOAD, WorkloadConfig, parse_workload
+from .workload import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
 
 LAUNCHERS = ("sglang", "sim")
 
@@ -247,6 +247,7 @@ class _Parser:
             if not isinstance(table, dict):
                 raise ConfigError(self.where(f"workloads.{name}"), "must be a table")
             workloads[name] = parse_workload(name, table, display_path(self.path), base)
+            load_prompts(workloads[name].prompts, base)  # a bad line fails now, not after a server start
         if "default" not in workloads:
             workloads["default"] = DEFAULT_WORKLOAD
         return workloads

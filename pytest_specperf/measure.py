@@ -183,10 +183,11 @@ class Measurer:
 
     def _flush(self, server: RunningServer, client: SGLangClient) -> None:
         server.check_alive()
-        try:
-            client.flush_cache()
-        except Exception as exc:
-            raise ServerError(f"server {server.name!r}: /flush_cache failed before a round: {exc}") from None
+        if not client.flush_cache():
+            raise ServerError(
+                f"server {server.name!r}: /flush_cache did not succeed before a round (the server stayed busy); "
+                "later rounds would hit cached prefixes"
+            )
 
     def _say(self, message: str) -> None:
         if self.progress:

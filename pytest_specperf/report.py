@@ -1,21 +1,47 @@
-"""Terminal and Markdown renderings of a `analysis.Report`."""
+"""Terminal and Markdown renderings of an `analysis.Report`.
+
+The summary is first built as a list of `Block`s (a title, paragraphs, bullets, a table), and two
+small renderers turn blocks into terminal text (wrapped to `WIDTH` columns) or GitHub-flavoured
+Markdown. Both therefore say the same thing, and `specperf merge` prints the same summary as
+pytest does. Nothing here computes a statistic: `analysis.py` does, this module only formats.
+"""
 
 from __future__ import annotations
 
+import math
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import Fit, Report, Row
+from .analysis import Fit, Report, Row, SweepSummary
 from .costmodel import FitStatus
+from .fingerprint import UNSET, Fingerprint
 from .stats import Estimate
+from .sweep import Certainty, CrossoverKind, LevelWinner
 
-HEADERS = ("server", "workload", "c", "tok/s", "Δ base", "speedup", "τ", "TPOT ms", "cycle ms", "τ*", "verdict")
+#: Terminal summary width: CI logs and 120-column terminals show it without wrapping.
+WIDTH = 120
+#: Longest server/workload name shown on one line in a table; longer names wrap inside the cell.
+NAME_WIDTH = 20
+WORKLOAD_WIDTH = 12
+#: Speculative configs per sweep table; more are split into several tables so each fits WIDTH.
+SWEEP_CONFIGS_PER_TABLE = 5
+
+HEADERS = ("server", "workload", "c", "n", "tok/s", "vs baseline", "speedup", "τ", "verdict")
+COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")
+PERCENTILE_HEADERS = ("server", "workload", "c", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "chunk gap p50", "rounds")
+
+
+# --- cell formats ----------------------------------------------------------------------------------
 
 
 def pm(estimate: Estimate | None, digits: int = 1) -> str:
     """'71.0±0.4' (half-width of the interval), or '-' when there is nothing to show."""
-    if estimate is None:
+    if estimate is None or not math.isfinite(estimate.value):
         return "-"
     if not estimate.bounded:
         return f"{estimate.value:.{digits}f}±?"
@@ -24,9 +50,15 @@ def pm(estimate: Estimate | None, digits: int = 1) -> str:
     return f"{estimate.value:.{digits}f}±{estimate.half_width:.{digits}f}"
 
 
+def signed_pm(estimate: Estimate | None, digits: int = 2) -> str:
+    """Like `pm` with an explicit sign: headroom is read by its sign."""
+    text = pm(estimate, digits)
+    return text if text == "-" or text.startswith("-") else f"+{text}"
+
+
 def percent(ratio: Estimate | None) -> str:
-    """A ratio as a signed change with its interval: '-8.2% [-9.9, -6.4]'."""
-    if ratio is None:
+    """A ratio as a signed change with its interval: '-8.2% [-9.9,-6.4]'."""
+    if ratio is None or not math.isfinite(ratio.value):
         return "-"
     change = (ratio.value - 1) * 100
     if not ratio.bounded:
@@ -35,93 +67,250 @@ def percent(ratio: Estimate | None) -> str:
 
 
 def times(ratio: Estimate | None) -> str:
-    if ratio is None:
+    """A ratio with its interval: '1.15x [1.10,1.19]'."""
+    if ratio is None or not math.isfinite(ratio.value):
         return "-"
     if not ratio.bounded:
         return f"{ratio.value:.2f}x"
     return f"{ratio.value:.2f}x [{ratio.low:.2f},{ratio.high:.2f}]"
 
 
+def level(concurrency: float) -> str:
+    return f"c{concurrency:g}"
+
+
+# --- blocks ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """One part of the summary; renderers decide how a title, paragraph, bullet or table looks."""
+
+    title: str | None = None
+    lines: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    cells: tuple[tuple[str, ...], ...] = ()
+    widths: tuple[int | None, ...] = ()
+    bullets: tuple[str, ...] = ()
+    folded: bool = False  # Markdown: inside <details>, as it is secondary
+
+
+def summary_blocks(
+    report: Report, *, store: Any = None, sources: Sequence[str] = (), full: bool = False
+) -> list[Block]:
+    """The whole summary, in reading order. `full` adds the latency percentiles."""
+    blocks = [header_block(report, store, sources), main_block(report)]
+    blocks += [b for b in (cost_block(report),) if b is not None]
+    blocks += [fit_block(fit) for fit in report.fits]
+    for sweep in report.sweeps:
+        blocks += sweep_blocks(sweep, _reference_name(report))
+    if full:
+        blocks.append(percentile_block(report))
+    blocks += [b for b in (drift_block(report), warnings_block(report), saved_block(report)) if b is not None]
+    return blocks
+
+
+def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
+    lines = []
+    if store is not None:
+        lines.append(f"store: {store}")
+    lines += [f"merged from: {source}" for source in sources]
+    if report.fingerprint_summary:
+        lines.append(f"measured on: {report.fingerprint_summary}")
+    note = simulation_note(report)
+    if note:
+        lines.append(note)
+    reference = _reference_name(report)
+    confidence = _confidence(report)
+    basis = f"; speedup = tok/s over {reference} (ref), same workload, same session" if reference else ""
+    lines.append(f"± and [low,high]: {confidence:.0%} confidence intervals over n rounds{basis}")
+    return Block(lines=tuple(lines))
+
+
+def simulation_note(report: Report) -> str | None:
+    """Say plainly which numbers come from the simulator, and how its time scale distorts them."""
+    prints = [r.measurement.fingerprint for r in report.rows]
+    simulated = [fp for fp in prints if isinstance(fp, Fingerprint) and fp.identity.get("launcher") == "sim"]
+    if not simulated:
+        return "SIMULATED: these results come from pytest_specperf.sim, not a GPU" if report.simulated else None
+    which = "all measurements" if len(simulated) == len(prints) else f"{len(simulated)} of {len(prints)} measurements"
+    profiles = sorted({fp.identity.get("sim_profile", UNSET) for fp in simulated} - {UNSET})
+    profile = f" (profile {', '.join(profiles)})" if profiles else ""
+    scales = sorted({fp.identity.get("sim_time_scale", UNSET) for fp in simulated})
+    return (
+        f"SIMULATED: {which} come from pytest_specperf.sim{profile}, a model of a GPU server, not a GPU; "
+        + "; ".join(_scale_note(s) for s in scales)
+    )
+
+
+def _scale_note(scale: str) -> str:
+    try:
+        factor = float(scale)
+    except ValueError:
+        return "time scale unknown"
+    if factor == 1.0 or factor <= 0:
+        return f"time scale {scale} (delays as modelled)"
+    return (
+        f"time scale {factor:g}: every delay is x{factor:g}, so tok/s read {1 / factor:g}x "
+        f"and ms {factor:g}x what the modelled server would show"
+    )
+
+
+def _reference_name(report: Report) -> str | None:
+    return next((r.key.server for r in report.rows if r.measurement.is_reference), None)
+
+
+def _confidence(report: Report) -> float:
+    for row in report.rows:
+        for estimate in (row.throughput, row.speedup):
+            if estimate is not None and estimate.n > 1:
+                return estimate.confidence
+    return 0.9
+
+
+def main_block(report: Report) -> Block:
+    return Block(
+        headers=HEADERS,
+        cells=tuple(tuple(row_cells(r)) for r in report.rows),
+        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
+    )
+
+
 def row_cells(row: Row) -> list[str]:
     key = row.key
-    cost = row.cost
     name = key.server + (" (ref)" if row.measurement.is_reference else "")
+    tau = pm(row.accept_length, 2) if row.accept_length else ("1" if row.measurement.is_reference else "-")
     return [
         name,
         key.workload,
         str(key.concurrency),
+        str(len(row.measurement.rounds)),
         pm(row.throughput),
         percent(row.vs_baseline),
         times(row.speedup),
-        pm(row.accept_length, 2) if row.accept_length else ("1" if row.measurement.is_reference else "-"),
-        pm(row.tpot_ms, 2),
-        pm(cost.cycle_ms, 1) if cost else "-",
-        pm(cost.break_even_accept_length, 2) if cost else "-",
+        tau,
         row.verdict.value,
     ]
 
 
+def cost_block(report: Report) -> Block | None:
+    """The cost model of each speculative row: why it is (or is not) faster than the reference."""
+    rows = [r for r in report.rows if r.cost is not None]
+    if not rows:
+        return None
+    return Block(
+        title="cost model (per draft-and-verify cycle, against the reference's TPOT):",
+        headers=COST_HEADERS,
+        cells=tuple(tuple(cost_cells(r)) for r in rows),
+        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
+        lines=(
+            "cycle = τ x TPOT; τ* = cycle / ref TPOT is the break-even accept length: speculation pays while "
+            "τ > τ* (τ-τ* > 0). α: per-draft acceptance implied by τ for a chain of drafts. Derived intervals "
+            "are interval arithmetic: conservative.",
+        ),
+    )
+
+
+def cost_cells(row: Row) -> list[str]:
+    cost = row.cost
+    assert cost is not None
+    implied = cost.implied_acceptance
+    alpha = pm(implied.alpha, 2) if implied is not None and implied.alpha is not None else "-"
+    return [
+        row.key.server,
+        row.key.workload,
+        str(row.key.concurrency),
+        pm(cost.accept_length, 2),
+        pm(cost.tpot_ms, 2),
+        pm(cost.reference_tpot_ms, 2),
+        pm(cost.cycle_ms, 2),
+        pm(cost.break_even_accept_length, 2),
+        signed_pm(cost.headroom, 2),
+        alpha,
+    ]
+
+
 def fit_lines(fit: Fit) -> list[str]:
-    where = f"{fit.workload} c{fit.concurrency}, {' / '.join(fit.servers)}"
+    where = f"{fit.workload} {level(fit.concurrency)}, {' / '.join(fit.servers)}"
     if fit.fit.status is FitStatus.NOT_ENOUGH_POINTS:
         return [f"verify-cost fit ({where}): {fit.fit.note}; add a config differing only in draft tokens"]
     a, b = fit.fit.fixed_ms, fit.fit.per_token_ms
     assert a is not None and b is not None
     shares = ", ".join(f"{s:.0%}" for s in fit.fit.point_fixed_shares)
+    mostly_fixed = min(fit.fit.point_fixed_shares) > 0.5
+    verdict = (
+        "mostly fixed cost: fewer draft tokens barely shorten a cycle"
+        if mostly_fixed
+        else "per-token cost matters: fewer draft tokens shorten a cycle"
+    )
     return [
         f"verify-cost fit ({where}): cycle = {a.value:.2f} ms + {b.value:.3f} ms x draft tokens ({fit.fit.note})",
-        f"  fixed share of the cycle: {shares} — "
-        + ("mostly fixed cost: fewer draft tokens barely shorten a cycle" if min(fit.fit.point_fixed_shares) > 0.5
-           else "per-token cost matters: fewer draft tokens shorten a cycle"),
-    ]  # fmt: skip
+        f"fixed share of the cycle: {shares} — {verdict}",
+    ]
 
 
-def header_lines(report: Report, store: Any) -> list[str]:
-    lines = [f"store: {store}"]
-    if report.fingerprint_summary:
-        lines.append(f"measured on: {report.fingerprint_summary}")
-    if report.simulated:
-        lines.append("SIMULATED: these results come from pytest_specperf.sim, a model of a GPU server, not a GPU")
-    for label, changes in report.drift.items():
-        lines.append(f"environment drift vs baseline, {label}: " + "; ".join(str(c) for c in changes))
-    return lines
+def fit_block(fit: Fit) -> Block:
+    return Block(lines=tuple(fit_lines(fit)))
 
 
-def terminal_summary(terminalreporter: Any, session: Any) -> None:
-    """The `pytest_terminal_summary` section: header, table, fits, warnings, baseline updates."""
-    report = session.report()
-    write = terminalreporter.write_line
-    terminalreporter.section("specperf")
-    for line in header_lines(report, session.config.store):
-        write(line)
-    write("")
-    rows = [row_cells(r) for r in report.rows]
-    write(tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True))
-    if session.options.verbose > 0 or session.options.report == "full":
-        write("")
-        write(tabulate(percentile_cells(report), headers=PERCENTILE_HEADERS, tablefmt="simple", disable_numparse=True))
-    for fit in report.fits:
-        write("")
-        for line in fit_lines(fit):
-            write(line)
-    if report.warnings:
-        write("")
-        write("warnings:")
-        for warning in report.warnings:
-            write(f"  {warning}")
-    if report.saved:
-        write("")
-        write("stored baselines (--specperf-update), old → new tok/s:")
-        for key, saved in report.saved:
-            old = f"{saved.old.output_throughput:.1f}" if saved.old and saved.old.output_throughput else "none"
-            new = f"{saved.new.output_throughput:.1f}" if saved.new.output_throughput else "-"
-            write(f"  {key.label}: {old} → {new}  ({saved.path})")
-    elif any(r.verdict.value == "NEW" for r in report.rows):
-        write("")
-        write("NEW: no stored baseline yet for some measurements; store them with --specperf-update")
+def sweep_blocks(sweep: SweepSummary, reference: str | None) -> list[Block]:
+    """Speedup by concurrency per config, where each crosses 1.0, and the fastest config per level."""
+    configs = list(sweep.speedups)
+    over = f" over {reference}" if reference else ""
+    title = f"concurrency sweep, workload {sweep.workload}: speedup{over} by concurrency level"
+    blocks = []
+    for start in range(0, max(len(configs), 1), SWEEP_CONFIGS_PER_TABLE):
+        chunk = configs[start : start + SWEEP_CONFIGS_PER_TABLE]
+        cells = tuple(
+            (level(c), *(times(sweep.speedups[name].get(c)) for name in chunk)) for c in sweep.levels
+        )
+        blocks.append(
+            Block(
+                title=title if start == 0 else None,
+                headers=("c", *chunk),
+                cells=cells if chunk else (),
+                widths=(None, *([NAME_WIDTH] * len(chunk))),
+            )
+        )
+    bullets = [crossover_line(name, crossover) for name, crossover in sweep.crossovers.items()]
+    if bullets:
+        blocks.append(Block(title="where the speedup crosses 1.0:", bullets=tuple(bullets)))
+    if sweep.winners:
+        blocks.append(
+            Block(title="fastest config per level (tok/s):", bullets=tuple(winner_line(w) for w in sweep.winners))
+        )
+    return blocks
 
 
-PERCENTILE_HEADERS = ("server", "workload", "c", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "chunk gap p50", "rounds")
+def crossover_line(name: str, crossover: Any) -> str:
+    text = crossover.describe()
+    if crossover.kind is CrossoverKind.ABOVE_ALL:
+        return f"{name}: speedup >= 1 at every level measured; crossover {text}"
+    if crossover.kind is CrossoverKind.BELOW_ALL:
+        return f"{name}: speedup < 1 at every level measured; crossover {text}"
+    return f"{name}: speedup {text}"
+
+
+def winner_line(winner: LevelWinner) -> str:
+    head = f"{level(winner.concurrency)}: {winner.best} {pm(winner.throughput)}"
+    runner = f"{winner.runner_up} {pm(winner.runner_up_throughput)}"
+    if winner.certainty is Certainty.SOLE:
+        return f"{head} (the only config measured)"
+    if winner.certainty is Certainty.TIED:
+        return f"{head}, tied with {', '.join(winner.tied_with)}"
+    if winner.certainty is Certainty.CLEAR:
+        return f"{head}, clearly ahead of {runner} (intervals do not overlap)"
+    return f"{head}, ahead of {runner} but the intervals overlap: this data cannot order them"
+
+
+def percentile_block(report: Report) -> Block:
+    return Block(
+        title="latency percentiles, ms (each a mean over rounds of the per-round value):",
+        headers=PERCENTILE_HEADERS,
+        cells=tuple(tuple(c) for c in percentile_cells(report)),
+        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
+        folded=True,
+    )
 
 
 def percentile_cells(report: Report) -> list[list[str]]:
@@ -129,7 +318,7 @@ def percentile_cells(report: Report) -> list[list[str]]:
     for row in report.rows:
         rounds = row.measurement.rounds
 
-        def mean_of(attr: str, part: str) -> str:
+        def mean_of(attr: str, part: str, rounds: Sequence[Any] = rounds) -> str:
             values = [getattr(getattr(r, attr), part) for r in rounds]
             values = [v for v in values if v is not None]
             return f"{sum(values) / len(values):.2f}" if values else "-"
@@ -140,3 +329,114 @@ def percentile_cells(report: Report) -> list[list[str]]:
             mean_of("tpot_ms", "p99"), mean_of("chunk_gap_ms", "p50"), str(len(rounds)),
         ])  # fmt: skip
     return cells
+
+
+def drift_block(report: Report) -> Block | None:
+    if not report.drift:
+        return None
+    bullets = tuple(f"{label}: " + "; ".join(str(c) for c in changes) for label, changes in report.drift.items())
+    return Block(title="environment drift since the stored baseline:", bullets=bullets)
+
+
+def warnings_block(report: Report) -> Block | None:
+    return Block(title="warnings:", bullets=tuple(report.warnings)) if report.warnings else None
+
+
+def saved_block(report: Report) -> Block | None:
+    if report.saved:
+        bullets = []
+        for key, saved in report.saved:
+            old = f"{saved.old.output_throughput:.1f}" if saved.old and saved.old.output_throughput else "none"
+            new = f"{saved.new.output_throughput:.1f}" if saved.new.output_throughput else "-"
+            bullets.append(f"{key.label}: {old} → {new} ({_short_path(saved.path)})")
+        return Block(title="stored baselines (--specperf-update), old → new tok/s:", bullets=tuple(bullets))
+    if any(r.verdict.value == "NEW" for r in report.rows):
+        return Block(lines=("NEW: no stored baseline yet for some measurements; store them with --specperf-update",))
+    return None
+
+
+def _short_path(path: Path) -> str:
+    """The last two parts (`<server>/<file>`): the store directory is in the header already."""
+    parts = Path(path).parts
+    return str(Path(*parts[-2:])) if len(parts) >= 2 else str(path)
+
+
+# --- renderers -------------------------------------------------------------------------------------
+
+
+def render_text(blocks: Iterable[Block], width: int = WIDTH) -> list[str]:
+    """Terminal lines, none wider than `width` (tables wrap long names inside their cells)."""
+    out: list[str] = []
+    for block in blocks:
+        if out:
+            out.append("")
+        if block.title:
+            out += _wrap(block.title, width)
+        if block.headers:
+            out += _table(block, "simple").splitlines()
+        for line in block.lines:
+            out += _wrap(line, width)
+        for bullet in block.bullets:
+            out += _wrap(bullet, width, "  ", "    ")
+    return out
+
+
+def render_markdown(blocks: Iterable[Block], heading: str = "pytest-specperf") -> str:
+    """GitHub-flavoured Markdown: tables in `github` format, secondary tables folded."""
+    out = [f"## {heading}", ""]
+    for block in blocks:
+        body: list[str] = []
+        if block.headers:
+            body += [_table(block, "github", escape=True), ""]
+        body += [f"{_md(line)}  " for line in block.lines]
+        if block.lines:
+            body.append("")
+        body += [f"- {_md(bullet)}" for bullet in block.bullets]
+        if block.bullets:
+            body.append("")
+        title = _md(block.title) if block.title else None
+        if block.folded:
+            out += [f"<details><summary>{title or 'details'}</summary>", "", *body, "</details>", ""]
+            continue
+        if title:
+            out += [f"**{title}**", ""]
+        out += body
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _wrap(text: str, width: int, first: str = "", rest: str = "  ") -> list[str]:
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False, break_on_hyphens=False
+    ) or [first.rstrip()]
+
+
+def _table(block: Block, fmt: str, escape: bool = False) -> str:
+    cells = [[_cell(c) if escape else c for c in row] for row in block.cells]
+    headers = [_cell(h) if escape else h for h in block.headers]
+    widths = None if escape else [*block.widths, *([None] * (len(headers) - len(block.widths)))]
+    if not cells:
+        cells = [["-"] * len(headers)]
+    return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True, maxcolwidths=widths)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md(text: str) -> str:
+    """Markdown-safe free text: no accidental emphasis or HTML from names and messages."""
+    for char in ("\\", "*", "_", "<", ">", "|", "`"):
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+# --- pytest ----------------------------------------------------------------------------------------
+
+
+def terminal_summary(terminalreporter: Any, session: Any) -> None:
+    """The `pytest_terminal_summary` section: header, tables, cost model, sweep, warnings, updates."""
+    report = session.report()
+    full = session.options.verbose > 0 or session.options.report == "full"
+    terminalreporter.section("specperf")
+    for line in render_text(summary_blocks(report, store=session.config.store, full=full)):
+        terminalreporter.write_line(line)

@@ -68,3 +68,30 @@ def test_queueing_beyond_max_running_requests(sim_factory):
     queued = sorted(o["meta_info"]["queue_time"] for o in outs)
     one_request = (40.0 + 0.08 * 1 + 9 * 15.9) * 0.05 / 1000  # prefill + 9 decode steps, scaled
     assert queued[-1] > one_request  # the last one waited for at least one other to finish
+
+
+def test_debug_log_has_per_request_summaries(sim_factory):
+    sim = sim_factory(["--sim-time-scale", "0", "--log-level", "debug"])
+    meta = sim.generate("log me", max_new_tokens=3)["meta_info"]
+    assert f"Finish: rid={meta['id']}, prompt_tokens=2" in sim.log()
+    quiet = sim_factory(["--sim-time-scale", "0", "--log-level", "warning"])
+    quiet.generate("log me", max_new_tokens=3)
+    assert "Finish: rid=" not in quiet.log() and "ready to roll" not in quiet.log()
+
+
+def test_client_disconnect_aborts_the_request(sim_factory):
+    sim = sim_factory(["--sim-time-scale", "0.05"])
+    body = {"text": "endless", "stream": True, "sampling_params": {"max_new_tokens": 20000, "ignore_eos": True}}
+    with sim.session.post(sim.url + "/generate", json=body, stream=True, timeout=10) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith(b"data: ")
+    # 20000 tokens would take ~16 s; the flush (only possible when idle) succeeds once the abort lands.
+    assert sim.post("/flush_cache", params={"timeout": 5}).status_code == 200
+    assert sim.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 0
+
+
+def test_many_concurrent_streams_queue_beyond_48(spec_sim):
+    body = {"stream": True, "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True}}
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(lambda i: spec_sim.stream("/generate", {**body, "text": f"c{i}"}), range(64)))
+    assert all(r[-1] == "[DONE]" and r[-2]["meta_info"]["completion_tokens"] == 24 for r in results)

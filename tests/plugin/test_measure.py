@@ -1,0 +1,221 @@
+"""Workloads and measurement, end to end: numbers from real rounds against the simulator.
+
+Tolerances are derived, not guessed: accept length is bounded by the profile's easiest and
+hardest prompts plus four standard errors of the per-cycle draw; step times by the sleep
+overshoot a loaded 2-core machine adds to each simulated step (see STEP_SLACK_MS).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pytest_specperf.sim.profile import SpecConfig, accepted_distribution, load_profile
+
+SCALE = 0.2
+#: Upper bound on what one simulated step gains in wall time on a busy 2-core machine: the sleep
+#: overshoot plus the engine's own bookkeeping. Generous; a step at SCALE is >= 3 ms.
+STEP_SLACK_MS = 1.0
+
+PERF_WORKLOAD = """
+[specperf.workloads.default]
+prompts = "builtin:qa"
+num_requests = 4
+max_new_tokens = 48
+ignore_eos = true
+warmup = 1
+"""
+
+
+def measured_suite(make_suite, tests: str, **config: str):
+    config.setdefault("workloads", PERF_WORKLOAD)
+    suite = make_suite(tests, **config)
+    toml = suite.pytester.path / "specperf.toml"
+    toml.write_text(toml.read_text().replace("sim_time_scale = 0.02", f"sim_time_scale = {SCALE}"))
+    return suite
+
+
+def accept_length_bounds(steps: int, draft_tokens: int, tokens: int, cycles: int) -> tuple[float, float]:
+    """Where Σ completion / Σ verify must fall: easiest/hardest prompt ± 4 standard errors."""
+    profile = load_profile("kimi-k2.5-tp8")
+    model = profile.acceptance_for("EAGLE3")
+    spec = SpecConfig("EAGLE3", steps, 1, draft_tokens)
+    lo_d, hi_d = min(model.difficulty_points()), max(model.difficulty_points())
+    low = profile.expected_accept_length(steps, 1, draft_tokens, difficulty=lo_d)
+    high = profile.expected_accept_length(steps, 1, draft_tokens, difficulty=hi_d)
+    dist = accepted_distribution(model.rates(spec, hi_d))
+    mean = sum(k * p for k, p in enumerate(dist))
+    sd = math.sqrt(sum((k - mean) ** 2 * p for k, p in enumerate(dist)))
+    margin = 4 * sd / math.sqrt(cycles)
+    # SGLang's completion_tokens / spec_verify_ct also counts the token that came from prefill
+    return low - margin, (high + margin) * tokens / (tokens - 1)
+
+
+def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
+    suite = measured_suite(
+        make_suite,
+        """
+        import json, pytest
+
+        @pytest.mark.specperf(server=["plain", "eagle3-5step"])
+        def test_numbers(specperf):
+            m = specperf.result
+            rows = [[r.output_throughput, r.accept_length, r.accept_length_per_request, r.tpot_ms.mean,
+                     [[rec.completion_tokens, rec.verify_ct] for rec in r.records]] for r in m.rounds]
+            print("NUMBERS", m.key.server, json.dumps(rows))
+        """,
+    )
+    result = suite.run("-s")
+    result.assert_outcomes(passed=2)
+    found = [line[line.index("NUMBERS") :].split(" ", 2) for line in result.outlines if "NUMBERS" in line]
+    numbers = {server: json.loads(rows) for _, server, rows in found}
+    profile = load_profile("kimi-k2.5-tp8")
+    plain_tpot = profile.plain_step_ms(1) * SCALE
+    for _, tau, _, tpot, records in numbers["plain"]:
+        assert tau is None and all(v is None for _, v in records)  # a plain server has no spec fields
+        # the first chunk's own delivery delay is spread over the request's other 47 steps
+        assert plain_tpot - STEP_SLACK_MS / 47 <= tpot <= plain_tpot + STEP_SLACK_MS
+    cycle = profile.cycle_ms(5, 1, 6, 1) * SCALE
+    for _, tau, per_request, tpot, records in numbers["eagle3-5step"]:
+        tokens, verify = sum(n for n, _ in records), sum(v for _, v in records)
+        assert tau == pytest.approx(tokens / verify)  # token-weighted, from the requests' own meta_info
+        assert per_request == pytest.approx(sum(n / v for n, v in records) / len(records))
+        low, high = accept_length_bounds(5, 6, 48, verify)
+        assert low <= tau <= high
+        assert cycle - STEP_SLACK_MS / 8 <= tau * tpot <= cycle + STEP_SLACK_MS  # cycle time = τ × TPOT
+
+
+def test_token_and_request_weighted_accept_length_differ_on_mixed_lengths(make_suite) -> None:
+    suite = measured_suite(
+        make_suite,
+        """
+        import pytest
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_mixed(specperf):
+            r = specperf.result.rounds[0]
+            lengths = {rec.completion_tokens for rec in r.records}
+            assert len(lengths) > 1, lengths  # natural stops give mixed lengths
+            assert r.accept_length != pytest.approx(r.accept_length_per_request, abs=1e-9)
+        """,
+        workloads=PERF_WORKLOAD.replace("ignore_eos = true", "ignore_eos = false").replace("48", "256")
+        .replace("num_requests = 4", "num_requests = 8"),
+    )
+    suite.run().assert_outcomes(passed=1)
+
+
+def test_tests_sharing_a_measurement_measure_once(make_suite) -> None:
+    suite = measured_suite(
+        make_suite,
+        """
+        import pytest, requests
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_a(specperf): pass
+
+        @pytest.mark.specperf(server="eagle3-5step", accept_length=(1.0, None))
+        def test_b(specperf): pass
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_c(specperf): pass
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_d(specperf, specperf_server):
+            metrics = requests.get(specperf_server.url + "/metrics").text
+            served = [l for l in metrics.splitlines() if l.startswith("sglang:num_requests_total")]
+            print("SERVED", served[0].split()[-1])
+        """,
+        servers="""
+        [specperf.servers.plain]
+        [specperf.servers.eagle3-5step]
+        algorithm = "EAGLE3"
+        draft_model = "sim/draft"
+        num_steps = 5
+        eagle_topk = 1
+        num_draft_tokens = 6
+        args = ["--enable-metrics"]
+        """,
+    )
+    result = suite.run("-s")
+    result.assert_outcomes(passed=4)
+    served = [float(line[line.index("SERVED") :].split()[1]) for line in result.outlines if "SERVED" in line]
+    # the server's own startup warmup (as SGLang does), our warmup request, 2 rounds of 4: for all four tests
+    assert served == [1 + 1 + 2 * 4]
+    assert suite.starts() == ["eagle3-5step", "plain"]
+
+
+def test_http_errors_are_counted_and_fail_the_test_clearly(make_suite) -> None:
+    suite = measured_suite(
+        make_suite,
+        """
+        import pytest
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_strict(specperf):
+            pass
+
+        @pytest.mark.specperf(server="eagle3-5step", max_error_rate=0.9)
+        def test_tolerant(specperf):
+            assert specperf.result.error_count > 0
+        """,
+        servers="""
+        [specperf.servers.plain]
+        [specperf.servers.eagle3-5step]
+        algorithm = "EAGLE3"
+        draft_model = "sim/draft"
+        num_steps = 5
+        eagle_topk = 1
+        num_draft_tokens = 6
+        sim_args = ["--sim-error-rate", "0.2", "--sim-seed", "3"]
+        """,
+        workloads=PERF_WORKLOAD.replace("num_requests = 4", "num_requests = 10"),
+    )
+    result = suite.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*errors: * of 20 requests failed (*%), allowed 0.0%; first error: HTTP 500*"])
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        ('prompts = "missing.jsonl"', "*missing.jsonl*"),
+        ('prompts = "bad.jsonl"', "*bad.jsonl:2: 'prompt' must be a non-empty string*"),
+        ('prompts = "builtin:poetry"', "*unknown builtin prompt set 'poetry'; sets: chat, code*"),
+        ("num_requests = 0", "*[[]specperf.workloads.default[]] num_requests*"),
+        ("concurrency = [4, 0]", "*concurrency*"),
+    ],
+)
+def test_bad_workloads_fail_at_collection(make_suite, workload: str, expected: str) -> None:
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf()\ndef test_x(specperf):\n    pass\n",
+        workloads=f"[specperf.workloads.default]\n{workload}\n",
+    )
+    (suite.pytester.path / "bad.jsonl").write_text('{"prompt": "fine"}\n{"prompt": 3}\n')
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-specperf: {expected}"])
+    assert suite.starts() == []
+
+
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        ("min_sped=1.1", "*test_x @specperf min_sped: unknown key (did you mean 'min_speedup'?)*"),
+        ("min_speedup=0", "*@specperf min_speedup: must be a number > 0*"),
+        ("accept_length=(3, 2)", "*@specperf accept_length: low end 3 is above high end 2*"),
+        ("throughput=70", "*@specperf throughput: must be a (low, high) pair*"),
+        ("server='plain', min_speedup=1.1", "*min_speedup: does not apply to the reference server 'plain'*"),
+        ("server='eagle3-6step'", "*unknown server 'eagle3-6step' (did you mean 'eagle3-5step'?)*"),
+        ("workload='chat'", "*unknown workload 'chat'*"),
+        ("max_regression=5", "*max_regression: must be a fraction in [[]0, 1)*"),
+        ("min_speedup={3: 1.1}", "*mapping key 3 is not a concurrency level*"),
+    ],
+)
+def test_marker_errors_are_usage_errors(make_suite, marker: str, expected: str) -> None:
+    suite = make_suite(f"import pytest\n\n@pytest.mark.specperf({marker})\ndef test_x(specperf):\n    pass\n")
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+    assert suite.starts() == []
