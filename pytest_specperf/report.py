@@ -32,8 +32,18 @@ WORKLOAD_WIDTH = 12
 SWEEP_CONFIGS_PER_TABLE = 5
 
 HEADERS = ("server", "workload", "c", "n", "tok/s", "vs baseline", "speedup", "τ", "verdict")
-COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")
-PERCENTILE_HEADERS = ("server", "workload", "c", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "chunk gap p50", "rounds")
+COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")  # noqa: RUF001
+PERCENTILE_HEADERS = (
+    "server",
+    "workload",
+    "c",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "chunk gap p50",
+    "rounds",
+)
 
 
 # --- cell formats ----------------------------------------------------------------------------------
@@ -204,9 +214,9 @@ def cost_block(report: Report) -> Block | None:
         cells=tuple(tuple(cost_cells(r)) for r in rows),
         widths=(NAME_WIDTH, WORKLOAD_WIDTH),
         lines=(
-            "cycle = τ x TPOT; τ* = cycle / ref TPOT is the break-even accept length: speculation pays while "
-            "τ > τ* (τ-τ* > 0). α: per-draft acceptance implied by τ for a chain of drafts. Derived intervals "
-            "are interval arithmetic: conservative.",
+            "cycle = τ x TPOT; τ* = cycle / ref TPOT: the break-even accept length, speculation pays while τ > τ*",
+            "α: per-draft acceptance implied by τ for a chain of drafts; derived intervals are interval arithmetic "  # noqa: RUF001
+            "(conservative)",
         ),
     )
 
@@ -230,27 +240,32 @@ def cost_cells(row: Row) -> list[str]:
     ]
 
 
-def fit_lines(fit: Fit) -> list[str]:
-    where = f"{fit.workload} {level(fit.concurrency)}, {' / '.join(fit.servers)}"
+def fit_block(fit: Fit) -> Block:
+    """The verify-cost fit: how much of a cycle is fixed cost that fewer draft tokens cannot remove."""
+    title = f"verify-cost fit, {fit.workload} {level(fit.concurrency)}, over {' / '.join(fit.servers)}:"
     if fit.fit.status is FitStatus.NOT_ENOUGH_POINTS:
-        return [f"verify-cost fit ({where}): {fit.fit.note}; add a config differing only in draft tokens"]
+        return Block(title=title, bullets=(f"{fit.fit.note}; add a config differing only in draft tokens",))
     a, b = fit.fit.fixed_ms, fit.fit.per_token_ms
     assert a is not None and b is not None
     shares = ", ".join(f"{s:.0%}" for s in fit.fit.point_fixed_shares)
     mostly_fixed = min(fit.fit.point_fixed_shares) > 0.5
-    verdict = (
+    meaning = (
         "mostly fixed cost: fewer draft tokens barely shorten a cycle"
         if mostly_fixed
         else "per-token cost matters: fewer draft tokens shorten a cycle"
     )
-    return [
-        f"verify-cost fit ({where}): cycle = {a.value:.2f} ms + {b.value:.3f} ms x draft tokens ({fit.fit.note})",
-        f"fixed share of the cycle: {shares} — {verdict}",
-    ]
+    return Block(
+        title=title,
+        bullets=(
+            f"cycle = {_fitted(a, 2)} ms + {_fitted(b, 3)} ms x draft tokens ({fit.fit.note})",
+            f"fixed share of the cycle: {shares} — {meaning}",
+        ),
+    )
 
 
-def fit_block(fit: Fit) -> Block:
-    return Block(lines=tuple(fit_lines(fit)))
+def _fitted(estimate: Estimate, digits: int) -> str:
+    """A fit coefficient: with its interval when it has one (an exact fit has none, and says so)."""
+    return pm(estimate, digits) if estimate.bounded else f"{estimate.value:.{digits}f}"
 
 
 def sweep_blocks(sweep: SweepSummary, reference: str | None) -> list[Block]:
@@ -261,9 +276,7 @@ def sweep_blocks(sweep: SweepSummary, reference: str | None) -> list[Block]:
     blocks = []
     for start in range(0, max(len(configs), 1), SWEEP_CONFIGS_PER_TABLE):
         chunk = configs[start : start + SWEEP_CONFIGS_PER_TABLE]
-        cells = tuple(
-            (level(c), *(times(sweep.speedups[name].get(c)) for name in chunk)) for c in sweep.levels
-        )
+        cells = tuple((level(c), *(times(sweep.speedups[name].get(c)) for name in chunk)) for c in sweep.levels)
         blocks.append(
             Block(
                 title=title if start == 0 else None,
@@ -373,7 +386,7 @@ def render_text(blocks: Iterable[Block], width: int = WIDTH) -> list[str]:
         if block.title:
             out += _wrap(block.title, width)
         if block.headers:
-            out += _table(block, "simple").splitlines()
+            out += text_table(block.headers, block.cells or [["-"] * len(block.headers)], block.widths)
         for line in block.lines:
             out += _wrap(line, width)
         for bullet in block.bullets:
@@ -411,12 +424,39 @@ def _wrap(text: str, width: int, first: str = "", rest: str = "  ") -> list[str]
 
 
 def _table(block: Block, fmt: str, escape: bool = False) -> str:
-    cells = [[_cell(c) if escape else c for c in row] for row in block.cells]
+    """Markdown table through tabulate (`github` format), cells escaped."""
+    cells = [[_cell(c) if escape else c for c in row] for row in block.cells] or [["-"] * len(block.headers)]
     headers = [_cell(h) if escape else h for h in block.headers]
-    widths = None if escape else [*block.widths, *([None] * (len(headers) - len(block.widths)))]
-    if not cells:
-        cells = [["-"] * len(headers)]
-    return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True, maxcolwidths=widths)
+    return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
+def text_table(headers: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int | None] = ()) -> list[str]:
+    """A plain table like tabulate's `simple` format, without its 2-column minimum padding.
+
+    Columns are left-aligned and two spaces apart; a cell longer than its column's entry in
+    `widths` wraps onto extra lines, so a long server name cannot push the table past `WIDTH`.
+    """
+    limits = [*widths, *([None] * (len(headers) - len(widths)))]
+    rows = [[_wrap_cell(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in cells]
+    sizes = [len(h) for h in headers]
+    for row in rows:
+        for i, lines in enumerate(row):
+            sizes[i] = max(sizes[i], *(len(line) for line in lines))
+    out = [_join(headers, sizes), _join(["-" * n for n in sizes], sizes)]
+    for row in rows:
+        for k in range(max(len(lines) for lines in row)):
+            out.append(_join([lines[k] if k < len(lines) else "" for lines in row], sizes))
+    return out
+
+
+def _wrap_cell(text: str, limit: int | None) -> list[str]:
+    if limit is None or len(text) <= limit:
+        return [text]
+    return textwrap.wrap(text, limit, break_on_hyphens=True) or [text]
+
+
+def _join(parts: Sequence[str], sizes: Sequence[int]) -> str:
+    return "  ".join(part.ljust(size) for part, size in zip(parts, sizes, strict=True)).rstrip()
 
 
 def _cell(text: str) -> str:

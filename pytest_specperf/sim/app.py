@@ -138,7 +138,7 @@ def _startup(cfg: ServerConfig, state: ServerState, stop: threading.Event) -> bo
     if stop.wait(total * 0.6):
         return True
     if cfg.sim.fail_at_startup:
-        _fail_startup(cfg)
+        _fail_startup()
         return False
     log.info(
         "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=31.20 GB (simulated)",
@@ -169,7 +169,7 @@ def _startup(cfg: ServerConfig, state: ServerState, stop: threading.Event) -> bo
     return True
 
 
-def _fail_startup(cfg: ServerConfig) -> None:
+def _fail_startup() -> None:
     """A plausible CUDA OOM during weight loading, then a non-zero exit (--sim-fail-at-startup)."""
     lines = [
         "Scheduler hit an exception: Traceback (most recent call last):",
@@ -181,4 +181,3 @@ def _fail_startup(cfg: ServerConfig) -> None:
     for line in lines:
         log.error(line)
     log.error("Received sigquit from a child process. It usually means the child failed.")
-    _ = cfg

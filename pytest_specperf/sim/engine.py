@@ -261,10 +261,22 @@ class Engine:
                 self._drop_aborted()
                 admit = self._admit()
                 batch = list(self._running)
-            if admit:
-                self._prefill_step(admit)
-            elif batch:
-                self._decode_step(batch)
+            try:
+                if admit:
+                    self._prefill_step(admit)
+                elif batch:
+                    self._decode_step(batch)
+            except Exception:  # a bug must fail the requests involved, not hang every client forever
+                log.exception("Scheduler step failed; aborting the requests in it")
+                self._fail(admit or batch)
+
+    def _fail(self, reqs: list[Request]) -> None:
+        with self._cond:
+            for req in reqs:
+                if req in self._running:
+                    self._running.remove(req)
+                if not req.finished or req.finished_at is None:
+                    self._finish(req, {"type": "abort", "message": "internal simulator error"})
 
     def _drop_aborted(self) -> None:
         for req in [r for r in self._running if r.aborted]:

@@ -1,0 +1,206 @@
+"""Markers, checks, fingerprints and stored baselines, end to end against the simulator."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+
+
+VERDICT_WORKLOAD = """
+[specperf.workloads.default]
+prompts = "builtin:qa"
+num_requests = 4
+max_new_tokens = 32
+ignore_eos = true
+warmup = 1
+"""
+
+EMPTY_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step")
+def test_perf(specperf):
+    pass
+"""
+
+TUNED_ENV = 'env = { NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16" }\n'
+
+
+def verdict_suite(make_suite, tests: str = EMPTY_TEST, extra: str = "", **config: str):
+    config.setdefault("workloads", VERDICT_WORKLOAD)
+    suite = make_suite(tests, extra="rounds = 4\n" + extra, **config)
+    toml = suite.pytester.path / "specperf.toml"
+    toml.write_text(toml.read_text().replace("sim_time_scale = 0.02", "sim_time_scale = 0.1").replace("rounds = 2\n", ""))
+    return suite
+
+
+def set_in_config(suite, old: str, new: str) -> None:
+    toml = suite.pytester.path / "specperf.toml"
+    text = toml.read_text()
+    assert old in text
+    toml.write_text(text.replace(old, new))
+
+
+def stored_files(suite) -> list[Path]:
+    return sorted((suite.pytester.path / ".specperf").rglob("*.json"))
+
+
+def test_update_then_rerun_passes(make_suite) -> None:
+    suite = verdict_suite(make_suite)
+    first = suite.run("--specperf-update")
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*stored baselines (--specperf-update), old → new tok/s:*", "*eagle3-5step/default/c1: none → *"])
+    assert [p.relative_to(suite.pytester.path / ".specperf").as_posix() for p in stored_files(suite)] == [
+        "eagle3-5step/default-c1.json",
+        "plain/default-c1.json",
+    ]
+    second = suite.run()
+    second.assert_outcomes(passed=1)
+    second.stdout.re_match_lines([r"eagle3-5step +default +1 .* PASS *$"])
+
+
+def test_a_slower_simulator_is_a_regression(make_suite) -> None:
+    profile = (resources.files("pytest_specperf.sim") / "profiles" / "kimi-k2.5-tp8.toml").read_text()
+    suite = verdict_suite(make_suite)
+    set_in_config(suite, 'sim_profile = "kimi-k2.5-tp8"', 'sim_profile = "gpu.toml"')
+    (suite.pytester.path / "gpu.toml").write_text(profile)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    (suite.pytester.path / "gpu.toml").write_text(profile.replace("verify_fixed_ms = 22.5", "verify_fixed_ms = 27.0"))
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*REGRESSION eagle3-5step/default/c1:*",
+            "*output_throughput: * tok/s (4 rounds) vs baseline * (4 rounds): ratio 0.8*, allowed -5%: REGRESSION*",
+        ]
+    )
+
+
+def test_lost_nccl_tuning_is_shown_as_environment_drift(make_suite) -> None:
+    suite = verdict_suite(make_suite, extra=TUNED_ENV)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    set_in_config(suite, TUNED_ENV, "")
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*REGRESSION eagle3-5step/default/c1:*",
+            "*environment drift since the baseline (the comparison was still made):*",
+            "*NCCL_ALGO: Ring → unset*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["environment drift since the stored baseline:", "*plain/default/c1: NCCL_ALGO: Ring → unset*"])
+
+
+def test_a_different_model_is_incomparable(make_suite) -> None:
+    suite = verdict_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    set_in_config(suite, 'model = "sim/kimi-k2.5-', 'model = "sim/other-model-')
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*INCOMPARABLE eagle3-5step/default/c1: the stored baseline was measured on a different setup*"])
+    result.stdout.fnmatch_lines(["*model: sim/kimi-k2.5-* → sim/other-model-*"])
+    warned = suite.run("--specperf-on-incomparable=warn")
+    warned.assert_outcomes(passed=1, warnings=1)
+
+
+@pytest.mark.parametrize(
+    ("marker", "outcome", "message"),
+    [
+        ("min_speedup=1.05", "passed", None),
+        ("min_speedup=1.5", "failed", "*min_speedup: speedup 1.1* over plain (4 vs 4 rounds) must be >= 1.5: missed*"),
+        ("accept_length=(3.0, 4.0)", "failed", "*accept_length: accept_length 2.* tok/verify over 4 rounds must lie in [[]3, 4]: missed*"),
+        ("throughput=(1, None), tpot_ms=(None, 1000)", "passed", None),
+    ],
+)
+def test_absolute_checks(make_suite, marker: str, outcome: str, message: str | None) -> None:
+    suite = verdict_suite(make_suite, f"import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', {marker})\ndef test_x(specperf):\n    pass\n")
+    result = suite.run()
+    result.assert_outcomes(**{outcome: 1})
+    if message:
+        result.stdout.fnmatch_lines([message])
+
+
+LOSSLESS = """
+import pytest
+
+@pytest.mark.specperf(lossless=True)
+def test_lossless(specperf):
+    pass
+"""
+
+
+def test_lossless_passes_on_a_faithful_simulator(make_suite) -> None:
+    verdict_suite(make_suite, LOSSLESS).run().assert_outcomes(passed=2)
+
+
+def test_lossless_fails_when_speculation_changes_outputs(make_suite) -> None:
+    suite = verdict_suite(
+        make_suite,
+        LOSSLESS.replace("lossless=True", "server='eagle3-5step', lossless=True"),
+        servers="""
+        [specperf.servers.plain]
+        [specperf.servers.eagle3-5step]
+        algorithm = "EAGLE3"
+        draft_model = "sim/draft"
+        num_steps = 5
+        eagle_topk = 1
+        num_draft_tokens = 6
+        sim_args = ["--sim-lossy-rate", "0.5"]
+        """,
+    )
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*lossless: * of 16 outputs (*%) equal the reference server's (plain) output*"])
+
+
+def test_corrupt_stored_baseline_is_a_clear_error(make_suite) -> None:
+    suite = verdict_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    broken = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    broken.write_text("{not json")
+    result = suite.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*default-c1.json*not valid JSON*"])
+    assert broken.read_text() == "{not json"  # never silently overwritten
+
+
+def test_xdist_update_race_loses_nothing(make_suite) -> None:
+    pytest.importorskip("xdist")
+    suite = verdict_suite(
+        make_suite,
+        """
+        import pytest
+
+        @pytest.mark.specperf(server=["eagle3-5step", "eagle3-2step"])
+        def test_a(specperf):
+            pass
+
+        @pytest.mark.specperf(server="plain")
+        def test_plain(specperf):
+            pass
+        """,
+    )
+    suite.run("-n", "2", "--specperf-update", subprocess=True).assert_outcomes(passed=3)
+    files = stored_files(suite)
+    assert [f.parent.name for f in files] == ["eagle3-2step", "eagle3-5step", "plain"]
+    for f in files:
+        assert json.loads(f.read_text())["summary"]["rounds"] == 4
+    suite.run("-n", "2", subprocess=True).assert_outcomes(passed=3)
+
+
+def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_topsecretvalue123")
+    monkeypatch.setenv("SPECPERF_API_KEY", "sk-serverkey456")
+    suite = verdict_suite(make_suite, extra='env = { NCCL_ALGO = "Ring", SGLANG_API_TOKEN = "tok-789" }\n')
+    result = suite.run("--specperf-update", "-v", "--specperf-report=full", subprocess=True)
+    result.assert_outcomes(passed=1)
+    texts = [result.stdout.str(), result.stderr.str(), *(p.read_text() for p in stored_files(suite))]
+    for secret in ("hf_topsecretvalue123", "sk-serverkey456", "tok-789"):
+        assert not any(secret in text for text in texts), secret
+    stored = json.loads(stored_files(suite)[0].read_text())
+    assert stored["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
