@@ -4,6 +4,7 @@
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
+    specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
 
 Exit codes:
     0  done (diff: no measurement credibly regressed)
@@ -19,6 +20,7 @@ never counted as a regression.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from .config import SpecperfConfig
 from .errors import SpecperfError
 from .fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
 from .outputs import (
+    REPORT_SCHEMA,
     LoadedReport,
     ReportError,
     fit_json,
@@ -67,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,diff,merge}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,diff,merge,schema}")
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help="store directory (default: .specperf)")
@@ -103,13 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("reports", nargs="+", type=Path, help="JSON reports (--specperf-json) of the shards")
     merge.add_argument("-o", "--output", type=Path, required=True, help="where to write the merged JSON report")
     merge.set_defaults(run=run_merge)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of --specperf-json reports")
+    schema.set_defaults(run=run_schema)
     return parser
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    """For validators in other languages, or `check-jsonschema --schemafile`."""
+    print(json.dumps(REPORT_SCHEMA, indent=2))
+    return OK
 
 
 # --- show --------------------------------------------------------------------------------------------
 
 
-SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "commit", "fingerprint")
+SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "fingerprint")
+SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -121,16 +134,13 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"no stored baselines in {root}")
         return OK
     print(f"stored baselines in {root}:")
-    for line in text_table(
-        SHOW_HEADERS, [show_cells(e) for e in entries], (20, 12, None, None, None, None, None, None, 40)
-    ):
+    for line in text_table(SHOW_HEADERS, [show_cells(e) for e in entries], SHOW_WIDTHS):
         print(line)
     return OK
 
 
 def show_cells(entry: StoredBaseline) -> list[str]:
     m = entry.measurement
-    commit = entry.provenance.git_commit
     return [
         m.key.server,
         m.key.workload,
@@ -138,8 +148,7 @@ def show_cells(entry: StoredBaseline) -> list[str]:
         _mean_pm(m, "output_throughput", 1),
         _mean_pm(m, "accept_length", 2),
         str(len(m.rounds)),
-        entry.provenance.created[:16].replace("T", " "),
-        commit[:8] if commit else "-",
+        entry.provenance.created[:10],
         fingerprint_line(m.fingerprint),
     ]
 
@@ -212,7 +221,7 @@ def run_diff(args: argparse.Namespace) -> int:
         print(line)
     for title, labels in (("only in old", old.measurements.keys() - new.measurements.keys()),
                           ("only in new", new.measurements.keys() - old.measurements.keys())):  # fmt: skip
-        if labels and len(pairs) != 1:
+        if labels and not (len(old.measurements) == 1 and len(new.measurements) == 1):
             print(f"\n{title}: {', '.join(sorted(labels))}")
     drifted = [c for c in comparisons if c.drift]
     if drifted:

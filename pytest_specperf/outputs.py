@@ -243,6 +243,9 @@ def winner_json(w: LevelWinner) -> dict[str, Any]:
 def saved_json(key: MeasurementKey, saved: SaveResult) -> dict[str, Any]:
     return {
         "label": key.label,
+        "server": key.server,
+        "workload": key.workload,
+        "concurrency": key.concurrency,
         "path": str(saved.path),
         "old": saved.old.to_dict() if saved.old else None,
         "new": saved.new.to_dict(),
@@ -417,10 +420,9 @@ def decode_fit(data: Mapping[str, Any]) -> Fit:
 
 
 def decode_saved(data: Mapping[str, Any]) -> tuple[MeasurementKey, SaveResult]:
-    server, workload, level = data["label"].rsplit("/", 2)
     old = Summary(**data["old"]) if data.get("old") else None
     result = SaveResult(Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"))
-    return MeasurementKey(server, workload, int(level.removeprefix("c"))), result
+    return MeasurementKey(data["server"], data["workload"], int(data["concurrency"])), result
 
 
 # --- JSON Schema (draft 2020-12) and a small validator -------------------------------------------------
@@ -682,9 +684,12 @@ REPORT_SCHEMA: dict[str, Any] = {
         },
         "saved": {
             "type": "object",
-            "required": ["label", "path", "old", "new"],
+            "required": ["label", "server", "workload", "concurrency", "path", "old", "new"],
             "properties": {
                 "label": _STR,
+                "server": _STR,
+                "workload": _STR,
+                "concurrency": _INT,
                 "path": _STR,
                 "old": {"type": ["object", "null"]},
                 "new": {"type": "object"},

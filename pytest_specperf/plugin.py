@@ -101,6 +101,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-specperf: {exc}") from None
     plugin = SpecperfPlugin(config, specperf_config)
+    if plugin.options.plot_dir:
+        from .plots import missing_matplotlib
+
+        if problem := missing_matplotlib():  # say so before any server starts, not after the run
+            raise pytest.UsageError(f"pytest-specperf: {problem}")
     config.pluginmanager.register(plugin, SESSION_PLUGIN)
     if specperf_config is not None and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(plugin), "specperf-xdist")

@@ -401,7 +401,7 @@ def render_markdown(blocks: Iterable[Block], heading: str = "pytest-specperf") -
         body: list[str] = []
         if block.headers:
             body += [_table(block, "github", escape=True), ""]
-        body += [f"{_md(line)}  " for line in block.lines]
+        body += [f"{_md_line(line)}  " for line in block.lines]
         if block.lines:
             body.append("")
         body += [f"- {_md(bullet)}" for bullet in block.bullets]
@@ -461,6 +461,13 @@ def _join(parts: Sequence[str], sizes: Sequence[int]) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _md_line(text: str) -> str:
+    """A paragraph line; the simulator warning is bold, it must not be missed in a PR comment."""
+    if text.startswith("SIMULATED:"):
+        return "**SIMULATED:**" + _md(text.removeprefix("SIMULATED:"))
+    return _md(text)
 
 
 def _md(text: str) -> str:

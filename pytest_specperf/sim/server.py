@@ -191,6 +191,12 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _read_body(self) -> bytes:
+        try:
+            return self._read_body_raw()
+        except ValueError:
+            raise BadRequest("malformed Content-Length or chunked body") from None
+
+    def _read_body_raw(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             parts = []
             while True:

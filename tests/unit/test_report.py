@@ -1,0 +1,316 @@
+"""Renderings of a hand-built report: terminal text (golden, <= 120 columns), Markdown, BMF, JSON schema."""
+# ruff: noqa: RUF001  (the golden text has an alpha column: per-draft acceptance)
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
+
+from pytest_specperf import outputs
+from pytest_specperf.analysis import build_report
+from pytest_specperf.outputs import (
+    REPORT_SCHEMA,
+    bmf_document,
+    decode_report,
+    dumps,
+    report_document,
+    validate,
+    write_outputs,
+)
+from pytest_specperf.plots import PlotError, write_plots
+from pytest_specperf.report import WIDTH, render_markdown, render_text, simulation_note, summary_blocks, sweep_blocks
+from pytest_specperf.stats import Estimate
+from pytest_specperf.store import BaselineStore
+
+STORY_TEXT = """\
+store: .specperf
+measured on: NVIDIA H200 x8, sglang 0.5.23, launcher sim (profile kimi-k2.5-tp8)
+SIMULATED: all measurements come from pytest_specperf.sim (profile kimi-k2.5-tp8), a model of a GPU server, not a GPU;
+  time scale 0.1: every delay is x0.1, so tok/s read 10x and ms 0.1x what the modelled server would show
+± and [low,high]: 90% confidence intervals over n rounds; speedup = tok/s over plain (ref), same workload, same session
+
+server        workload  c  n  tok/s     vs baseline        speedup            τ          verdict
+------------  --------  -  -  --------  -----------------  -----------------  ---------  -------
+plain (ref)   chat      1  3  62.9±0.4  -                  -                  1          NEW
+eagle3-2step  chat      1  3  75.9±0.6  -                  1.21x [1.20,1.22]  1.95±0.03  NEW
+eagle3-5step  chat      1  3  71.0±0.4  -4.4% [-4.9,-3.8]  1.13x [1.12,1.14]  2.10±0.02  PASS
+
+cost model (per draft-and-verify cycle, against the reference's TPOT):
+server        workload  c  τ          TPOT ms     ref TPOT ms  cycle ms    τ*         τ-τ*        α
+------------  --------  -  ---------  ----------  -----------  ----------  ---------  ----------  ---------
+eagle3-2step  chat      1  1.95±0.03  13.15±0.08  15.89±0.09   25.60±0.50  1.61±0.04  +0.34±0.02  0.59±0.01
+eagle3-5step  chat      1  2.10±0.02  14.07±0.10  15.89±0.09   29.54±0.44  1.86±0.04  +0.24±0.03  0.53±0.00
+cycle = τ x TPOT; τ* = cycle / ref TPOT: the break-even accept length, speculation pays while τ > τ*
+α: per-draft acceptance implied by τ for a chain of drafts; derived intervals are interval arithmetic (conservative)
+
+verify-cost fit, chat c1, over eagle3-2step / eagle3-5step:
+  cycle = 21.66 ms + 1.314 ms x draft tokens (exact fit through two points: no confidence interval)
+  fixed share of the cycle: 85%, 73% — mostly fixed cost: fewer draft tokens barely shorten a cycle
+
+environment drift since the stored baseline:
+  eagle3-5step/chat/c1: NCCL_ALGO: Tree → Ring
+
+NEW: no stored baseline yet for some measurements; store them with --specperf-update"""
+
+SWEEP_TEXT = """\
+concurrency sweep, workload chat: speedup over plain by concurrency level
+c    eagle3-2step       eagle3-5step
+---  -----------------  -----------------
+c1   1.21x [1.20,1.22]  1.13x [1.12,1.14]
+c4   1.04x [1.01,1.08]  0.89x [0.88,0.91]
+c16  0.88x [0.85,0.90]  0.70x [0.69,0.71]
+
+where the speedup crosses 1.0:
+  eagle3-2step: speedup crosses 1.0 at concurrency ~5.72 (4.42 to 7.32)
+  eagle3-5step: speedup crosses 1.0 at concurrency ~2.12 (1.98 to 2.28)
+
+fastest config per level (tok/s):
+  c1: eagle3-2step 75.9±0.6, clearly ahead of eagle3-5step 71.0±0.4 (intervals do not overlap)
+  c4: eagle3-2step 240.0±8.1, ahead of plain 230.0±3.9 but the intervals overlap: this data cannot order them
+  c16: plain 800.0±13.5, clearly ahead of eagle3-2step 700.0±23.6 (intervals do not overlap)"""
+
+
+def text(report, **kwargs) -> list[str]:
+    return render_text(summary_blocks(report, store=".specperf", **kwargs))
+
+
+# --- terminal --------------------------------------------------------------------------------------
+
+
+def test_terminal_summary_golden() -> None:
+    lines = text(story_report())
+    assert "\n".join(lines) == STORY_TEXT
+    assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_sweep_section_golden() -> None:
+    report = sweep_report()
+    (sweep,) = report.sweeps
+    assert "\n".join(render_text(sweep_blocks(sweep, "plain"))) == SWEEP_TEXT
+    full = text(report)
+    assert "\n".join(full).count("concurrency sweep, workload chat") == 1
+    assert max(len(line) for line in full) <= WIDTH
+
+
+def test_full_report_adds_percentiles_and_stays_within_width() -> None:
+    short, full = text(sweep_report()), text(sweep_report(), full=True)
+    assert not any("TTFT p99" in line for line in short)
+    assert any("TTFT p99" in line for line in full)
+    assert max(len(line) for line in full) <= WIDTH
+
+
+def test_long_names_wrap_inside_their_cells() -> None:
+    long_name = "eagle3-5step-with-a-very-long-config-name-for-tp8"
+    measurements = story_measurements()
+    renamed = {}
+    for key, m in measurements.items():
+        if key.server == "eagle3-5step":
+            m = replace(m, key=replace(key, server=long_name))
+        renamed[m.key] = m
+    config = replace(CONFIG, servers={**CONFIG.servers, long_name: CONFIG.servers["eagle3-5step"]})
+    lines = text(build_report(config, renamed, {}, {}, {}, updating=False), full=True)
+    assert max(len(line) for line in lines) <= WIDTH
+    assert any(line.startswith("eagle3-5step-with-a") for line in lines)
+
+
+def test_gpu_results_are_not_called_simulated() -> None:
+    report = build_report(CONFIG, story_measurements(scale=None), {}, {}, {}, updating=False)
+    assert simulation_note(report) is None
+    assert not any("SIMULATED" in line for line in text(report))
+
+
+def test_time_scale_one_says_delays_are_as_modelled() -> None:
+    report = build_report(CONFIG, story_measurements(scale="1.0"), {}, {}, {}, updating=False)
+    assert "time scale 1.0 (delays as modelled)" in (simulation_note(report) or "")
+
+
+# --- Markdown --------------------------------------------------------------------------------------
+
+
+def test_markdown_has_github_tables_and_folded_percentiles() -> None:
+    md = render_markdown(summary_blocks(sweep_report(), store=".specperf", full=True))
+    assert md.startswith("## pytest-specperf\n")
+    assert "| server       | workload   | c   | n   | tok/s      |" in md
+    assert "|--------------|------------|-----|" in md
+    assert "<details><summary>latency percentiles" in md and "</details>" in md
+    assert "- eagle3-2step: speedup crosses 1.0 at concurrency ~5.72 (4.42 to 7.32)" in md
+    assert "**SIMULATED:** all measurements come from pytest\\_specperf.sim" in md  # escaped: no stray emphasis
+
+
+def test_markdown_escapes_pipes_in_cells() -> None:
+    measurements = {}
+    for key, m in story_measurements().items():
+        if key.server == "eagle3-2step":
+            m = replace(m, key=replace(key, workload="a|b"))
+        measurements[m.key] = m
+    md = render_markdown(summary_blocks(build_report(CONFIG, measurements, {}, {}, {}, updating=False)))
+    assert "a\\|b" in md
+
+
+# --- BMF -------------------------------------------------------------------------------------------
+
+
+def test_bmf_shape() -> None:
+    bmf = json.loads(dumps(bmf_document(sweep_report())))
+    assert set(bmf) == {f"{s}/chat/c{c}" for s in ("plain", "eagle3-2step", "eagle3-5step") for c in (1, 4, 16)}
+    spec = bmf["eagle3-5step/chat/c1"]
+    assert set(spec) == {"throughput", "accept-length", "tpot", "ttft", "speedup"}
+    assert set(bmf["plain/chat/c1"]) == {"throughput", "tpot", "ttft"}  # no accept length, no speedup for plain
+    for benchmark in bmf.values():
+        for metric in benchmark.values():
+            assert set(metric) <= {"value", "lower_value", "upper_value"} and "value" in metric
+            assert metric["lower_value"] <= metric["value"] <= metric["upper_value"]
+    assert spec["throughput"]["value"] == pytest.approx(71.0)
+    assert spec["speedup"]["value"] == pytest.approx(71.0 / 62.9)
+
+
+def test_bmf_leaves_unknown_bounds_out() -> None:
+    one_round = {
+        m.key: m
+        for m in [measurement("plain", [62.9], None, [15.9]), measurement("eagle3-5step", [71.0], [2.1], [14.0])]
+    }
+    bmf = bmf_document(build_report(CONFIG, one_round, {}, {}, {}, updating=False))
+    assert bmf["eagle3-5step/chat/c1"]["throughput"] == {"value": 71.0}
+    assert bmf["eagle3-5step/chat/c1"]["speedup"] == {"value": pytest.approx(71.0 / 62.9)}
+
+
+# --- JSON ------------------------------------------------------------------------------------------
+
+
+def test_json_report_validates_against_the_schema() -> None:
+    document = json.loads(dumps(report_document(sweep_report(), store=".specperf")))
+    assert validate(document) == []
+    assert document["schema"] == "pytest-specperf/report" and document["schema_version"] == 1
+    five = next(m for m in document["measurements"] if m["label"] == "eagle3-5step/chat/c1")
+    assert five["summary"]["completed"] == 6 and five["summary"]["errors"] == 0
+    assert five["summary"]["output_throughput"] == pytest.approx(71.0)
+    assert five["summary"]["p99_tpot_ms"] == pytest.approx(14.07 * 1.1, rel=1e-3)
+    assert five["cost_model"]["break_even_accept_length"]["value"] == pytest.approx(1.86, abs=0.01)
+    assert len(five["rounds"]) == 3 and len(five["rounds"][0]["records"]) == 2
+    assert document["sweeps"][0]["configs"][0]["crossover"]["kind"] == "crosses"
+
+
+def test_schema_is_valid_draft_2020_12_when_jsonschema_is_available() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(REPORT_SCHEMA)
+    jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(json.loads(dumps(report_document(story_report()))))
+
+
+def test_validator_names_what_is_wrong() -> None:
+    document = json.loads(dumps(report_document(story_report())))
+    del document["measurements"][0]["verdict"]
+    document["measurements"][1]["rounds"][0]["output_throughput"] = "fast"
+    document["warnings"] = "none"
+    problems = validate(document)
+    assert "$.measurements[0]: missing required key 'verdict'" in problems
+    assert "$.measurements[1].rounds[0].output_throughput: expected number, got str" in problems
+    assert "$.warnings: expected array, got str" in problems
+
+
+def test_unbounded_intervals_are_null_and_read_back_as_infinite() -> None:
+    one_round = {
+        m.key: m
+        for m in [measurement("plain", [62.9], None, [15.9]), measurement("eagle3-5step", [71.0], [2.1], [14.0])]
+    }
+    document = json.loads(dumps(report_document(build_report(CONFIG, one_round, {}, {}, {}, updating=False))))
+    assert validate(document) == []
+    speedup = document["measurements"][1]["estimates"]["speedup"]
+    assert speedup["low"] is None and speedup["high"] is None and speedup["bounded"] is False
+    row = decode_report(document).rows[1]
+    assert row.speedup == Estimate(row.speedup.value, -math.inf, math.inf, 1, 0.9)
+
+
+def test_json_round_trip_is_lossless_for_the_report() -> None:
+    report = story_report()
+    document = json.loads(dumps(report_document(report, created="t", host="h")))
+    again = decode_report(document)
+    assert json.loads(dumps(report_document(again, created="t", host="h"))) == document
+    assert text(again) == text(report)
+
+
+def test_secrets_never_reach_the_json() -> None:
+    measurements = story_measurements()
+    key = next(iter(measurements))
+    measurements[key].warnings.append("server said: --api-key sk-abcdefghijklmnopqrstuvwx")
+    document = dumps(report_document(build_report(CONFIG, measurements, {}, {}, {}, updating=False)))
+    assert "sk-abcdefghijklmnopqrstuvwx" not in document and "<redacted>" in document
+
+
+# --- the session's outputs -------------------------------------------------------------------------
+
+
+def fake_session(tmp_path: Path, **paths: str | None) -> SimpleNamespace:
+    options = SimpleNamespace(**{"json_path": None, "markdown_path": None, "bmf_path": None, "plot_dir": None, **paths})
+    return SimpleNamespace(options=options, config=SimpleNamespace(store=tmp_path / ".specperf"))
+
+
+def test_write_outputs_writes_each_file_and_the_step_summary(tmp_path: Path, monkeypatch) -> None:
+    step_summary = tmp_path / "step.md"
+    step_summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    session = fake_session(
+        tmp_path,
+        json_path=str(tmp_path / "r.json"),
+        markdown_path=str(tmp_path / "r.md"),
+        bmf_path=str(tmp_path / "b.json"),
+    )
+    lines = write_outputs(story_report(), session)
+    assert lines == [
+        f"specperf: wrote JSON report to {tmp_path / 'r.json'}",
+        f"specperf: wrote Markdown summary to {tmp_path / 'r.md'}",
+        f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})",
+        f"specperf: wrote Bencher Metric Format JSON to {tmp_path / 'b.json'}",
+    ]
+    assert validate(json.loads((tmp_path / "r.json").read_text())) == []
+    markdown = (tmp_path / "r.md").read_text()
+    assert step_summary.read_text() == "earlier step\n" + markdown + "\n"
+    assert "eagle3-5step/chat/c1" in json.loads((tmp_path / "b.json").read_text())
+
+
+def test_an_unwritable_output_is_reported_not_raised(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    lines = write_outputs(story_report(), fake_session(tmp_path, json_path=str(blocker / "r.json")))
+    assert len(lines) == 1 and lines[0].startswith(f"specperf: ERROR: could not write JSON report to {blocker}")
+
+
+def test_plots_without_matplotlib_say_how_to_install(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlotError, match=r"pip install pytest-specperf\[plot\]"):
+        write_plots(story_report(), tmp_path)
+    lines = write_outputs(story_report(), fake_session(tmp_path, plot_dir=str(tmp_path / "plots")))
+    assert "pip install pytest-specperf[plot]" in lines[0]
+
+
+def test_plots_of_a_sweep(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    written = write_plots(sweep_report(), tmp_path)
+    assert [p.name for p in written] == [
+        "throughput.png", "accept_length.png", "cycle_time.png", "speedup_vs_concurrency-chat.png",
+    ]  # fmt: skip
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_outputs_module_has_no_matplotlib_import() -> None:
+    source = Path(outputs.__file__).read_text()
+    assert "import matplotlib" not in source
+
+
+def test_saved_baselines_round_trip(tmp_path: Path) -> None:
+    measurements = story_measurements()
+    store = BaselineStore(tmp_path)
+    saved = {key: store.save(m, suite_dir=None) for key, m in measurements.items()}
+    report = build_report(CONFIG, measurements, {}, {}, saved, updating=True)
+    document = json.loads(dumps(report_document(report)))
+    assert validate(document) == []
+    assert document["saved_baselines"][0]["new"]["output_throughput"] == pytest.approx(75.9)
+    assert decode_report(document).saved == report.saved
+    assert any(line.startswith("  plain/chat/c1: none → 62.9 (plain/chat-c1.json)") for line in text(report))
