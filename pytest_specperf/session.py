@@ -130,8 +130,7 @@ class SpecperfSession:
 
     def server(self, name: str) -> RunningServer:
         """A running server; the reference measurements come first, so its server starts once."""
-        if name != self.config.reference:
-            self.measure_reference()
+        self.measure_reference()
         return self.pool.acquire(name)
 
     def measurement(self, target: Target) -> Measurement:
