@@ -95,9 +95,13 @@ def build_report(
     updating: bool,
 ) -> Report:
     report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label))
-    ordered = sorted(measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency))
+    ordered = sorted(
+        measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency)
+    )
     for measurement in ordered:
-        reference = measurements.get(MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency))
+        reference = measurements.get(
+            MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency)
+        )
         baseline = baselines.get(measurement.key)
         verdict = _verdict(config, measurement, verdicts.get(measurement.key, []), baseline, updating)
         report.rows.append(_row(measurement, reference, baseline, verdict, updating))

@@ -119,9 +119,7 @@ def speedup_from_tpot(reference_tpot_ms: Number, tpot_ms: Number) -> Estimate:
 
 def speedup_from_cycle(reference_tpot_ms: Number, cycle_ms: Number, accept_length: Number) -> Estimate:
     """Reference TPOT / (cycle / τ): the TPOT speedup when the cycle comes from a profile."""
-    return _divide(
-        lambda r, c, tau: r * tau / c, [cycle_ms, accept_length], reference_tpot_ms, cycle_ms, accept_length
-    )
+    return _divide(lambda r, c, tau: r * tau / c, [cycle_ms, accept_length], reference_tpot_ms, cycle_ms, accept_length)
 
 
 def speedup_from_throughput(throughput: Number, reference_throughput: Number) -> Estimate:
@@ -220,9 +218,7 @@ def analyze(
     so that τ's interval enters once (interval arithmetic would otherwise count its width twice).
     """
     cycle = cycle_time(accept_length, tpot_ms)
-    room = _divide(
-        lambda tau, t, r: tau - tau * t / r, [reference_tpot_ms], accept_length, tpot_ms, reference_tpot_ms
-    )
+    room = _divide(lambda tau, t, r: tau - tau * t / r, [reference_tpot_ms], accept_length, tpot_ms, reference_tpot_ms)
     by_throughput = None
     if throughput is not None and reference_throughput is not None:
         by_throughput = speedup_from_throughput(throughput, reference_throughput)
@@ -286,9 +282,7 @@ class VerifyCostFit:
         return tuple(self.fixed_ms.value / cycle for _, cycle in self.points)
 
 
-def fit_verify_cost(
-    points: Iterable[tuple[float, float]], confidence: float = DEFAULT_CONFIDENCE
-) -> VerifyCostFit:
+def fit_verify_cost(points: Iterable[tuple[float, float]], confidence: float = DEFAULT_CONFIDENCE) -> VerifyCostFit:
     """Least-squares fit of cycle_ms = a + b·draft_tokens (points are (draft_tokens, cycle_ms)).
 
     One point, or all at the same draft-token count, cannot separate a from b: we say so rather than

@@ -92,9 +92,7 @@ _VOLATILE_FLAGS: frozenset[str] = frozenset({"--host", "--port"})
 
 # Names that hold secrets. "TOKENS"/"TOKENIZER" are counts and paths, not credentials.
 _SECRET_NAME = re.compile(r"TOKEN(?!S|IZER)|KEY|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
-_SECRET_QUERY_NAME = re.compile(
-    r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^SIG$|SIGNATURE|^AUTH|^CODE$", re.IGNORECASE
-)
+_SECRET_QUERY_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^SIG$|SIGNATURE|^AUTH|^CODE$", re.IGNORECASE)
 # Well-known credential shapes, caught wherever they appear (values, args, free text).
 _SECRET_VALUE = re.compile(
     r"\bsk-[A-Za-z0-9_\-]{16,}"
@@ -136,9 +134,7 @@ def redact_text(text: str) -> str:
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Copy of `env` with secret-named values replaced by "<redacted>" and the rest scrubbed."""
-    return {
-        name: REDACTED if is_secret_name(name) else redact_text(str(value)) for name, value in env.items()
-    }
+    return {name: REDACTED if is_secret_name(name) else redact_text(str(value)) for name, value in env.items()}
 
 
 def redact_url(url: str) -> str:
@@ -430,9 +426,7 @@ def _versions(info: Mapping[str, Any], gpus: LocalGpus | None) -> dict[str, str]
 def _server_settings(info: Mapping[str, Any]) -> dict[str, str]:
     """Resolved settings and the redacted launch command, as reported by the server."""
     settings = {
-        f"server.{name}": _text(info[name])
-        for name in SERVER_INFO_FIELDS
-        if name in info and not is_secret_name(name)
+        f"server.{name}": _text(info[name]) for name in SERVER_INFO_FIELDS if name in info and not is_secret_name(name)
     }
     if "launch_command" in info:
         command = _argv(info["launch_command"])
@@ -451,9 +445,7 @@ def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
-def _selected_env(
-    server_env: Mapping[str, str], info: Mapping[str, Any], patterns: Sequence[str]
-) -> dict[str, str]:
+def _selected_env(server_env: Mapping[str, str], info: Mapping[str, Any], patterns: Sequence[str]) -> dict[str, str]:
     """Variables matching `patterns`; the server's own report (`env_vars`) wins when present."""
     reported: dict[str, Any] = {}
     states = info.get("internal_states")
@@ -461,9 +453,7 @@ def _selected_env(
         env_vars = states[0].get("env_vars")
         reported = dict(env_vars) if isinstance(env_vars, Mapping) else {}
     merged = {**server_env, **{k: _text(v) for k, v in reported.items()}}
-    selected = {
-        name: value for name, value in merged.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)
-    }
+    selected = {name: value for name, value in merged.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
     return redact_env(selected)
 
 

@@ -329,10 +329,8 @@ def terminate_tree(pid: int, timeout: float) -> None:
     _signal_group(pid, signal.SIGKILL)
     alive = [p for p in tree.values() if _is_running(p)]
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=10)
 
 

@@ -68,7 +68,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="fail",
         help="what a baseline from a different setup does (default: fail)",
     )
-    add("--specperf-run-dir", metavar="DIR", help="where server logs go (default: a specperf folder in pytest's basetemp)")
+    add(
+        "--specperf-run-dir",
+        metavar="DIR",
+        help="where server logs go (default: a specperf folder in pytest's basetemp)",
+    )
     add(
         "--specperf-keep-servers",
         action="store_true",
@@ -109,12 +113,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(plugin, SESSION_PLUGIN)
     if specperf_config is not None and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(plugin), "specperf-xdist")
-        workerinput = getattr(config, "workerinput", None)
-        if workerinput is None and getattr(config.option, "dist", "no") == "load":
-            # keep each server's tests on one worker, so a server is shared rather than contended for
-            config.option.dist = "loadgroup"
-        elif workerinput is not None and workerinput.get("specperf_loadgroup"):
-            config.option.loadgroup = True  # workers re-parse the command line, which said `load`
 
 
 def _load(config: pytest.Config) -> SpecperfConfig | None:
@@ -494,15 +492,14 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         """Every worker shares the controller's run directory (server registry, measurements, logs)."""
         node.workerinput["specperf_run_dir"] = str(self.plugin.run_dir)
-        node.workerinput["specperf_loadgroup"] = node.config.option.dist == "loadgroup"
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Group each server's tests (before xdist reads the groups) for `--dist loadgroup`."""
-        for item in items:
-            target = _target(item)
-            if target is not None:
-                item.add_marker(pytest.mark.xdist_group(target.server))
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """With `--dist load` (the default for `-n`), keep each server's tests on one worker."""
+        if config.getoption("dist") != "load" or self.plugin.config is None:
+            return None
+        from .scheduling import ServerScheduling
+
+        return ServerScheduling(config, log, servers=self.plugin.config.servers)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Collect a worker's measurements and verdicts for the controller's summary."""

@@ -70,6 +70,7 @@ class ServerPool:
         progress: Callable[[str], None] | None = None,
         max_concurrency: Callable[[str], int] = lambda name: 1,
         registry: SharedRegistry | None = None,
+        still_needed: Callable[[str], bool] = lambda name: True,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
@@ -77,6 +78,7 @@ class ServerPool:
         self.progress = progress
         self.max_concurrency = max_concurrency
         self.registry = registry
+        self.still_needed = still_needed
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self.starts: list[str] = []
@@ -134,7 +136,7 @@ class ServerPool:
             self._make_room(self.config.max_servers - 1)
             return self._start(server)
         timeout = server.startup_timeout or self.config.startup_timeout
-        claim = self.registry.claim(server.name, self.config.max_servers, timeout, lambda: self._make_room(0))
+        claim = self.registry.claim(server.name, self.config.max_servers, timeout, self._stop_unneeded)
         if not claim.start:
             assert claim.url is not None
             return RunningServer(
@@ -152,6 +154,16 @@ class ServerPool:
         assert running.process is not None and running.process.pid is not None
         self.registry.ready(server.name, running.url, running.process.pid, str(running.log_path))
         return running
+
+    def _stop_unneeded(self) -> None:
+        """Before waiting for a machine-wide slot: stop servers no test on any worker needs any more.
+
+        A server some worker may still use is kept: stopping it under another worker's test would
+        fail that test, and that worker frees the slot itself when its last test is done.
+        """
+        for name in list(self._alive):
+            if not self.still_needed(name):
+                self._stop(self._alive.pop(name))
 
     def _make_room(self, keep: int) -> None:
         """Stop this process's least recently used servers until at most `keep` are alive."""

@@ -81,12 +81,20 @@ class SharedRegistry:
                 before_wait()  # e.g. stop this worker's own idle servers so others can proceed
                 waited = True
             if time.monotonic() > deadline:
-                raise ServerError(f"server {name!r}: no free server slot (max_servers = {max_servers}) in {timeout:g} s")
+                raise ServerError(
+                    f"server {name!r}: no free server slot (max_servers = {max_servers}) in {timeout:g} s"
+                )
             time.sleep(POLL_S)
 
     def ready(self, name: str, url: str, pid: int, log_path: str) -> None:
         with self._state() as state:
-            state["servers"][name] = {"status": "ready", "worker": self.worker, "url": url, "pid": pid, "log_path": log_path}
+            state["servers"][name] = {
+                "status": "ready",
+                "worker": self.worker,
+                "url": url,
+                "pid": pid,
+                "log_path": log_path,
+            }
 
     def failed(self, name: str, error: str) -> None:
         with self._state() as state:
@@ -98,10 +106,14 @@ class SharedRegistry:
             if entry and entry["status"] != "failed":
                 del state["servers"][name]
 
-    def finish(self, nodeid: str) -> set[str]:
-        """Record a finished test; returns every test finished so far on any worker."""
+    def finish(self, nodeid: str) -> None:
+        """Record a finished test (the last user of a server, on any worker, stops it)."""
         with self._state() as state:
             state["done"] = sorted({*state["done"], nodeid})
+
+    def finished(self) -> set[str]:
+        """Every test finished so far, on any worker."""
+        with self._state() as state:
             return set(state["done"])
 
     def running_pids(self) -> list[int]:

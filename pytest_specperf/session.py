@@ -86,6 +86,7 @@ class SpecperfSession:
             progress=self.progress,
             max_concurrency=self.max_concurrency,
             registry=self.registry,
+            still_needed=self.still_needed,
         )
         self.measurer = Measurer(self.config, self.progress)
         self.store = BaselineStore(self.config.store)
@@ -205,15 +206,21 @@ class SpecperfSession:
         if test is None:
             return
         if self.registry is not None:
-            done = self.registry.finish(nodeid)
-            self._done = Counter(self.planned[n].target.server for n in done if n in self.planned)
+            self.registry.finish(nodeid)
         else:
             self._done[test.target.server] += 1
         self._release_if_unused(test.target.server)
 
     def _release_if_unused(self, name: str) -> None:
-        if self._done[name] >= self.uses(name):
+        if not self.still_needed(name):
             self.pool.release(name)
+
+    def still_needed(self, name: str) -> bool:
+        """Whether a test not yet finished (on any xdist worker) uses this server."""
+        if self.registry is not None:
+            done = self.registry.finished()
+            self._done = Counter(self.planned[n].target.server for n in done if n in self.planned)
+        return self._done[name] < self.uses(name)
 
     # ---- baselines and checks -------------------------------------------------------------------
 
@@ -279,7 +286,9 @@ class SpecperfSession:
         """What an xdist worker hands the controller for the summary (JSON-able)."""
         return {
             "measurements": [m.to_dict() for m in self.measurements.values()],
-            "verdicts": [[k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()],
+            "verdicts": [
+                [k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()
+            ],
             "saved": [
                 [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
                 for k, s in self.saved.items()

@@ -418,9 +418,7 @@ def advise_regression(result: RegressionResult, *, max_rounds: int = DEFAULT_MAX
     )
 
 
-def _hopeless_reason(
-    estimate: Estimate, bound: float, cv: float, fixed_n: int | None, fixed_cv: float
-) -> str:
+def _hopeless_reason(estimate: Estimate, bound: float, cv: float, fixed_n: int | None, fixed_cv: float) -> str:
     if estimate.value == bound:
         return f"the estimate sits on the bound {bound:g}; more rounds will not resolve it"
     if fixed_n is not None and fixed_cv > 0.0:

@@ -52,9 +52,7 @@ LOCK_TIMEOUT_S = 120.0
 GITIGNORE = f"# written by pytest-specperf: its lock and interrupted writes\n{LOCK_NAME}\n.*.tmp\n"
 
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-_RESERVED = frozenset(
-    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
-)
+_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))})
 
 
 def _read_umask() -> int:

@@ -8,6 +8,7 @@ the simulator first, in seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -114,7 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-exit-after-requests", type=int)
     sim.add_argument("--sim-error-rate", type=float, default=0.0)
     sim.add_argument("--sim-lossy-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--sim-draft-slowdown", type=float, default=1.0, help="multiplies drafting cost (a slower draft model)"
+    )
     return p
+
+
+def _slow_draft(profile: Profile, factor: float) -> Profile:
+    """The profile with drafting `factor` times slower: what a heavier draft model does to a cycle."""
+    if factor <= 0:
+        raise ConfigError(f"--sim-draft-slowdown must be > 0, got {factor}")
+    if factor == 1.0:
+        return profile
+    cost = dataclasses.replace(
+        profile.cost,
+        draft_step_ms=profile.cost.draft_step_ms * factor,
+        draft_per_token_ms=profile.cost.draft_per_token_ms * factor,
+    )
+    return dataclasses.replace(profile, cost=cost)
 
 
 def parse_config(argv: list[str]) -> ServerConfig:
@@ -124,6 +142,7 @@ def parse_config(argv: list[str]) -> ServerConfig:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:
         raise ConfigError(f"--sim-profile: {exc}") from None
+    profile = _slow_draft(profile, args.sim_draft_slowdown)
     notices: list[tuple[str, str]] = []
     sim = _sim_options(args)
     spec, algorithm, draft = _resolve_spec(args, profile, notices)

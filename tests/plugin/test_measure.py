@@ -84,7 +84,7 @@ def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
         assert per_request == pytest.approx(sum(n / v for n, v in records) / len(records))
         low, high = accept_length_bounds(5, 6, 48, verify)
         assert low <= tau <= high
-        assert cycle - STEP_SLACK_MS / 8 <= tau * tpot <= cycle + STEP_SLACK_MS  # cycle time = τ × TPOT
+        assert cycle - STEP_SLACK_MS / 8 <= tau * tpot <= cycle + STEP_SLACK_MS  # cycle time = τ x TPOT
 
 
 def test_token_and_request_weighted_accept_length_differ_on_mixed_lengths(make_suite) -> None:
@@ -100,7 +100,8 @@ def test_token_and_request_weighted_accept_length_differ_on_mixed_lengths(make_s
             assert len(lengths) > 1, lengths  # natural stops give mixed lengths
             assert r.accept_length != pytest.approx(r.accept_length_per_request, abs=1e-9)
         """,
-        workloads=PERF_WORKLOAD.replace("ignore_eos = true", "ignore_eos = false").replace("48", "256")
+        workloads=PERF_WORKLOAD.replace("ignore_eos = true", "ignore_eos = false")
+        .replace("48", "256")
         .replace("num_requests = 4", "num_requests = 8"),
     )
     suite.run().assert_outcomes(passed=1)

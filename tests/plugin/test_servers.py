@@ -9,12 +9,11 @@ import time
 
 import pytest
 
-
-
 TEN_TESTS = [
     '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\ndef test_plain_{i}(specperf_server):\n'
     '    assert specperf_server.name == "plain"\n',
-    '@pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)\ndef test_five_{i}(specperf_server):\n'
+    '@pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)\n'
+    "def test_five_{i}(specperf_server):\n"
     '    assert specperf_server.url.startswith("http://127.0.0.1:")\n',
     '@pytest.mark.parametrize("specperf_server", ["eagle3-2step"], indirect=True)\ndef test_two_{i}(specperf_server):\n'
     '    assert specperf_server.log_path.name.startswith("eagle3-2step")\n',
@@ -109,7 +108,7 @@ def test_never_ready_fails_at_the_startup_timeout(make_suite) -> None:
             pass
         """,
         servers=SERVERS_WITH_FAULT.format(fault='"--sim-never-ready"').replace(
-            'num_draft_tokens = 6\n', "num_draft_tokens = 6\nstartup_timeout = 3\n", 1
+            "num_draft_tokens = 6\n", "num_draft_tokens = 6\nstartup_timeout = 3\n", 1
         ),
     )
     result = suite.run()
@@ -123,7 +122,8 @@ def test_server_dying_mid_session_errors_its_tests_only(make_suite) -> None:
         import pytest, requests
 
         def test_a(specperf_server):
-            requests.post(specperf_server.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+            body = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
+            requests.post(specperf_server.url + "/generate", json=body)
             if "--sim-exit-after-requests" in specperf_server.config.sim_args:
                 specperf_server.process.proc.wait(timeout=30)  # the fault switch kills it after one request
 
@@ -209,8 +209,14 @@ def test_attach_mode_uses_a_running_server_and_never_stops_it(make_suite, sim_se
     ("config", "expected"),
     [
         ({"extra": "max_rounds = 1\n"}, "specperf.toml [specperf] max_rounds: must be >= 2, got 1"),
-        ({"extra": "max_server = 1\n"}, "specperf.toml [specperf] max_server: unknown key (did you mean 'max_servers'?)"),
-        ({"extra": 'reference = "eagle3-5step"\n'}, "specperf.toml [specperf] reference: server 'eagle3-5step' is speculative"),
+        (
+            {"extra": "max_server = 1\n"},
+            "specperf.toml [specperf] max_server: unknown key (did you mean 'max_servers'?)",
+        ),
+        (
+            {"extra": 'reference = "eagle3-5step"\n'},
+            "specperf.toml [specperf] reference: server 'eagle3-5step' is speculative",
+        ),
     ],
 )
 def test_config_errors_are_usage_errors(make_suite, config: dict[str, str], expected: str) -> None:

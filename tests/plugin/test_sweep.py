@@ -46,7 +46,9 @@ def test_sweep_finds_the_crossover_and_checks_each_level(make_suite) -> None:
         extra="rounds = 3\n",
     )
     toml = suite.pytester.path / "specperf.toml"
-    toml.write_text(toml.read_text().replace("sim_time_scale = 0.02", "sim_time_scale = 0.1").replace("rounds = 2\n", ""))
+    toml.write_text(
+        toml.read_text().replace("sim_time_scale = 0.02", "sim_time_scale = 0.1").replace("rounds = 2\n", "")
+    )
     result = suite.run("-v")
     # c1 and c8 are checked per level: speculation pays at 1 and loses at 8 on this profile
     result.assert_outcomes(passed=6, failed=2)
@@ -54,7 +56,9 @@ def test_sweep_finds_the_crossover_and_checks_each_level(make_suite) -> None:
     result.stdout.fnmatch_lines(["*test_sweep?eagle3-5step-c1? PASSED*"])
     found = {}
     for line in result.outlines:
-        match = re.search(r"(eagle3-\dstep): speedup crosses 1\.0 at concurrency ~([\d.]+) \(([\d.]+) to ([\d.]+)\)", line)
+        match = re.search(
+            r"(eagle3-\dstep): speedup crosses 1\.0 at concurrency ~([\d.]+) \(([\d.]+) to ([\d.]+)\)", line
+        )
         if match:
             found[match[1]] = tuple(float(v) for v in match.groups()[1:])
     assert set(found) == {"eagle3-5step", "eagle3-2step"}

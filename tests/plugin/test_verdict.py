@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-
-
 VERDICT_WORKLOAD = """
 [specperf.workloads.default]
 prompts = "builtin:qa"
@@ -34,7 +32,9 @@ def verdict_suite(make_suite, tests: str = EMPTY_TEST, extra: str = "", **config
     config.setdefault("workloads", VERDICT_WORKLOAD)
     suite = make_suite(tests, extra="rounds = 4\n" + extra, **config)
     toml = suite.pytester.path / "specperf.toml"
-    toml.write_text(toml.read_text().replace("sim_time_scale = 0.02", "sim_time_scale = 0.1").replace("rounds = 2\n", ""))
+    toml.write_text(
+        toml.read_text().replace("sim_time_scale = 0.02", "sim_time_scale = 0.1").replace("rounds = 2\n", "")
+    )
     return suite
 
 
@@ -53,7 +53,9 @@ def test_update_then_rerun_passes(make_suite) -> None:
     suite = verdict_suite(make_suite)
     first = suite.run("--specperf-update")
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*stored baselines (--specperf-update), old → new tok/s:*", "*eagle3-5step/default/c1: none → *"])
+    first.stdout.fnmatch_lines(
+        ["*stored baselines (--specperf-update), old → new tok/s:*", "*eagle3-5step/default/c1: none → *"]
+    )
     assert [p.relative_to(suite.pytester.path / ".specperf").as_posix() for p in stored_files(suite)] == [
         "eagle3-5step/default-c1.json",
         "plain/default-c1.json",
@@ -93,7 +95,9 @@ def test_lost_nccl_tuning_is_shown_as_environment_drift(make_suite) -> None:
             "*NCCL_ALGO: Ring → unset*",
         ]
     )
-    result.stdout.fnmatch_lines(["environment drift since the stored baseline:", "*plain/default/c1: NCCL_ALGO: Ring → unset*"])
+    result.stdout.fnmatch_lines(
+        ["environment drift since the stored baseline:", "*plain/default/c1: NCCL_ALGO: Ring → unset*"]
+    )
 
 
 def test_a_different_model_is_incomparable(make_suite) -> None:
@@ -102,7 +106,9 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
     set_in_config(suite, 'model = "sim/kimi-k2.5-', 'model = "sim/other-model-')
     result = suite.run()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*INCOMPARABLE eagle3-5step/default/c1: the stored baseline was measured on a different setup*"])
+    result.stdout.fnmatch_lines(
+        ["*INCOMPARABLE eagle3-5step/default/c1: the stored baseline was measured on a different setup*"]
+    )
     result.stdout.fnmatch_lines(["*model: sim/kimi-k2.5-* → sim/other-model-*"])
     warned = suite.run("--specperf-on-incomparable=warn")
     warned.assert_outcomes(passed=1, warnings=1)
@@ -113,12 +119,19 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
     [
         ("min_speedup=1.05", "passed", None),
         ("min_speedup=1.5", "failed", "*min_speedup: speedup 1.1* over plain (4 vs 4 rounds) must be >= 1.5: missed*"),
-        ("accept_length=(3.0, 4.0)", "failed", "*accept_length: accept_length 2.* tok/verify over 4 rounds must lie in [[]3, 4]: missed*"),
+        (
+            "accept_length=(3.0, 4.0)",
+            "failed",
+            "*accept_length: accept_length 2.* tok/verify over 4 rounds must lie in [[]3, 4]: missed*",
+        ),
         ("throughput=(1, None), tpot_ms=(None, 1000)", "passed", None),
     ],
 )
 def test_absolute_checks(make_suite, marker: str, outcome: str, message: str | None) -> None:
-    suite = verdict_suite(make_suite, f"import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', {marker})\ndef test_x(specperf):\n    pass\n")
+    suite = verdict_suite(
+        make_suite,
+        f"import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', {marker})\ndef test_x(specperf):\n    pass\n",
+    )
     result = suite.run()
     result.assert_outcomes(**{outcome: 1})
     if message:

@@ -139,3 +139,17 @@ def test_model_path_is_required(capsys):
         build_parser().parse_known_args(["--port", "1"])
     assert exc.value.code == 2
     assert "--model-path/--model" in capsys.readouterr().err
+
+
+def test_draft_slowdown_scales_drafting_only() -> None:
+    base = parse_config(["--model-path", "m"]).profile
+    slow = parse_config(["--model-path", "m", "--sim-draft-slowdown", "4"]).profile
+    before, after = base.cycle_breakdown(5, 1, 6, 1), slow.cycle_breakdown(5, 1, 6, 1)
+    assert after.draft_ms == pytest.approx(4 * before.draft_ms)
+    assert after.verify_ms == pytest.approx(before.verify_ms)
+    assert after.total_ms - before.total_ms == pytest.approx(3 * before.draft_ms)
+
+
+def test_draft_slowdown_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="--sim-draft-slowdown must be > 0"):
+        parse_config(["--model-path", "m", "--sim-draft-slowdown", "0"])

@@ -166,9 +166,7 @@ def test_simulator_marker_wins_and_records_profile() -> None:
 
 
 def test_sim_profile_from_launch_identity_without_marker() -> None:
-    fp = take(
-        server_info=None, loads=None, launch_identity={**LAUNCH, "launcher": "sim", "sim_profile": "p1"}
-    )
+    fp = take(server_info=None, loads=None, launch_identity={**LAUNCH, "launcher": "sim", "sim_profile": "p1"})
     assert fp.identity["sim_profile"] == "p1"
     assert fp.identity["sim_time_scale"] == "unset"
     assert fp.environment["sglang.version"] == "unset"

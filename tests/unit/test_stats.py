@@ -253,9 +253,7 @@ def test_decide_threshold(interval: tuple[float, float], direction: Direction, e
         ((60.0, 69.0), None, None, Decision.MET),
     ],
 )
-def test_decide_range(
-    interval: tuple[float, float], lo: float | None, hi: float | None, expected: Decision
-) -> None:
+def test_decide_range(interval: tuple[float, float], lo: float | None, hi: float | None, expected: Decision) -> None:
     low, high = interval
     assert decide_range(est((low + high) / 2, low, high), lo, hi) is expected
 

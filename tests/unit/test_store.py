@@ -228,9 +228,7 @@ def test_no_temp_files_left(store: BaselineStore) -> None:
     assert leftovers(store.root) == []
 
 
-def test_failed_serialisation_leaves_old_file_intact(
-    store: BaselineStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_serialisation_leaves_old_file_intact(store: BaselineStore, monkeypatch: pytest.MonkeyPatch) -> None:
     path = store.save(measurement(), suite_dir=None).path
     before = path.read_bytes()
 
@@ -245,9 +243,7 @@ def test_failed_serialisation_leaves_old_file_intact(
 
 
 @pytest.mark.parametrize("step", ["fsync", "replace"])
-def test_failed_write_leaves_old_file_intact(
-    store: BaselineStore, monkeypatch: pytest.MonkeyPatch, step: str
-) -> None:
+def test_failed_write_leaves_old_file_intact(store: BaselineStore, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
     """The temp file is half-written (or complete but not renamed) when the failure hits."""
     path = store.save(measurement(), suite_dir=None).path
     before = path.read_bytes()
