@@ -30,8 +30,7 @@ from .analysis import Report, Row, sweep_summaries
 from .config import SpecperfConfig
 from .errors import SpecperfError
 from .fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
-from .outputs import (
-    REPORT_SCHEMA,
+from .jsonreport import (
     LoadedReport,
     ReportError,
     fit_json,
@@ -43,6 +42,7 @@ from .outputs import (
 )
 from .records import Measurement
 from .report import pm, render_text, summary_blocks, text_table
+from .schema import REPORT_SCHEMA
 from .stats import Decision, Direction, Estimate, RegressionResult, decide_regression, mean_estimate
 from .store import KIND as BASELINE_KIND
 from .store import BaselineStore, StoredBaseline, read_baseline

@@ -15,7 +15,6 @@ through two files in the session's run directory, each behind a file lock:
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from filelock import FileLock
 
 from .errors import ServerError
 from .fingerprint import Fingerprint
+from .jsonfile import atomic_write
 from .launch import pid_alive
 from .records import Measurement, MeasurementKey
 from .store import safe_name
@@ -57,9 +57,7 @@ class SharedRegistry:
         with self.lock:
             state = json.loads(self.path.read_text()) if self.path.exists() else {"servers": {}, "done": []}
             yield state
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True))
 
     def claim(self, name: str, max_servers: int, timeout: float, before_wait: Callable[[], None]) -> Claim:
         """Attach to `name` if some worker runs it; else reserve a slot to start it (waiting for one)."""
@@ -148,7 +146,4 @@ class MeasurementCache:
         return Measurement.from_dict(data, fingerprint)
 
     def put(self, measurement: Measurement) -> None:
-        path = self._path(measurement.key)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(measurement.to_dict()))
-        os.replace(tmp, path)
+        atomic_write(self._path(measurement.key), json.dumps(measurement.to_dict()))

@@ -26,12 +26,10 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import re
 import socket
 import statistics
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -43,6 +41,7 @@ import filelock
 import pytest_specperf
 from pytest_specperf.errors import StoreError
 from pytest_specperf.fingerprint import Fingerprint, redact_text
+from pytest_specperf.jsonfile import atomic_write, read_json_object
 from pytest_specperf.records import Measurement, MeasurementKey
 
 SCHEMA_VERSION = 1
@@ -53,16 +52,6 @@ GITIGNORE = f"# written by pytest-specperf: its lock and interrupted writes\n{LO
 
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))})
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-# mkstemp creates 0600 files; baselines are shared (CI artifacts, other users): use the umask.
-_FILE_MODE = 0o666 & ~_read_umask()
 
 
 @dataclass(frozen=True)
@@ -219,9 +208,9 @@ class BaselineStore:
         path = self.path_for(measurement.key)
         with self._locked():
             old, error = _old_summary(path)
-            _atomic_write(path, text)
+            atomic_write(path, text)
             if not (self.root / ".gitignore").exists():
-                _atomic_write(self.root / ".gitignore", GITIGNORE)
+                atomic_write(self.root / ".gitignore", GITIGNORE)
         return SaveResult(path=path, old=old, new=new, replaced_error=error)
 
     @contextlib.contextmanager
@@ -282,34 +271,6 @@ def _old_summary(path: Path) -> tuple[Summary | None, str | None]:
         return None, str(exc)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, then `os.replace` (all or nothing)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable; some file systems cannot, which is not an error."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def read_baseline(path: Path) -> StoredBaseline:
     """Parse and validate one stored file; StoreError names the file and what is wrong.
 
@@ -331,17 +292,7 @@ def read_baseline(path: Path) -> StoredBaseline:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read stored baseline: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{path}: corrupt baseline: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise StoreError(f"{path}: corrupt baseline: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, StoreError, "stored baseline")
 
 
 def _check_header(path: Path, data: dict[str, Any]) -> None:

@@ -10,8 +10,9 @@ from report_samples import CONFIG, measurement, story_measurements
 
 from pytest_specperf.analysis import build_report
 from pytest_specperf.cli import main
-from pytest_specperf.outputs import dumps, load_report, report_document, validate, write_json
+from pytest_specperf.jsonreport import dumps, load_report, report_document, write_json
 from pytest_specperf.records import Measurement
+from pytest_specperf.schema import validate
 from pytest_specperf.store import BaselineStore
 
 
@@ -137,7 +138,7 @@ def test_diff_with_another_setup_is_incomparable_not_a_regression(tmp_path: Path
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{ nope", "corrupt: not valid JSON"),
+        ("{ nope", "corrupt report: not valid JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
         ('{"hello": 1}', "neither a pytest-specperf JSON report nor a stored baseline"),
         ('{"schema": "pytest-specperf/report", "schema_version": 2}', "schema_version 2 is newer than"),

@@ -15,17 +15,11 @@ from report_samples import CONFIG, measurement, story_measurements, story_report
 
 from pytest_specperf import outputs
 from pytest_specperf.analysis import build_report
-from pytest_specperf.outputs import (
-    REPORT_SCHEMA,
-    bmf_document,
-    decode_report,
-    dumps,
-    report_document,
-    validate,
-    write_outputs,
-)
+from pytest_specperf.jsonreport import decode_report, dumps, report_document
+from pytest_specperf.outputs import bmf_document, write_outputs
 from pytest_specperf.plots import PlotError, write_plots
 from pytest_specperf.report import WIDTH, render_markdown, render_text, simulation_note, summary_blocks, sweep_blocks
+from pytest_specperf.schema import REPORT_SCHEMA, validate
 from pytest_specperf.stats import Estimate
 from pytest_specperf.store import BaselineStore
 

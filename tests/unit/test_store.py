@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specperf import jsonfile
 from pytest_specperf import store as store_module
 from pytest_specperf.errors import StoreError
 from pytest_specperf.fingerprint import Fingerprint
@@ -251,7 +252,7 @@ def test_failed_write_leaves_old_file_intact(store: BaselineStore, monkeypatch: 
     def fail(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module.os, step, fail)
+    monkeypatch.setattr(jsonfile.os, step, fail)
     with pytest.raises(OSError, match="No space left"):
         store.save(measurement(throughputs=(1.0,)), suite_dir=None)
     monkeypatch.undo()

@@ -1,0 +1,71 @@
+"""JSON files that are never half-written and whose read errors name the file.
+
+Stored baselines, reports and the xdist registry all go through here: a crash or a concurrent
+reader must see either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecperfError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates 0600 files; baselines and reports are shared (CI artifacts, other users): use the umask.
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory, fsync, then `os.replace` (all or nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable; some file systems cannot, which is not an error."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_json_object(path: Path, error: type[SpecperfError], what: str) -> dict[str, Any]:
+    """A JSON object from `path`; `error` names the file, the kind of file and what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read {what}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: corrupt {what}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise error(f"{path}: corrupt {what}: expected a JSON object, got {type(data).__name__}")
+    return data
