@@ -179,12 +179,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
 # Validation
 
 
-_GLOBAL_KEYS = {
+GLOBAL_KEYS = {
     "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
     "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "env", "env_patterns",
     "api_key", "sim_profile", "sim_time_scale", "servers", "workloads",
 }  # fmt: skip
-_SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
+SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
 
 class _Parser:
@@ -199,7 +199,7 @@ class _Parser:
         return f"{display_path(self.path)} [{name}]" + (f" {key}" if key else "")
 
     def parse(self, table: dict[str, Any]) -> SpecperfConfig:
-        check_keys(table, _GLOBAL_KEYS, self.where(""))
+        check_keys(table, GLOBAL_KEYS, self.where(""))
         get = _Getter(table, self.where(""))
         base = self.path.parent
         values: dict[str, Any] = {
@@ -273,7 +273,7 @@ class _Parser:
 
 def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
     """One `[specperf.servers.NAME]` table, with SGLang's speculative rules applied."""
-    check_keys(table, _SERVER_KEYS, where)
+    check_keys(table, SERVER_KEYS, where)
     get = _Getter(table, where)
     algorithm = get.string("algorithm", None)
     server = ServerConfig(

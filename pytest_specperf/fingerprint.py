@@ -218,6 +218,21 @@ def normalize_args(args: Sequence[str], *, drop: frozenset[str] = frozenset()) -
     return shlex.join([*positional, *(token for group in kept for token in group)])
 
 
+def launch_flags(command: Sequence[str]) -> dict[str, str]:
+    """One entry per option of a launch command (`server.flag --tp-size`: "8"), secrets redacted.
+
+    The program part (an interpreter path, `-m sglang.launch_server`) differs between machines
+    and virtualenvs without changing the server, and one long string would make a drift line
+    unreadable: per-flag entries show exactly what changed (`--sim-draft-slowdown: unset → 8`).
+    """
+    options = _option_groups(redact_args(command))[1:]
+    return {
+        f"server.flag {group[0]}": shlex.join(group[1:]) or "set"
+        for group in options
+        if group[0] not in _VOLATILE_FLAGS
+    }
+
+
 def _argv(value: object) -> list[str]:
     """A launch command given as a string or a list, as a list of tokens."""
     if isinstance(value, str):
@@ -429,8 +444,7 @@ def _server_settings(info: Mapping[str, Any]) -> dict[str, str]:
         f"server.{name}": _text(info[name]) for name in SERVER_INFO_FIELDS if name in info and not is_secret_name(name)
     }
     if "launch_command" in info:
-        command = _argv(info["launch_command"])
-        settings["server.launch_command"] = normalize_args(command, drop=_VOLATILE_FLAGS)
+        settings.update(launch_flags(_argv(info["launch_command"])))
     return settings
 
 

@@ -67,17 +67,18 @@ def markdown_text(report: Report, *, store: Any = None, sources: Sequence[str] =
 
 
 def write_markdown(path: Path, text: str) -> list[str]:
-    """Write the Markdown file; also append it to $GITHUB_STEP_SUMMARY in a GitHub Actions job."""
+    """Write the Markdown file (`--specperf-markdown`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    written = [f"specperf: wrote Markdown summary to {path}"]
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-        written.append(f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})")
-    return written
+    return [f"specperf: wrote Markdown summary to {path}"]
+
+
+def append_step_summary(path: Path, text: str) -> list[str]:
+    """In a GitHub Actions job the summary goes onto the run's page by itself ($GITHUB_STEP_SUMMARY)."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return [f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({path})"]
 
 
 # --- the session's outputs -----------------------------------------------------------------------------
@@ -93,6 +94,11 @@ def write_outputs(report: Report, session: Any) -> list[str]:
     jobs: list[tuple[str | None, str, Callable[[Path], list[str]]]] = [
         (options.json_path, "JSON report", lambda p: _json_job(p, report, store)),
         (options.markdown_path, "Markdown summary", lambda p: write_markdown(p, markdown_text(report, store=store))),
+        (
+            os.environ.get("GITHUB_STEP_SUMMARY"),
+            "$GITHUB_STEP_SUMMARY",
+            lambda p: append_step_summary(p, markdown_text(report, store=store)),
+        ),
         (options.bmf_path, "Bencher Metric Format JSON", lambda p: _bmf_job(p, report)),
         (options.plot_dir, "plots", lambda p: _plot_job(p, report)),
     ]

@@ -88,7 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add(
         "--specperf-markdown",
         metavar="PATH",
-        help="write the summary as Markdown (also to $GITHUB_STEP_SUMMARY when set)",
+        help="write the summary as Markdown (a GitHub Actions job also gets it in $GITHUB_STEP_SUMMARY)",
     )
     add("--specperf-bmf", metavar="PATH", help="write Bencher Metric Format JSON")
     add("--specperf-plot", metavar="DIR", help="write PNG plots (needs the `plot` extra: matplotlib)")

@@ -122,14 +122,22 @@ def test_capture_environment_versions_settings_and_env() -> None:
     assert "PATH" not in env and "HOME" not in env and "HF_TOKEN" not in env
 
 
-def test_launch_command_is_redacted_and_stable_across_ports() -> None:
+def test_launch_command_is_recorded_per_flag_redacted_and_stable_across_ports() -> None:
     env = take().environment
-    command = env["server.launch_command"]
-    assert "--port" not in command and "--host" not in command
-    assert "--api-key" in command and "--admin-api-key" in command
-    assert "sk-123" not in command and "adm-secret-777" not in command
+    flags = {k: v for k, v in env.items() if k.startswith("server.flag ")}
+    assert flags == {
+        "server.flag --model-path": "moonshotai/Kimi-K2.5",
+        "server.flag --api-key": "<redacted>",
+        "server.flag --admin-api-key": "<redacted>",
+        "server.flag --tp-size": "8",
+    }
     other_port = {**SERVER_INFO, "launch_command": SERVER_INFO["launch_command"].replace("31234", "40001")}
-    assert take(server_info=other_port).environment["server.launch_command"] == command
+    other_python = {
+        **SERVER_INFO,
+        "launch_command": SERVER_INFO["launch_command"].replace("python3", "/venv/bin/python"),
+    }
+    for info in (other_port, other_python):
+        assert {k: v for k, v in take(server_info=info).environment.items() if k.startswith("server.flag ")} == flags
 
 
 def test_no_secret_reaches_the_serialised_fingerprint() -> None:

@@ -308,3 +308,11 @@ def test_saved_baselines_round_trip(tmp_path: Path) -> None:
     assert document["saved_baselines"][0]["new"]["output_throughput"] == pytest.approx(75.9)
     assert decode_report(document).saved == report.saved
     assert any(line.startswith("  plain/chat/c1: none → 62.9 (plain/chat-c1.json)") for line in text(report))
+
+
+def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Path, monkeypatch) -> None:
+    step_summary = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    lines = write_outputs(story_report(), fake_session(tmp_path))
+    assert lines == [f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})"]
+    assert "eagle3-5step" in step_summary.read_text()

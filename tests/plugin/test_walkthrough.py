@@ -1,0 +1,58 @@
+"""The example suite's walk-through, steps 2 and 3, replayed on a copy of example_suite/.
+
+Both steps compare against the committed baselines, so they also prove those baselines still load
+and are comparable with what this checkout measures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "example_suite"
+
+
+@pytest.fixture
+def example(pytester: pytest.Pytester) -> pytest.Pytester:
+    for item in EXAMPLE.iterdir():
+        if item.name in ("README.md", "__pycache__"):
+            continue
+        target = pytester.path / item.name
+        if item.is_dir():
+            shutil.copytree(item, target)
+        else:
+            shutil.copy(item, target)
+    return pytester
+
+
+def test_step2_tuning_variables_are_reported_as_environment_drift(
+    example: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MIN_NCHANNELS": "16"}.items():
+        monkeypatch.setenv(name, value)
+    result = example.runpytest("-p", "no:randomly", "-k", "code")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"plain \(ref\) +code +1 .* \+4\d\.\d% .* IMPROVED"])
+    result.stdout.fnmatch_lines(
+        ["environment drift since the stored baseline:", "*plain/code/c1: NCCL_ALGO: unset → Ring*"]
+    )
+
+
+def test_step3_a_slower_draft_is_a_regression_with_its_interval(example: pytest.Pytester) -> None:
+    toml = example.path / "specperf.toml"
+    text = toml.read_text()
+    marker = 'num_draft_tokens = 6\nargs = ["--tp-size", "8"]\n'
+    assert marker in text
+    toml.write_text(text.replace(marker, marker + 'sim_args = ["--sim-draft-slowdown", "8"]\n'))
+    result = example.runpytest("-p", "no:randomly", "-k", "eagle3-5step and chat")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*REGRESSION eagle3-5step/chat/c1:*",
+            "*output_throughput: * [[]*] tok/s (5 rounds) vs baseline * [[]*] (5 rounds): ratio 0.* [[]*], "
+            "allowed -5%: REGRESSION*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*server.flag --sim-draft-slowdown: unset → 8*"])

@@ -1,0 +1,60 @@
+"""The README is the reference: every option, key, marker argument and verdict the code has is in it,
+and its two set-up commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from pytest_specperf.config import GLOBAL_KEYS, SERVER_KEYS
+from pytest_specperf.markers import MARKER_KEYS
+from pytest_specperf.verdict import Verdict
+from pytest_specperf.workload import WorkloadConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def reference_section() -> str:
+    return README[README.index("## Reference") : README.index("## Running on real GPUs")]
+
+
+def test_readme_opens_with_the_two_commands_ci_runs() -> None:
+    commands = re.search(r"```bash\n(.*?)\n```", README, re.S)
+    assert commands is not None and README.index("```bash") < README.index("\n## ")
+    lines = commands.group(1).splitlines()
+    assert len(lines) == 2
+    ci = (ROOT / ".ci" / "run").read_text()
+    for line in lines:
+        assert line in ci
+    assert "example_suite" in lines[0] and "pytest tests" in lines[1]
+
+
+def test_every_command_line_option_is_documented(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    options = set(re.findall(r"(--specperf-[a-z-]+)", result.stdout.str()))
+    assert len(options) > 10
+    missing = sorted(o for o in options if f"`{o}" not in reference_section())
+    assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pytest.param(sorted(GLOBAL_KEYS - {"servers", "workloads"}), id="global"),
+        pytest.param(sorted(SERVER_KEYS), id="server"),
+        pytest.param(sorted(f.name for f in fields(WorkloadConfig) if f.name != "name"), id="workload"),
+        pytest.param(sorted(MARKER_KEYS), id="marker"),
+    ],
+)
+def test_every_key_is_documented(keys: list[str]) -> None:
+    missing = [key for key in keys if f"`{key}`" not in reference_section()]
+    assert not missing, missing
+
+
+def test_every_verdict_is_documented() -> None:
+    section = reference_section()
+    assert all(f"| {v.value} |" in section for v in Verdict)
