@@ -43,7 +43,7 @@ class LaunchPlan:
     """Everything needed to start one server: argv, environment, address, log file."""
 
     server: str
-    argv: tuple[str, ...]
+    argv: tuple[str, ...] = field(repr=False)  # may hold the API key: show `display_command` instead
     env_overrides: Mapping[str, str]
     host: str
     port: int

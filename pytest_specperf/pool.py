@@ -178,7 +178,8 @@ class ServerPool:
             run_dir=self.run_dir,
             max_concurrency=self.max_concurrency(server.name),
         )
-        process = ServerProcess(plan, parent_death_signal=self.registry is None)
+        # a kept server must outlive pytest; an xdist worker's server may outlive that worker
+        process = ServerProcess(plan, parent_death_signal=self.registry is None and not self.keep_servers)
         self.starts.append(server.name)
         process.start()
         try:

@@ -7,7 +7,9 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
+import requests
 
 TEN_TESTS = [
     '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\ndef test_plain_{i}(specperf_server):\n'
@@ -232,3 +234,78 @@ def test_marker_without_config_is_a_usage_error(pytester: pytest.Pytester) -> No
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_x: uses @pytest.mark.specperf or specperf_server, but no config was found*"])
+
+
+def test_exitfirst_on_a_failure_leaves_no_server(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+        def test_fails(specperf_server):
+            assert False, "boom"
+
+        @pytest.mark.parametrize("specperf_server", ["eagle3-2step"], indirect=True)
+        def test_never_runs(specperf_server):
+            pass
+        """
+    )
+    result = suite.run("-x")
+    result.assert_outcomes(failed=1)
+    assert suite.processes() == []  # (make_suite checks again after the test)
+
+
+def test_pytest_killed_outright_takes_its_servers_along(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest, threading
+
+        @pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+        def test_block(specperf_server):
+            print("SERVER-UP", flush=True)
+            threading.Event().wait(120)
+        """
+    )
+    proc = suite.pytester.popen(
+        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", str(suite.pytester.path)],
+        stdout=-1,
+        stderr=-2,
+    )
+    try:
+        for line in proc.stdout:
+            if b"SERVER-UP" in line:
+                break
+        servers = suite.processes()
+        assert len(servers) == 1
+        proc.kill()  # SIGKILL: no cleanup code of pytest runs
+        proc.wait(timeout=30)
+        gone, alive = psutil.wait_procs(servers, timeout=30)  # the kernel's parent-death signal stops it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert alive == []
+
+
+def test_keep_servers_leaves_them_running_and_says_how_to_attach(make_suite) -> None:
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+        def test_x(specperf_server):
+            pass
+        """
+    )
+    result = suite.run("--specperf-keep-servers", subprocess=True)
+    try:
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(
+            ["*kept plain running (pid *) at http://127.0.0.1:*; attach with --specperf-attach*"]
+        )
+        url = next(line for line in result.outlines if "kept plain running" in line).split(" at ")[1].split(";")[0]
+        assert requests.get(f"{url}/health", timeout=10).status_code == 200  # alive after pytest exited
+        assert len(suite.processes()) == 1
+    finally:
+        for proc in suite.processes():
+            proc.kill()
+        psutil.wait_procs(suite.processes(), timeout=10)

@@ -217,3 +217,42 @@ def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyP
         assert not any(secret in text for text in texts), secret
     stored = json.loads(stored_files(suite)[0].read_text())
     assert stored["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
+
+
+def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite) -> None:
+    """A bound inside the interval cannot be decided: the run says so, and --specperf-strict fails it.
+
+    Seeded HTTP 500s make rounds differ a lot (and the same way in every run), so the interval of two
+    rounds is wide and the first run's own mean lies inside the second run's interval.
+    """
+    noisy = """
+    [specperf.servers.plain]
+    [specperf.servers.eagle3-5step]
+    algorithm = "EAGLE3"
+    draft_model = "sim/draft"
+    num_steps = 5
+    eagle_topk = 1
+    num_draft_tokens = 6
+    sim_args = ["--sim-error-rate", "0.4", "--sim-seed", "11"]
+    """
+    probe = verdict_suite(
+        make_suite,
+        "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9)\ndef test_x(specperf):\n"
+        "    print('MEAN', sum(specperf.result.samples('output_throughput')) / len(specperf.result.rounds))\n",
+        servers=noisy,
+    )
+    set_in_config(probe, "rounds = 4\n", "rounds = 2\nmax_rounds = 2\n")
+    first = probe.run("-s")
+    mean = next(float(line.split("MEAN")[1]) for line in first.outlines if "MEAN" in line)
+    test = probe.pytester.path / "test_suite.py"
+    test.write_text(
+        "import pytest\n\n"
+        f"@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9, throughput=({mean:.3f}, None))\n"
+        "def test_x(specperf):\n    pass\n"
+    )
+    result = probe.run()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*INCONCLUSIVE eagle3-5step/default/c1:*", "*still inconclusive after 2 rounds*"])
+    strict = probe.run("--specperf-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*--specperf-strict fails it*"])

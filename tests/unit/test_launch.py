@@ -1,0 +1,98 @@
+"""The real-SGLang launch path: argv and environment built from a server config (sglang-contract.md §1)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pytest_specperf.config import ServerConfig, SpecperfConfig
+from pytest_specperf.launch import build_launch, redact_argv
+
+EAGLE = ServerConfig(
+    name="eagle3-5step",
+    algorithm="EAGLE3",
+    draft_model="org/draft",
+    num_steps=5,
+    eagle_topk=1,
+    num_draft_tokens=6,
+    args=("--tp-size", "8"),
+    env={"NCCL_ALGO": "Ring"},
+)
+CONFIG = SpecperfConfig(
+    launcher="sglang", python="/opt/sglang/bin/python", model="moonshotai/Kimi-K2.5", env={"A": "1"}
+)
+
+
+def plan(server: ServerConfig = EAGLE, config: SpecperfConfig = CONFIG, tmp: Path = Path("/tmp"), **kw):
+    return build_launch(server, config, run_dir=tmp / "run", port=31000, **kw)
+
+
+def test_sglang_argv_follows_the_contract(tmp_path: Path) -> None:
+    launch = plan(tmp=tmp_path)
+    assert launch.argv == (
+        "/opt/sglang/bin/python", "-m", "sglang.launch_server",
+        "--model-path", "moonshotai/Kimi-K2.5", "--host", "127.0.0.1", "--port", "31000",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "org/draft",
+        "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
+        "--tp-size", "8",
+    )  # fmt: skip
+    assert launch.url == "http://127.0.0.1:31000"
+    assert launch.env_overrides == {"A": "1", "NCCL_ALGO": "Ring"}  # the server's env wins over the global one
+    assert launch.log_path == tmp_path / "run" / "eagle3-5step.log"
+
+
+def test_a_plain_server_gets_no_speculative_flags(tmp_path: Path) -> None:
+    argv = plan(ServerConfig(name="plain", args=("--tp-size", "8")), tmp=tmp_path).argv
+    assert not [a for a in argv if a.startswith("--speculative")]
+
+
+def test_high_concurrency_lifts_the_48_request_cap_of_speculative_servers(tmp_path: Path) -> None:
+    assert "--max-running-requests" not in plan(tmp=tmp_path, max_concurrency=48).argv
+    argv = plan(tmp=tmp_path, max_concurrency=64).argv
+    assert argv[argv.index("--max-running-requests") + 1] == "64"
+    plain = plan(ServerConfig(name="plain"), tmp=tmp_path, max_concurrency=64).argv
+    assert "--max-running-requests" not in plain  # the cap only applies under speculation
+    given = ServerConfig(name="x", algorithm="EAGLE", num_steps=3, eagle_topk=1, num_draft_tokens=4,
+                         args=("--max-running-requests", "32"))  # fmt: skip
+    assert plan(given, tmp=tmp_path, max_concurrency=64).argv.count("--max-running-requests") == 1
+
+
+def test_cluster_command_template(tmp_path: Path) -> None:
+    server = ServerConfig(
+        name="big", host="10.1.2.3", command="srun -N2 --gres=gpu:8 {python} -m sglang.launch_server {args} --nnodes 2"
+    )
+    argv = plan(server, tmp=tmp_path).argv
+    assert argv[:4] == ("srun", "-N2", "--gres=gpu:8", "/opt/sglang/bin/python")
+    assert argv[-2:] == ("--nnodes", "2")
+    assert ("--host", "10.1.2.3") == argv[argv.index("--host") : argv.index("--host") + 2]
+    assert plan(server, tmp=tmp_path).url == "http://10.1.2.3:31000"
+
+
+def test_the_simulator_gets_the_same_arguments(tmp_path: Path) -> None:
+    sim = SpecperfConfig(**{**CONFIG.__dict__, "launcher": "sim", "sim_time_scale": 0.5})
+    sglang_args = plan(tmp=tmp_path).argv[3:]
+    argv = plan(config=sim, tmp=tmp_path).argv
+    assert argv[1:3] == ("-m", "pytest_specperf.sim")
+    assert argv[3 : 3 + len(sglang_args)] == sglang_args
+    assert argv[3 + len(sglang_args) :] == ("--sim-time-scale", "0.5")
+
+
+def test_the_api_key_is_passed_but_never_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPERF_API_KEY", "sk-secret")
+    launch = plan(tmp=tmp_path)
+    assert launch.argv[-2:] == ("--api-key", "sk-secret")
+    assert launch.api_key == "sk-secret"
+    assert "sk-secret" not in launch.display_command and "sk-secret" not in repr(launch)
+    assert redact_argv(["--api-key=k", "--admin-api-key", "a"]) == [
+        "--api-key=<redacted>",
+        "--admin-api-key",
+        "<redacted>",
+    ]
+    assert shlex.split(launch.display_command)[-1] == "<redacted>"
+
+
+def test_each_start_gets_its_own_log_file(tmp_path: Path) -> None:
+    first, second = plan(tmp=tmp_path), plan(tmp=tmp_path)
+    assert (first.log_path.name, second.log_path.name) == ("eagle3-5step.log", "eagle3-5step~2.log")
