@@ -279,7 +279,7 @@ def test_pytest_killed_outright_takes_its_servers_along(make_suite) -> None:
         assert len(servers) == 1
         proc.kill()  # SIGKILL: no cleanup code of pytest runs
         proc.wait(timeout=30)
-        gone, alive = psutil.wait_procs(servers, timeout=30)  # the kernel's parent-death signal stops it
+        _, alive = psutil.wait_procs(servers, timeout=30)  # the kernel's parent-death signal stops it
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -66,7 +66,7 @@ def test_cluster_command_template(tmp_path: Path) -> None:
     argv = plan(server, tmp=tmp_path).argv
     assert argv[:4] == ("srun", "-N2", "--gres=gpu:8", "/opt/sglang/bin/python")
     assert argv[-2:] == ("--nnodes", "2")
-    assert ("--host", "10.1.2.3") == argv[argv.index("--host") : argv.index("--host") + 2]
+    assert argv[argv.index("--host") : argv.index("--host") + 2] == ("--host", "10.1.2.3")
     assert plan(server, tmp=tmp_path).url == "http://10.1.2.3:31000"
 
 

@@ -10,6 +10,9 @@ from pytest_specperf.stats import Estimate
 from pytest_specperf.sweep import find_crossover
 
 LEVELS = (1, 2, 4, 8)
+#: How far the engine's measured throughput strays from the profile's analytic models: up to 3% in
+#: benchmarks/sim_fidelity.py (ratios 0.972-0.999), so a speedup (a ratio of two) is within ~3%.
+MODEL_ERROR = 0.03
 SWEEP = """
 [specperf.workloads.default]
 prompts = "builtin:qa"
@@ -21,16 +24,29 @@ warmup = 2
 """
 
 
-def analytic_crossover(steps: int, draft_tokens: int, prompt_tokens: int) -> float:
-    """The crossover the profile predicts, interpolated between the same levels as the measurement."""
+def analytic_crossovers(steps: int, draft_tokens: int, prompt_tokens: int) -> tuple[float, float]:
+    """The range of crossovers the profile predicts, interpolated like the measurement.
+
+    Steady-state decoding (no prefill, a full batch all the time) and the closed-loop round model
+    (prefills stall decoding, a round starts with every client at once) bracket what the engine does;
+    each curve is also moved by the models' own error (MODEL_ERROR) before it is interpolated.
+    """
     profile = load_profile("kimi-k2.5-tp8")
     spec = SpecConfig("EAGLE3", steps, 1, draft_tokens)
-    speedups = {}
+    decode, rounds = {}, {}
     for level in LEVELS:
+        decode[level] = Estimate.exact(
+            profile.predicted_decode_throughput(spec, level) / profile.predicted_decode_throughput(None, level)
+        )
         shape = {"concurrency": level, "prompt_tokens": prompt_tokens, "output_tokens": 32, "num_requests": 16}
         ratio = profile.predicted_round_throughput(spec, **shape) / profile.predicted_round_throughput(None, **shape)
-        speedups[level] = Estimate.exact(ratio)
-    return find_crossover(speedups).concurrency
+        rounds[level] = Estimate.exact(ratio)
+    ends = [
+        find_crossover({level: Estimate.exact(e.value * factor) for level, e in curve.items()}).concurrency
+        for curve in (decode, rounds)
+        for factor in (1 - MODEL_ERROR, 1 + MODEL_ERROR)
+    ]
+    return min(ends), max(ends)
 
 
 def test_sweep_finds_the_crossover_and_checks_each_level(make_suite) -> None:
@@ -64,7 +80,7 @@ def test_sweep_finds_the_crossover_and_checks_each_level(make_suite) -> None:
     assert set(found) == {"eagle3-5step", "eagle3-2step"}
     for name, steps, draft in (("eagle3-5step", 5, 6), ("eagle3-2step", 2, 3)):
         value, low, high = found[name]
-        expected = analytic_crossover(steps, draft, prompt_tokens=20)  # qa prompts; prefill is ~all fixed cost
-        # the measured interval, widened by a quarter octave for the prediction's own model error
-        assert low * 2**-0.25 <= expected <= high * 2**0.25, (name, expected, found[name])
+        lower, upper = analytic_crossovers(steps, draft, prompt_tokens=20)  # qa prompts; prefill ~ fixed cost
+        # the measured interval must overlap the range the profile's two limiting cases predict
+        assert low <= upper and lower <= high, (name, (lower, upper), found[name])
         assert math.isfinite(value)
