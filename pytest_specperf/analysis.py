@@ -197,16 +197,18 @@ def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
         server = config.servers.get(m.key.server)
         if server is None:
             continue
+        # everything but the draft-token count: a difference in env (NCCL tuning) or simulator flags
+        # changes the cycle for reasons a line through draft tokens cannot explain
         group = (
             config.model_of(server), server.draft_model, server.algorithm, server.eagle_topk, server.args,
-            m.key.workload, m.key.concurrency,
+            tuple(sorted(server.env.items())), server.sim_args, m.key.workload, m.key.concurrency,
         )  # fmt: skip
         entries.append((group, m.num_draft_tokens, row.cost.cycle_ms.value))
         members.setdefault(group, []).append((m.key.server, row.cost.cycle_ms.value))
     fits = []
     for group, fit in fit_verify_costs(entries).items():
         servers = tuple(name for name, _ in members[group])
-        fits.append(Fit(servers, group[5], group[6], fit, tuple(c for _, c in members[group])))
+        fits.append(Fit(servers, group[-2], group[-1], fit, tuple(c for _, c in members[group])))
     return fits
 
 

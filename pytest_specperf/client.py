@@ -71,34 +71,55 @@ class SamplingParams:
     """Sampling params of a workload; `to_sglang` gives exactly SGLang's `sampling_params` keys.
 
     Real SGLang answers HTTP 400 to any unknown key inside `sampling_params`, so nothing else is sent.
+    `sampling_seed` seeds the server's sampler so a run at temperature > 0 draws the same tokens again
+    (sglang-contract.md §2.3 lists it among the allowed keys). It is sent only when set and the
+    temperature is above 0: greedy decoding draws nothing, so a seed there would only add a key.
     """
 
     max_new_tokens: int
     temperature: float = 0.0
     top_p: float = 1.0
     ignore_eos: bool = False
+    sampling_seed: int | None = None
 
     @classmethod
     def from_workload(cls, cfg: WorkloadConfig) -> SamplingParams:
-        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.ignore_eos)
+        """The workload's params; its `seed` also seeds sampling when it samples (temperature > 0)."""
+        seed = cfg.seed if cfg.temperature > 0 else None
+        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.ignore_eos, seed)
+
+    @property
+    def _seed(self) -> int | None:
+        return self.sampling_seed if self.temperature > 0 else None
 
     def to_sglang(self) -> dict[str, Any]:
         """The `/generate` `sampling_params` object."""
-        return {
+        params: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "ignore_eos": self.ignore_eos,
         }
+        if self._seed is not None:
+            params["sampling_seed"] = self._seed
+        return params
 
     def to_openai(self) -> dict[str, Any]:
-        """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there)."""
-        return {
+        """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
+
+        The seed goes in OpenAI's own `seed` field. sglang-contract.md §2.5 does not list it, but
+        SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
+        forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
+        """
+        params: dict[str, Any] = {
             "max_tokens": self.max_new_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "ignore_eos": self.ignore_eos,
         }
+        if self._seed is not None:
+            params["seed"] = self._seed
+        return params
 
 
 class _StreamError(Exception):
@@ -510,12 +531,18 @@ class SGLangClient:
         """POST /flush_cache until it answers 200; SGLang refuses while any request is running.
 
         Returns False if the server stayed busy for `timeout` seconds; raises `ServerError` for an
-        answer that retrying cannot fix (401/403/404).
+        answer that retrying cannot fix (401/403/404) and for any transport failure (refused, reset,
+        timed out, a broken HTTP answer), naming the URL and the reason.
         """
         deadline = time.monotonic() + timeout
         pause = 0.02
+        call_timeout = max(1.0, min(timeout, 30.0))
         while True:
-            status, body = self._call("POST", "/flush_cache", timeout=max(1.0, min(timeout, 30.0)))
+            try:
+                status, body = self._call("POST", "/flush_cache", timeout=call_timeout)
+            except OSError as exc:  # _call turns http.client errors into ConnectionError
+                reason = _transport_reason(exc, call_timeout)
+                raise ServerError(self._redact(f"POST {self.base_url}/flush_cache failed: {reason}")) from None
             if status == 200:
                 return True
             if status in (401, 403, 404):
@@ -606,6 +633,16 @@ def _loads(payload: bytes) -> Any:
         return json.loads(payload)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise _StreamError(f"malformed chunk (not JSON): {_short(payload.decode('utf-8', 'replace'), 80)}") from None
+
+
+def _transport_reason(exc: OSError, timeout: float) -> str:
+    """Why a control call got no answer: refused, timed out, or the exception's own words."""
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"timeout: no answer within {timeout:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (server not running?)"
+    text = _short(str(exc), 200)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

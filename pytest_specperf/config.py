@@ -7,7 +7,6 @@ allowed (`ConfigError`).
 
 from __future__ import annotations
 
-import difflib
 import re
 import string
 import tomllib
@@ -17,7 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
+from .fingerprint import DEFAULT_ENV_PATTERNS
 from .workload import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
 
 LAUNCHERS = ("sglang", "sim")
@@ -26,6 +26,8 @@ LAUNCHERS = ("sglang", "sim")
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 #: Algorithms whose draft model must be named (EAGLE/NEXTN may default to the target's MTP head).
 NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
+
+HTTP_URL = re.compile(r"^https?://[^/]+")
 
 #: Placeholders a `command` template may use.
 COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
@@ -43,10 +45,10 @@ RESERVED_FLAGS = {
     "--speculative-eagle-topk": "use the `eagle_topk` key",
     "--speculative-num-draft-tokens": "use the `num_draft_tokens` key",
     "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
+    "--admin-api-key": "not supported: /flush_cache would need it before every round; use `api_key` alone",
     "--cuda-graph-max-bs": "removed in SGLang 0.5.23 (exit 2, 'ambiguous option'): use --cuda-graph-max-bs-decode",
 }
 
-DEFAULT_ENV_PATTERNS = ("NCCL_*", "SGLANG_*", "CUDA_*", "TORCH_*", "NVIDIA_*", "PYTORCH_*", "NVSHMEM_*", "OMP_*")
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,11 @@ class ServerConfig:
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
     model: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    url: str | None = None
-    command: str | None = None
+    # repr=False: these may hold secrets, and pytest prints reprs in assertion failures
+    args: tuple[str, ...] = field(default=(), repr=False)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    url: str | None = field(default=None, repr=False)
+    command: str | None = field(default=None, repr=False)
     host: str = "127.0.0.1"
     startup_timeout: float | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -109,7 +112,7 @@ class SpecperfConfig:
     max_rounds: int | None = None
     max_regression: float = 0.05
     max_regression_accept_length: float = 0.02
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     env_patterns: tuple[str, ...] = DEFAULT_ENV_PATTERNS
     api_key: str | None = field(default=None, repr=False)
     sim_profile: str | None = None
@@ -222,6 +225,9 @@ class _Parser:
             "sim_profile": get.string("sim_profile", None),
             "sim_time_scale": get.number("sim_time_scale", 1.0, minimum=0),
         }
+        for key in ("max_regression", "max_regression_accept_length"):
+            if values[key] >= 1:
+                raise ConfigError(self.where("", key), f"must be a fraction below 1 (0.05 = 5%), got {values[key]:g}")
         if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
             raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
@@ -359,7 +365,7 @@ def check_args(server: ServerConfig, where: str) -> None:
 def check_attach(server: ServerConfig, table: dict[str, Any], where: str) -> None:
     if server.url is None:
         return
-    if not re.match(r"^https?://[^/]+", server.url):
+    if not HTTP_URL.match(server.url):
         raise ConfigError(f"{where} url", f"must be an http(s) URL like http://host:30000, got {server.url!r}")
     launch_only = sorted(k for k in ("command", "args", "env", "startup_timeout", "sim_args") if k in table)
     if launch_only:
@@ -405,11 +411,6 @@ def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
 def check_name(name: str, where: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError(where, "names may use letters, digits, '-', '_' and '.' only")
-
-
-def did_you_mean(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class _Getter:
@@ -514,7 +515,7 @@ def apply_overrides(
     for name, url in (attach or {}).items():
         if name not in servers:
             raise ConfigError("--specperf-attach", f"unknown server {name!r}{did_you_mean(name, servers)}")
-        if not re.match(r"^https?://[^/]+", url):
+        if not HTTP_URL.match(url):
             raise ConfigError("--specperf-attach", f"{name}={url!r}: the URL must look like http://host:port")
         servers[name] = replace(servers[name], url=url)
     for name in only_servers or []:

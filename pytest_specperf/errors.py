@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class SpecperfError(Exception):
     """Base class: an error pytest-specperf explains itself (no traceback needed)."""
@@ -26,3 +29,9 @@ class ServerError(SpecperfError):
 
 class StoreError(SpecperfError):
     """A stored baseline is missing, corrupt or of a newer schema."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'rounds'?)' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -27,6 +27,7 @@ import requests
 
 from .config import ServerConfig, SpecperfConfig
 from .errors import ServerError
+from .fingerprint import redact_args, redact_text
 
 #: Speculative servers cap running requests at this unless told otherwise (contract §0).
 SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
@@ -58,35 +59,35 @@ class LaunchPlan:
     @property
     def display_command(self) -> str:
         """The command line with the API key hidden, for logs, errors and reports."""
-        return shlex.join(redact_argv(self.argv))
+        return self.redact(shlex.join(redact_args(self.argv)))
+
+    def redact(self, text: str) -> str:
+        """Text that may quote the command or the server's own log, with every secret hidden.
+
+        A cluster `command` template can bury the key inside one quoted token (`bash -c "..."`),
+        and servers log their own arguments: the literal key is replaced wherever it appears.
+        """
+        text = redact_text(text)
+        return text.replace(self.api_key, "<redacted>") if self.api_key else text
 
     def child_env(self) -> dict[str, str]:
         return {**os.environ, **self.env_overrides}
 
 
-def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
-    """argv with the values of key flags replaced, so it can be shown anywhere."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-        elif arg in ("--api-key", "--admin-api-key"):
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith(("--api-key=", "--admin-api-key=")):
-            out.append(arg.split("=", 1)[0] + "=<redacted>")
-        else:
-            out.append(arg)
-    return out
-
-
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on right now (the kernel picks it).
+
+    For a server on another node (a cluster `command` with `host`), the port can only be checked
+    here; pick one on this machine, which is the best guess available without a remote probe.
+    """
+    for address in (host, "127.0.0.1"):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, 0))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise ServerError(f"no free port to bind on {host} or 127.0.0.1")
 
 
 def server_args(
@@ -144,7 +145,7 @@ def build_launch(
     elif server.command:
         argv = shlex.split(
             server.command.format(
-                python=shlex.quote(config.python), args=shlex.join(args), host=server.host, port=port,
+                python=config.python, args=shlex.join(args), host=server.host, port=port,
                 model=shlex.quote(config.model_of(server) or ""), name=server.name,
             )
         )  # fmt: skip
@@ -215,6 +216,7 @@ class ServerProcess:
         self.plan = plan
         self.parent_death_signal = parent_death_signal
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}  # what the server was really started with (fingerprints read it)
 
     @property
     def pid(self) -> int | None:
@@ -225,13 +227,14 @@ class ServerProcess:
         with self.plan.log_path.open("wb") as log:
             log.write(f"# specperf: {self.plan.display_command}\n".encode())
             log.flush()
+            self.env = self.plan.child_env()
             try:
                 self.proc = subprocess.Popen(
                     self.plan.argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env=self.plan.child_env(),
+                    env=self.env,
                     start_new_session=True,
                     preexec_fn=_PDEATHSIG_HOOK if self.parent_death_signal else None,
                 )
@@ -291,7 +294,7 @@ class ServerProcess:
         tail = self.log_tail()
         return (
             f"  command: {self.plan.display_command}\n  log: {self.plan.log_path}\n"
-            f"  last {len(tail)} log lines:\n" + "\n".join(f"    | {line}" for line in tail)
+            f"  last {len(tail)} log lines:\n" + "\n".join(f"    | {self.plan.redact(line)}" for line in tail)
         )
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -303,7 +306,7 @@ class ServerProcess:
 
     def last_log_line(self) -> str:
         tail = [line for line in self.log_tail(5) if line.strip()]
-        return tail[-1][-120:] if tail else "(no output yet)"
+        return self.plan.redact(tail[-1])[-120:] if tail else "(no output yet)"
 
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM the process group, wait up to `timeout`, then SIGKILL the whole tree."""

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import SpecperfConfig, did_you_mean
-from .errors import ConfigError
+from .config import SpecperfConfig
+from .errors import ConfigError, did_you_mean
 
 Range = tuple[float | None, float | None]
 
@@ -92,6 +92,9 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
             f"does not apply to the reference server {config.reference!r} (speedup is measured against it)",
         )
     ranges = {key: r for key in RANGE_METRICS if (r := _per_level(kwargs.get(key), levels, f"{where} {key}", _range))}
+    lossless = _bool(kwargs.get("lossless", False), f"{where} lossless")
+    if lossless:
+        _check_lossless(servers, workloads, config, f"{where} lossless")
     return SpecperfMarker(
         servers=servers,
         workloads=workloads,
@@ -101,7 +104,7 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
         max_regression_accept_length=_fraction(
             kwargs.get("max_regression_accept_length"), f"{where} max_regression_accept_length"
         ),
-        lossless=_bool(kwargs.get("lossless", False), f"{where} lossless"),
+        lossless=lossless,
         max_error_rate=_fraction(kwargs.get("max_error_rate"), f"{where} max_error_rate"),
     )
 
@@ -120,6 +123,18 @@ def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target
                     parts.append(f"c{level}")
                 cases.append((Target(server, workload, level), "-".join(parts)))
     return cases
+
+
+def _check_lossless(servers: tuple[str, ...], workloads: tuple[str, ...], config: SpecperfConfig, where: str) -> None:
+    """Losslessness compares outputs with the reference server's, token for token, at temperature 0."""
+    if config.reference in servers:
+        raise ConfigError(where, f"does not apply to the reference server {config.reference!r} (it is the reference)")
+    hot = [w for w in workloads if config.workloads[w].temperature > 0]
+    if hot:
+        raise ConfigError(
+            where,
+            f"needs temperature 0; workload {hot[0]!r} samples at temperature {config.workloads[hot[0]].temperature:g}",
+        )
 
 
 def _names(value: Any, known: Mapping[str, Any], where: str, what: str) -> tuple[str, ...]:

@@ -91,6 +91,7 @@ class Measurer:
             num_steps=cfg.num_steps,
             eagle_topk=cfg.eagle_topk,
             num_draft_tokens=cfg.num_draft_tokens,
+            algorithm=cfg.algorithm,
         )
         client = SGLangClient(server.url, server.api_key)
         prompts = self.prompts(workload)
@@ -125,7 +126,7 @@ class Measurer:
             loads = None
         identity = {
             "launcher": self.config.launcher,
-            "model": self.config.model_of(cfg) if not server.attached else cfg.model or None,
+            "model": self.config.model_of(cfg),
             "draft_model": cfg.draft_model,
             "algorithm": cfg.algorithm,
             "num_steps": cfg.num_steps,
@@ -171,10 +172,7 @@ class Measurer:
         plan: list[Prompt],
         concurrency: int,
     ) -> list[RequestRecord]:
-        sampling = SamplingParams(
-            max_new_tokens=workload.max_new_tokens, temperature=workload.temperature,
-            top_p=workload.top_p, ignore_eos=workload.ignore_eos,
-        )  # fmt: skip
+        sampling = SamplingParams.from_workload(workload)
         result = run_requests(
             client, plan, sampling, concurrency=concurrency, request_rate=workload.request_rate, seed=workload.seed
         )
@@ -207,15 +205,10 @@ def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) ->
         outside = [a for a in accept if not 1.0 <= a <= ceiling]
         if outside:
             warnings.append(f"accept length {outside[0]:.2f} outside [1, steps*topk+1 = {ceiling}]")
-    if (
-        measurement.num_steps is None
-        and measurement.num_draft_tokens is None
-        and accept
-        and not measurement.is_reference
-    ):
+    if measurement.algorithm is None and accept:
         warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
     level = measurement.key.concurrency
-    graph_bs = server_info.get("cuda_graph_max_bs_decode")
+    graph_bs = cuda_graph_max_bs(server_info)
     if isinstance(graph_bs, int) and level > graph_bs:
         warnings.append(
             f"concurrency {level} > --cuda-graph-max-bs-decode {graph_bs}: decode runs without CUDA graphs "
@@ -224,7 +217,28 @@ def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) ->
     running = server_info.get("max_running_requests")
     if isinstance(running, int) and level > running:
         warnings.append(f"concurrency {level} > the server's max_running_requests {running}: requests queue")
-    cached = [r.index for r in measurement.rounds if r.cached_tokens]
+    # only a round's first request proves the flush: later ones may share a chat template's prefix
+    cached = [r.index for r in measurement.rounds if r.records and _first(r.records).cached_tokens]
     if cached:
-        warnings.append(f"cached tokens after /flush_cache in round(s) {', '.join(str(i + 1) for i in cached)}")
+        warnings.append(
+            f"the first request of round(s) {', '.join(str(i + 1) for i in cached)} hit the radix cache "
+            "right after /flush_cache"
+        )
     return warnings
+
+
+def _first(records: Sequence[RequestRecord]) -> RequestRecord:
+    return min(records, key=lambda r: r.sent)
+
+
+def cuda_graph_max_bs(server_info: Mapping[str, Any]) -> int | None:
+    """The decode CUDA-graph batch limit the server resolved: the flag, or `cuda_graph_config`."""
+    value = server_info.get("cuda_graph_max_bs_decode")
+    if isinstance(value, int):
+        return value
+    config = server_info.get("cuda_graph_config")
+    if isinstance(config, Mapping):
+        for key in ("max_bs_decode", "cuda_graph_max_bs_decode", "max_bs"):
+            if isinstance(config.get(key), int):
+                return config[key]
+    return None

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import uuid
 import warnings
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -98,7 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "specperf(server=, workload=, min_speedup=, throughput=, accept_length=, tpot_ms=, ttft_ms=, "
-        "max_regression=, lossless=, max_error_rate=): measure a server config and check its performance",
+        "max_regression=, max_regression_accept_length=, lossless=, max_error_rate=): "
+        "measure a server config and check its performance",
     )
     try:
         specperf_config = _load(config)
@@ -177,6 +179,9 @@ class SpecperfPlugin:
         self.written: list[str] = []
         self.session: SpecperfSession | None = None
         self._previous_sigterm: Any = None
+        workerinput = getattr(config, "workerinput", None) or {}
+        # under xdist: the folder all workers of this session (and only of this session) share
+        self.session_id: str = workerinput.get("specperf_session") or uuid.uuid4().hex[:12]
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The session state is made here: the tmp_path factory (for the run dir) exists by now."""
@@ -188,6 +193,7 @@ class SpecperfPlugin:
                 self.run_dir,
                 progress=self.progress,
                 worker=workerinput["workerid"] if workerinput else None,
+                shared_dir=self.shared_dir,
             )
             self._install_signal_handlers()
             atexit.register(self._shutdown)
@@ -207,6 +213,10 @@ class SpecperfPlugin:
             return path
         factory = self.pytest_config._tmp_path_factory  # type: ignore[attr-defined]
         return factory.mktemp("specperf", numbered=False)
+
+    @property
+    def shared_dir(self) -> Path:
+        return self.run_dir / f".xdist-{self.session_id}"
 
     def progress(self, message: str) -> None:
         """A progress line on the terminal, even while pytest captures output."""
@@ -230,12 +240,12 @@ class SpecperfPlugin:
     def _shutdown(self) -> None:
         if self.session is None:
             return
-        kept = self.session.shutdown()
-        for server in kept:
-            self.progress(
-                f"kept {server.name} running (pid {server.process.pid if server.process else '?'}) at "
-                f"{server.url}; attach with --specperf-attach {server.name}={server.url}"
-            )
+        for server in self.session.shutdown():
+            pid = server.process.pid if server.process else server.pid
+            self._say_kept(server.name, pid, server.url)
+
+    def _say_kept(self, name: str, pid: int | None, url: str | None) -> None:
+        self.progress(f"kept {name} running (pid {pid}) at {url}; attach with --specperf-attach {name}={url}")
 
     # ---- collection ----------------------------------------------------------------------
 
@@ -332,7 +342,10 @@ class SpecperfPlugin:
     def _check(self, item: pytest.Item, result: SpecperfResult) -> None:
         """Fail the test that regressed (not the session), with the evidence in the message."""
         assert self.session is not None
-        evaluation = self.session.evaluate(item.nodeid, result.result, result.reference)
+        try:
+            evaluation = self.session.evaluate(item.nodeid, result.result, result.reference)
+        except SpecperfError as exc:  # e.g. the server died during adaptive rounds
+            pytest.fail(str(exc), pytrace=False)
         result.checks = evaluation.checks
         measurement = result.result
         for name in ("output_throughput", "accept_length", "mean_tpot_ms", "mean_ttft_ms"):
@@ -365,17 +378,24 @@ class SpecperfPlugin:
             workeroutput["specperf"] = json.dumps(self.session.worker_payload())
         elif self.session is not None and self.session.worker is None:
             self._kill_worker_leftovers()
-            if self.session.measurements:
+            if self.session.measurements or self.session.errors():
                 from .outputs import write_outputs
 
                 self.written = write_outputs(self.session.report(), self.session)
 
     def _kill_worker_leftovers(self) -> None:
-        """Controller's safety net: a server an xdist worker left (e.g. the worker crashed) is stopped."""
-        if not (self.run_dir / "servers.json").exists():
+        """Controller's safety net: servers xdist workers left (still shared at their end, or a crash).
+
+        With --specperf-keep-servers they stay, and the controller (whose output is shown) says how
+        to attach to them.
+        """
+        if not (self.shared_dir / "servers.json").exists():
             return
-        for pid in SharedRegistry(self.run_dir, "controller").running_pids():
-            terminate_tree(pid, timeout=self.config.stop_timeout if self.config else 10)
+        for name, entry in SharedRegistry(self.shared_dir, "controller").running().items():
+            if self.options.keep_servers:
+                self._say_kept(name, entry["pid"], entry.get("url"))
+            else:
+                terminate_tree(entry["pid"], timeout=self.config.stop_timeout if self.config else 10)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._shutdown()
@@ -384,7 +404,9 @@ class SpecperfPlugin:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.session is None or not self.session.measurements or self.options.report == "none":
+        if self.session is None or self.options.report == "none":
+            return
+        if not self.session.measurements and not self.session.errors():
             return
         from .report import terminal_summary
 
@@ -492,6 +514,7 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         """Every worker shares the controller's run directory (server registry, measurements, logs)."""
         node.workerinput["specperf_run_dir"] = str(self.plugin.run_dir)
+        node.workerinput["specperf_session"] = self.plugin.session_id
 
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         """With `--dist load` (the default for `-n`), keep each server's tests on one worker."""

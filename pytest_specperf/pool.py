@@ -7,6 +7,7 @@ needs it (that would cost 15 minutes each); its error is raised again at once.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,10 +49,7 @@ class RunningServer:
         elif self.pid is not None and not pid_alive(self.pid):
             raise ServerError(f"server {self.name!r} died during the session (log: {self.log_path})")
 
-    @property
-    def launch_env(self) -> dict[str, str]:
-        """The environment the server was started with (for fingerprints)."""
-        return self.launch_plan.child_env() if self.launch_plan else {}
+    launch_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 class ServerPool:
@@ -120,13 +118,15 @@ class ServerPool:
             _, server = self._alive.popitem(last=False)
             if self.keep_servers and not server.attached:
                 kept.append(server)
-            elif server.process is not None:  # servers of other xdist workers are theirs to stop
+            elif self.registry is None or not self.still_needed(server.name):
                 self._stop(server)
+            # else: another xdist worker still needs it; its last user (or the controller) stops it
         return kept
 
     @property
-    def alive(self) -> list[str]:
-        return list(self._alive)
+    def failed(self) -> dict[str, ServerError]:
+        """Configs whose server could not be started or died, with the error."""
+        return dict(self._failed)
 
     def _get(self, server: ServerConfig) -> RunningServer:
         if server.is_attached:
@@ -142,6 +142,7 @@ class ServerPool:
             return RunningServer(
                 server.name, claim.url, server, log_path=Path(claim.log_path) if claim.log_path else None,
                 api_key=api_key_for(server, self.config), pid=claim.pid,
+                launch_env={**os.environ, **self.config.env, **server.env},  # as the other worker started it
             )  # fmt: skip
         try:
             running = self._start(server)
@@ -182,6 +183,8 @@ class ServerPool:
         process = ServerProcess(plan, parent_death_signal=self.registry is None and not self.keep_servers)
         self.starts.append(server.name)
         process.start()
+        if self.registry is not None and process.pid is not None:
+            self.registry.started(server.name, process.pid)
         try:
             seconds = process.wait_ready(self.progress)
         except BaseException:
@@ -191,7 +194,7 @@ class ServerPool:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
         return RunningServer(
             server.name, plan.url, server, log_path=plan.log_path, api_key=plan.api_key,
-            process=process, startup_seconds=seconds, launch_plan=plan,
+            process=process, startup_seconds=seconds, launch_plan=plan, launch_env=process.env,
         )  # fmt: skip
 
     def _forget(self, name: str) -> None:

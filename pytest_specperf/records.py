@@ -189,6 +189,7 @@ class Measurement:
     num_draft_tokens: int | None = None
     num_steps: int | None = None
     eagle_topk: int | None = None
+    algorithm: str | None = None
     fingerprint: Any = None  # fingerprint.Fingerprint; typed loosely to keep this module leaf-level
 
     def samples(self, metric: str) -> list[float]:
@@ -218,6 +219,7 @@ class Measurement:
             "num_steps": self.num_steps,
             "eagle_topk": self.eagle_topk,
             "num_draft_tokens": self.num_draft_tokens,
+            "algorithm": self.algorithm,
             "warnings": list(self.warnings),
             "fingerprint": self.fingerprint.to_dict() if self.fingerprint is not None else None,
             "rounds": [r.to_dict() for r in self.rounds],
@@ -235,5 +237,6 @@ class Measurement:
             num_steps=data.get("num_steps"),
             eagle_topk=data.get("eagle_topk"),
             num_draft_tokens=data.get("num_draft_tokens"),
+            algorithm=data.get("algorithm"),
             fingerprint=fingerprint,
         )

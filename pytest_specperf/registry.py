@@ -3,7 +3,7 @@
 With `-n 2` every worker collects the whole suite but runs only part of it. A server config
 must still start once per session, never more than `max_servers` at a time on the machine, and
 two measurements must never overlap in time (they would slow each other down). Workers agree
-through two files in the session's run directory, each behind a file lock:
+through files in a folder of this session only (inside the run directory), each behind a file lock:
 
 - `servers.json`: which servers are starting or running (URL, pid), which tests are done
   (so the last user of a server, on whichever worker, stops it), and failed starts (so a
@@ -47,9 +47,10 @@ class Claim:
 class SharedRegistry:
     """Servers and finished tests of the session, in `servers.json` under a file lock."""
 
-    def __init__(self, run_dir: Path, worker: str) -> None:
-        self.path = run_dir / "servers.json"
-        self.lock = FileLock(str(run_dir / "servers.lock"))
+    def __init__(self, shared_dir: Path, worker: str) -> None:
+        shared_dir.mkdir(parents=True, exist_ok=True)
+        self.path = shared_dir / "servers.json"
+        self.lock = FileLock(str(shared_dir / "servers.lock"))
         self.worker = worker
 
     @contextmanager
@@ -72,7 +73,8 @@ class SharedRegistry:
                     raise ServerError(entry["error"])
                 if entry and entry["status"] == "ready":
                     return Claim(False, entry["url"], entry["pid"], entry["log_path"])
-                if entry is None and len(servers) < max_servers:
+                live = [e for e in servers.values() if e["status"] in ("starting", "ready")]
+                if entry is None and len(live) < max_servers:
                     servers[name] = {"status": "starting", "worker": self.worker, "pid": None, "since": time.time()}
                     return Claim(True)
             if not waited:
@@ -83,6 +85,13 @@ class SharedRegistry:
                     f"server {name!r}: no free server slot (max_servers = {max_servers}) in {timeout:g} s"
                 )
             time.sleep(POLL_S)
+
+    def started(self, name: str, pid: int) -> None:
+        """Record the pid as soon as the process exists, so a crash of this worker orphans nothing."""
+        with self._state() as state:
+            entry = state["servers"].get(name)
+            if entry is not None:
+                entry["pid"] = pid
 
     def ready(self, name: str, url: str, pid: int, log_path: str) -> None:
         with self._state() as state:
@@ -114,9 +123,10 @@ class SharedRegistry:
         with self._state() as state:
             return set(state["done"])
 
-    def running_pids(self) -> list[int]:
+    def running(self) -> dict[str, dict[str, Any]]:
+        """Servers with a process (starting or ready), by name."""
         with self._state() as state:
-            return [e["pid"] for e in state["servers"].values() if e.get("pid")]
+            return {name: dict(e) for name, e in state["servers"].items() if e.get("pid")}
 
 
 def _drop_dead(servers: dict[str, Any]) -> None:
@@ -129,10 +139,10 @@ def _drop_dead(servers: dict[str, Any]) -> None:
 class MeasurementCache:
     """Finished measurements on disk, shared by workers; `lock` also serialises measuring."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir / "measurements"
+    def __init__(self, shared_dir: Path) -> None:
+        self.dir = shared_dir / "measurements"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.lock = FileLock(str(run_dir / "measure.lock"))
+        self.lock = FileLock(str(shared_dir / "measure.lock"))
 
     def _path(self, key: MeasurementKey) -> Path:
         return self.dir / f"{safe_name(key.server)}--{safe_name(key.workload)}--c{key.concurrency}.json"

@@ -7,6 +7,7 @@ owns the middle of that flow so the pytest hooks in `plugin.py` stay thin.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class SpecperfSession:
     """Plan, servers and measurements of a session; one instance per pytest process.
 
     `worker` is the pytest-xdist worker id (None without xdist); workers share servers and
-    measurements through files in the run directory (see registry.py).
+    measurements through files in `shared_dir`, a folder of this session only (see registry.py).
     """
 
     config: SpecperfConfig
@@ -65,6 +66,7 @@ class SpecperfSession:
     run_dir: Path
     progress: Callable[[str], None] | None = None
     worker: str | None = None
+    shared_dir: Path | None = None
     planned: dict[str, PlannedTest] = field(default_factory=dict)
     measurements: dict[MeasurementKey, Measurement] = field(default_factory=dict)
     failures: dict[MeasurementKey, SpecperfError] = field(default_factory=dict)
@@ -72,13 +74,14 @@ class SpecperfSession:
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
+    _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from .measure import Measurer  # imports the HTTP client only when a suite is configured
 
-        shared = self.worker is not None
-        self.registry = SharedRegistry(self.run_dir, self.worker) if shared else None  # type: ignore[arg-type]
-        self.cache = MeasurementCache(self.run_dir) if shared else None
+        shared = self.worker is not None and self.shared_dir is not None
+        self.registry = SharedRegistry(self.shared_dir, self.worker) if shared else None  # type: ignore[arg-type]
+        self.cache = MeasurementCache(self.shared_dir) if shared else None  # type: ignore[arg-type]
         self.pool = ServerPool(
             self.config,
             self.run_dir,
@@ -198,7 +201,11 @@ class SpecperfSession:
             self.cache.put(measurement)
         if self.options.update:
             suite_dir = self.config.source.parent if self.config.source else None
-            self.saved[measurement.key] = self.store.save(measurement, suite_dir=suite_dir)
+            saved = self.store.save(measurement, suite_dir=suite_dir)
+            first = self.saved.get(measurement.key)
+            if first is not None:  # saved again after adaptive rounds: "old" is still last night's number
+                saved = dataclasses.replace(saved, old=first.old, replaced_error=first.replaced_error)
+            self.saved[measurement.key] = saved
 
     def finished(self, nodeid: str) -> None:
         """A test is done: stop its server when no remaining test (on any worker) needs it."""
@@ -278,9 +285,30 @@ class SpecperfSession:
         from .analysis import build_report
 
         baselines = {} if self.options.update else {k: self._readable_baseline(k) for k in self.measurements}
-        return build_report(
+        report = build_report(
             self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update
         )
+        # ERROR: nothing was measured, so there is no row; the night's artifacts still say why
+        report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in sorted(self.errors().items())]
+        return report
+
+    def errors(self) -> dict[MeasurementKey, str]:
+        """Measurements that could not be made, with the first line of why."""
+        failed = dict(self.failures)
+        for key in self.planned_keys():
+            if key.server in self.pool.failed and key not in failed:
+                failed[key] = self.pool.failed[key.server]  # the server never came up for it
+        own = {key: str(exc).splitlines()[0] for key, exc in failed.items() if key not in self.measurements}
+        return {**self._absorbed_errors, **own}
+
+    def planned_keys(self) -> list[MeasurementKey]:
+        """Every measurement the plan needs: the tests' own and the reference's."""
+        keys = {
+            MeasurementKey(t.target.server, t.target.workload, t.target.concurrency): None  # type: ignore[arg-type]
+            for t in self.planned.values()
+            if t.target.measured
+        }
+        return [*keys, *(k for k in self.reference_keys() if k not in keys)]
 
     def worker_payload(self) -> dict[str, Any]:
         """What an xdist worker hands the controller for the summary (JSON-able)."""
@@ -289,6 +317,7 @@ class SpecperfSession:
             "verdicts": [
                 [k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()
             ],
+            "errors": [[k.server, k.workload, k.concurrency, message] for k, message in self.errors().items()],
             "saved": [
                 [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
                 for k, s in self.saved.items()
@@ -303,6 +332,8 @@ class SpecperfSession:
             known = self.measurements.get(measurement.key)
             if known is None or len(measurement.rounds) > len(known.rounds):
                 self.measurements[measurement.key] = measurement
+        for server, workload, level, message in payload.get("errors", []):
+            self._absorbed_errors[MeasurementKey(server, workload, level)] = message
         for server, workload, level, values in payload["verdicts"]:
             self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
         for server, workload, level, path, old, new in payload["saved"]:

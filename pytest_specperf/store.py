@@ -54,6 +54,14 @@ _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))})
 
 
+class _NewerSchemaError(StoreError):
+    """A stored file written by a newer pytest-specperf (a schema_version this one cannot read)."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
 @dataclass(frozen=True)
 class Summary:
     """Headline numbers for reviewers and `specperf show`; always derived from the rounds."""
@@ -196,7 +204,9 @@ class BaselineStore:
         """Store `measurement` as the baseline of its key, replacing any previous one.
 
         The document is built and serialised before the lock is taken and before any file is
-        opened, so a failure there leaves the store untouched.
+        opened, so a failure there leaves the store untouched. A previous file that is corrupt is
+        replaced (`SaveResult.replaced_error` says why); one of a newer schema_version is not: a
+        newer pytest-specperf wrote it, and rewriting it in this version's schema would lose data.
         """
         if not isinstance(measurement.fingerprint, Fingerprint):
             raise ValueError(
@@ -244,6 +254,8 @@ def _scrub(value: Any) -> Any:
     """Redact secrets in every string and turn non-finite floats into None (strict JSON).
 
     None is already how records say "undefined"; NaN would make the file unreadable to jq & co.
+    Same rule as `jsonreport.clean`, which cannot be imported here: jsonreport (and analysis, which
+    it imports) import this module.
     """
     if isinstance(value, str):
         return redact_text(value)
@@ -267,6 +279,13 @@ def _old_summary(path: Path) -> tuple[Summary | None, str | None]:
         return None, None
     try:
         return read_baseline(path).summary, None
+    except _NewerSchemaError as exc:
+        raise StoreError(
+            f"{path}: refusing to overwrite a baseline of schema_version {exc.version}, newer than this "
+            f"pytest-specperf ({pytest_specperf.__version__}) writes (schema_version {SCHEMA_VERSION}): a newer "
+            "pytest-specperf stored it and downgrading it would lose data; upgrade pytest-specperf "
+            "(or delete the file to start a new baseline with this version)"
+        ) from None
     except StoreError as exc:
         return None, str(exc)
 
@@ -302,8 +321,9 @@ def _check_header(path: Path, data: dict[str, Any]) -> None:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise StoreError(f"{path}: corrupt baseline: bad schema_version {version!r}")
     if version > SCHEMA_VERSION:
-        raise StoreError(
+        raise _NewerSchemaError(
             f"{path}: schema_version {version} is newer than this pytest-specperf "
             f"({pytest_specperf.__version__}) supports (schema_version {SCHEMA_VERSION}); "
-            "upgrade pytest-specperf to read it"
+            "upgrade pytest-specperf to read it",
+            version,
         )

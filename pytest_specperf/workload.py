@@ -29,7 +29,6 @@ threshold, not something that changes the measured numbers).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -39,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_specperf.errors import ConfigError
+from pytest_specperf.errors import ConfigError, did_you_mean
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_CATEGORIES: tuple[str, ...] = ("chat", "code", "math", "summarization", "qa")
@@ -137,7 +136,7 @@ def parse_workload(name: str, table: Mapping[str, Any], where: str, base_dir: Pa
     for key, raw in table.items():
         key_where = f"{table_where} {key}"
         if key not in _KEYS:
-            raise ConfigError(key_where, f"unknown key{_did_you_mean(key, _KEYS)}")
+            raise ConfigError(key_where, f"unknown key{did_you_mean(key, _KEYS)}")
         values[key] = _check_value(_KEYS[key], raw, key_where)
     if "prompts" in values:
         values["prompts"] = _check_prompts_spec(values["prompts"], base_dir, f"{table_where} prompts")
@@ -220,13 +219,8 @@ def _check_prompts_spec(spec: str, base_dir: Path, where: str) -> str:
 
 def _check_builtin_name(name: str, where: str) -> None:
     if name not in BUILTIN_SETS:
-        hint = _did_you_mean(name, BUILTIN_SETS)
+        hint = did_you_mean(name, BUILTIN_SETS)
         raise ConfigError(where, f"unknown builtin prompt set {name!r}{hint}; sets: {', '.join(BUILTIN_SETS)}")
-
-
-def _did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _type_name(value: Any) -> str:

@@ -20,7 +20,9 @@ PROG = "pytest_specperf.sim"
 #: SGLang 0.5.23's built-in speculative algorithms (``spec.py:31-34``).
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-NEEDS_DRAFT_MODEL = ("EAGLE", "EAGLE3", "STANDALONE")
+#: Algorithms whose draft model must be named. EAGLE and NEXTN may run without one: SGLang then drafts with
+#: the target's own MTP layers (the draft path defaults to the target path, sglang-contract.md §1.3).
+NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
 SPEC_DEFAULT_MAX_RUNNING = 48
 NGRAM_BFS_BREADTH = 10
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
@@ -268,7 +270,7 @@ def _resolve_spec(
     if algorithm in NEEDS_DRAFT_MODEL and draft is None:
         raise ConfigError(f"--speculative-algorithm {algorithm} needs --speculative-draft-model-path (the draft model)")
     if draft is None:
-        draft = args.model_path  # NEXTN/MTP drafts with the target's own layers; NGRAM has no draft model
+        draft = args.model_path  # EAGLE/NEXTN (MTP) draft with the target's own layers; NGRAM has no draft model
     if algorithm == "NGRAM":
         return _resolve_ngram(given, notices), resolved, None
     steps, topk, tokens = _eagle_sizes(given, algorithm, profile, notices)

@@ -217,8 +217,11 @@ class Engine:
         if greedy:
             text_rng = random.Random(prompt.seed("text"))
             accept_rng = random.Random(prompt.seed("accept", s.seed))
+        elif params.sampling_seed is not None:  # reproducible per (seed, prompt), as SGLang's sampler is
+            text_rng = random.Random(prompt.seed(f"sampled-text/{params.sampling_seed}"))
+            accept_rng = random.Random(prompt.seed(f"sampled-accept/{params.sampling_seed}"))
         else:
-            base = params.sampling_seed if params.sampling_seed is not None else s.seed * 1_000_003 + n
+            base = s.seed * 1_000_003 + n
             text_rng, accept_rng = random.Random(f"text/{base}"), random.Random(f"accept/{base}")
         lo, hi = s.profile.output.natural_tokens
         natural = lo + int(prompt.unit("natural") * (hi - lo + 1))

@@ -220,3 +220,20 @@ def test_marker_errors_are_usage_errors(make_suite, marker: str, expected: str) 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([expected])
     assert suite.starts() == []
+
+
+@pytest.mark.parametrize(
+    ("marker", "workload", "expected"),
+    [
+        ("server='plain', lossless=True", "", "*@specperf lossless: does not apply to the reference server 'plain'*"),
+        ("lossless=True", "temperature = 0.7\n", "*@specperf lossless: needs temperature 0; workload 'default'*"),
+    ],
+)
+def test_lossless_needs_a_speculative_server_at_temperature_zero(make_suite, marker, workload, expected) -> None:
+    suite = make_suite(
+        f"import pytest\n\n@pytest.mark.specperf({marker})\ndef test_x(specperf):\n    pass\n",
+        workloads=PERF_WORKLOAD + workload,
+    )
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])

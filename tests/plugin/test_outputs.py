@@ -114,3 +114,24 @@ def test_plot_without_matplotlib_is_a_usage_error_before_any_server_starts(make_
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--specperf-plot needs matplotlib*pip install pytest-specperf[[]plot[]]*"])
     assert suite.starts() == []
+
+
+def test_a_night_with_no_server_still_writes_its_report(make_suite, tmp_path) -> None:
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step')\ndef test_x(specperf):\n    pass\n",
+        servers="""
+        [specperf.servers.plain]
+        [specperf.servers.eagle3-5step]
+        algorithm = "EAGLE3"
+        draft_model = "sim/draft"
+        num_steps = 5
+        eagle_topk = 1
+        num_draft_tokens = 6
+        sim_args = ["--sim-fail-at-startup"]
+        """,
+    )
+    report = tmp_path / "night.json"
+    result = suite.run(f"--specperf-json={report}")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR eagle3-5step/default/c1: server 'eagle3-5step' exited with code 1*"])
+    assert any(w.startswith("ERROR eagle3-5step/default/c1") for w in json.loads(report.read_text())["warnings"])

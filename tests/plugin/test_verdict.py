@@ -256,3 +256,12 @@ def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite) ->
     strict = probe.run("--specperf-strict")
     strict.assert_outcomes(failed=1)
     strict.stdout.fnmatch_lines(["*--specperf-strict fails it*"])
+
+
+def test_a_plain_server_has_accept_length_one(make_suite) -> None:
+    suite = verdict_suite(
+        make_suite,
+        "import pytest\n\n@pytest.mark.specperf(server='plain', accept_length=(1.0, 1.0))\ndef test_x(specperf):\n"
+        "    pass\n",
+    )
+    suite.run().assert_outcomes(passed=1)

@@ -55,6 +55,24 @@ def test_nextn_resolves_to_eagle_and_drafts_with_the_target():
     assert c.speculative_draft_model_path == "m"
 
 
+def test_eagle_without_draft_drafts_with_the_target_like_nextn():
+    """SGLang lets EAGLE run without a draft path on MTP-capable targets: the draft defaults to the target."""
+    c = cfg("--speculative-algorithm", "EAGLE")
+    assert c.speculative_algorithm == "EAGLE"
+    assert c.speculative_draft_model_path == "m"
+    assert (c.spec.algorithm, c.spec.steps, c.spec.topk, c.spec.draft_tokens) == ("EAGLE", 3, 1, 4)
+    assert (
+        cfg("--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d").speculative_draft_model_path
+        == "d"
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE3", "STANDALONE"])
+def test_eagle3_and_standalone_still_need_a_draft_path(algorithm):
+    with pytest.raises(ConfigError, match=f"{algorithm} needs --speculative-draft-model-path"):
+        cfg("--speculative-algorithm", algorithm)
+
+
 def test_ngram_resolution():
     c = cfg("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "16")
     assert (c.spec.algorithm, c.spec.topk, c.spec.draft_tokens, c.spec.steps) == ("NGRAM", 10, 16, 1)

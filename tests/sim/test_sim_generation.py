@@ -53,6 +53,26 @@ def test_temperature_above_0_is_random(plain_sim):
     assert len(seeded) == 1
 
 
+def test_sampling_seed_is_per_prompt_and_not_the_greedy_draw(plain_sim):
+    """One workload seed is sent with every request: reproducible per prompt, but not one shared draw."""
+    seeded = [plain_sim.generate(p, max_new_tokens=20, temperature=0.8, sampling_seed=0)["text"] for p in PROMPTS]
+    assert len(set(seeded)) == len(PROMPTS)
+    assert seeded == [
+        plain_sim.generate(p, max_new_tokens=20, temperature=0.8, sampling_seed=0)["text"] for p in PROMPTS
+    ]
+    greedy = [plain_sim.generate(p, max_new_tokens=20)["text"] for p in PROMPTS]
+    assert seeded != greedy
+    other = [plain_sim.generate(p, max_new_tokens=20, temperature=0.8, sampling_seed=1)["text"] for p in PROMPTS]
+    assert other != seeded
+
+
+def test_chat_seed_is_the_sampling_seed(plain_sim):
+    """SGLang's ChatCompletionRequest forwards OpenAI's `seed` as `sampling_seed`."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "temperature": 0.8, "seed": 7}
+    texts = {plain_sim.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"] for _ in "ab"}
+    assert len(texts) == 1
+
+
 def test_output_retokenizes_to_completion_tokens(plain_sim):
     from pytest_specperf.sim.text import tokenize
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specperf.config import ServerConfig, SpecperfConfig
-from pytest_specperf.launch import build_launch, redact_argv
+from pytest_specperf.launch import build_launch
 
 EAGLE = ServerConfig(
     name="eagle3-5step",
@@ -85,12 +85,16 @@ def test_the_api_key_is_passed_but_never_shown(tmp_path: Path, monkeypatch: pyte
     assert launch.argv[-2:] == ("--api-key", "sk-secret")
     assert launch.api_key == "sk-secret"
     assert "sk-secret" not in launch.display_command and "sk-secret" not in repr(launch)
-    assert redact_argv(["--api-key=k", "--admin-api-key", "a"]) == [
-        "--api-key=<redacted>",
-        "--admin-api-key",
-        "<redacted>",
-    ]
     assert shlex.split(launch.display_command)[-1] == "<redacted>"
+
+
+def test_a_key_inside_a_quoted_command_template_is_hidden_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPERF_API_KEY", "TOPSECRETKEY123")
+    server = ServerConfig(name="c", command='srun bash -c "{python} -m sglang.launch_server {args}"')
+    launch = plan(server, tmp=tmp_path)
+    assert "TOPSECRETKEY123" in " ".join(launch.argv)
+    assert "TOPSECRETKEY123" not in launch.display_command
+    assert launch.redact("ServerArgs(api_key='TOPSECRETKEY123')") == "ServerArgs(api_key='<redacted>')"
 
 
 def test_each_start_gets_its_own_log_file(tmp_path: Path) -> None:

@@ -363,6 +363,22 @@ def test_newer_schema_says_what_is_supported(store: BaselineStore) -> None:
     assert f"supports (schema_version {SCHEMA_VERSION})" in message
 
 
+def test_update_refuses_to_overwrite_a_newer_schema(store: BaselineStore) -> None:
+    data = stored_dict(store)
+    data["schema_version"] = SCHEMA_VERSION + 1
+    path = write_raw(store, json.dumps(data))
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        store.save(measurement(), suite_dir=None)
+    message = str(info.value)
+    assert str(path) in message and "refusing to overwrite" in message
+    assert f"schema_version {SCHEMA_VERSION + 1}" in message
+    assert f"writes (schema_version {SCHEMA_VERSION})" in message
+    assert "newer pytest-specperf" in message
+    assert path.read_bytes() == before
+    assert leftovers(store.root) == []
+
+
 def test_file_under_the_wrong_key_is_refused(store: BaselineStore) -> None:
     text = store.save(measurement(), suite_dir=None).path.read_text()
     other = MeasurementKey(KEY.server, KEY.workload, 2)
@@ -376,6 +392,15 @@ def test_save_replaces_a_corrupt_file_and_says_so(store: BaselineStore) -> None:
     result = store.save(measurement(), suite_dir=None)
     assert result.old is None
     assert "not valid JSON" in (result.replaced_error or "")
+    assert store.load(KEY) is not None
+
+
+def test_save_replaces_a_file_with_a_corrupt_schema_version(store: BaselineStore) -> None:
+    data = stored_dict(store)
+    data["schema_version"] = "2"  # not an integer: corrupt, not newer
+    write_raw(store, json.dumps(data))
+    result = store.save(measurement(), suite_dir=None)
+    assert result.old is None and "bad schema_version '2'" in (result.replaced_error or "")
     assert store.load(KEY) is not None
 
 
