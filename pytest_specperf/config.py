@@ -50,7 +50,6 @@ RESERVED_FLAGS = {
 }
 
 
-
 @dataclass(frozen=True)
 class ServerConfig:
     """A named way to get one SGLang server: launch settings, or a URL to attach to."""

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .errors import SpecperfError
+from .fingerprint import redact_text
 
 
 def _umask() -> int:
@@ -69,3 +72,20 @@ def read_json_object(path: Path, error: type[SpecperfError], what: str) -> dict[
     if not isinstance(data, dict):
         raise error(f"{path}: corrupt {what}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def clean(value: Any) -> Any:
+    """Strict JSON, no secrets: non-finite floats become null, every string is redacted.
+
+    Every JSON file the plugin writes (baselines, reports, BMF) passes through it: None is how
+    records say "undefined", and NaN would make a file unreadable to jq and friends.
+    """
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value

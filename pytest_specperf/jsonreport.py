@@ -27,8 +27,8 @@ import pytest_specperf
 from .analysis import Fit, Report, Row, sweep_summaries
 from .costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
 from .errors import SpecperfError
-from .fingerprint import Change, Fingerprint, redact_text
-from .jsonfile import atomic_write, read_json_object
+from .fingerprint import Change, Fingerprint
+from .jsonfile import atomic_write, clean, read_json_object
 from .records import Measurement, MeasurementKey
 from .schema import SCHEMA_NAME, SCHEMA_VERSION, validate
 from .stats import Estimate, coefficient_of_variation
@@ -249,22 +249,6 @@ def saved_json(key: MeasurementKey, saved: SaveResult) -> dict[str, Any]:
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
-
-
-def clean(value: Any) -> Any:
-    """Strict JSON, no secrets: non-finite floats become null, every string is redacted.
-
-    Public because every JSON file the plugin writes passes through it, the BMF file too.
-    """
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value
 
 
 # --- decoding ----------------------------------------------------------------------------------------

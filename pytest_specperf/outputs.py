@@ -16,7 +16,8 @@ from typing import Any
 
 from .analysis import Report
 from .errors import SpecperfError
-from .jsonreport import clean, report_document, write_json
+from .jsonfile import clean
+from .jsonreport import report_document, write_json
 from .stats import Estimate
 
 # --- Bencher Metric Format -----------------------------------------------------------------------------

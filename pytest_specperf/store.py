@@ -40,8 +40,8 @@ import filelock
 
 import pytest_specperf
 from pytest_specperf.errors import StoreError
-from pytest_specperf.fingerprint import Fingerprint, redact_text
-from pytest_specperf.jsonfile import atomic_write, read_json_object
+from pytest_specperf.fingerprint import Fingerprint
+from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
 from pytest_specperf.records import Measurement, MeasurementKey
 
 SCHEMA_VERSION = 1
@@ -250,27 +250,9 @@ def _document(measurement: Measurement, summary: Summary, provenance: Provenance
     }
 
 
-def _scrub(value: Any) -> Any:
-    """Redact secrets in every string and turn non-finite floats into None (strict JSON).
-
-    None is already how records say "undefined"; NaN would make the file unreadable to jq & co.
-    Same rule as `jsonreport.clean`, which cannot be imported here: jsonreport (and analysis, which
-    it imports) import this module.
-    """
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_scrub(v) for v in value]
-    return value
-
-
 def dumps(document: dict[str, Any]) -> str:
     """The stored text: scrubbed, key-sorted, indent 2, trailing newline."""
-    return json.dumps(_scrub(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(clean(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _old_summary(path: Path) -> tuple[Summary | None, str | None]:

@@ -236,7 +236,7 @@ def test_failed_serialisation_leaves_old_file_intact(store: BaselineStore, monke
     def broken(value: object) -> object:
         raise RuntimeError("serialiser died")
 
-    monkeypatch.setattr(store_module, "_scrub", broken)
+    monkeypatch.setattr(store_module, "clean", broken)
     with pytest.raises(RuntimeError, match="serialiser died"):
         store.save(measurement(throughputs=(1.0,)), suite_dir=None)
     assert path.read_bytes() == before
