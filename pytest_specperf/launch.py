@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from .fingerprint import redact_args, redact_text
 #: Speculative servers cap running requests at this unless told otherwise (contract §0).
 SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 LOG_TAIL_LINES = 40
+GPU_RELEASE_TIMEOUT_S = 60.0
 PROGRESS_INTERVAL_S = 10.0
 _PROBE_INTERVAL_S = 0.25
 _POLL_INTERVAL_S = 0.1
@@ -317,7 +319,8 @@ class ServerProcess:
 
 
 def terminate_tree(pid: int, timeout: float) -> None:
-    """Stop a server started in its own process group: SIGTERM, wait, then SIGKILL every descendant.
+    """Stop a server started in its own process group: SIGTERM, wait, then SIGKILL every descendant,
+    then wait until none of them holds GPU memory (the next server would fail with OOM otherwise).
 
     The descendants are listed before and after the SIGTERM: once the parent dies they are
     re-parented and can no longer be found from it (SGLang spawns schedulers and a detokenizer).
@@ -335,6 +338,37 @@ def terminate_tree(pid: int, timeout: float) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     psutil.wait_procs(alive, timeout=10)
+    wait_for_gpu_release(set(tree), timeout=GPU_RELEASE_TIMEOUT_S)
+
+
+def gpu_pids() -> set[int] | None:
+    """Pids holding GPU memory on this host (`nvidia-smi`), or None where there is no NVIDIA GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=15, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {int(line) for line in out.split() if line.strip().isdigit()}
+
+
+def wait_for_gpu_release(pids: set[int], timeout: float) -> bool:
+    """Poll until no pid of a stopped server holds GPU memory; False if some still do at `timeout`.
+
+    The driver frees a dead process's memory asynchronously, so "the process is gone" is not yet
+    "the GPUs are free" (SGLang's own tests wait the same way before the next launch).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        holding = gpu_pids()
+        if holding is None or not holding & pids:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(1.0)
 
 
 def _tree(pid: int) -> dict[int, psutil.Process]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pytest
 
 from pytest_specperf.config import ServerConfig, SpecperfConfig
-from pytest_specperf.launch import build_launch
+from pytest_specperf.launch import build_launch, gpu_pids, wait_for_gpu_release
 
 EAGLE = ServerConfig(
     name="eagle3-5step",
@@ -100,3 +101,33 @@ def test_a_key_inside_a_quoted_command_template_is_hidden_too(tmp_path: Path, mo
 def test_each_start_gets_its_own_log_file(tmp_path: Path) -> None:
     first, second = plan(tmp=tmp_path), plan(tmp=tmp_path)
     assert (first.log_path.name, second.log_path.name) == ("eagle3-5step.log", "eagle3-5step~2.log")
+
+
+def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_gpu_release_waits_for_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first query still lists pid 4242, later ones do not: the driver freed its memory
+    counter = tmp_path / "calls"
+    fake_nvidia_smi(tmp_path, monkeypatch, f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
+                    f'[ "$n" -lt 1 ] && echo 4242; echo 77\n')  # fmt: skip
+    assert gpu_pids() == {4242, 77}
+    assert wait_for_gpu_release({4242}, timeout=30) is True
+    assert int(counter.read_text()) >= 2
+
+
+def test_gpu_release_gives_up_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 4242\n")
+    assert wait_for_gpu_release({4242}, timeout=0) is False
+
+
+def test_no_gpu_no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert gpu_pids() is None
+    assert wait_for_gpu_release({1}, timeout=60) is True
