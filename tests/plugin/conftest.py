@@ -37,6 +37,23 @@ eagle_topk = 1
 num_draft_tokens = 3
 """
 
+ONE_SPEC_SERVER = """
+[specperf.servers.plain]
+[specperf.servers.eagle3-5step]
+algorithm = "EAGLE3"
+draft_model = "sim/draft"
+num_steps = 5
+eagle_topk = 1
+num_draft_tokens = 6
+"""
+
+
+@pytest.fixture
+def one_spec_server() -> Callable[[str], str]:
+    """The reference plus one EAGLE-3 server, with extra lines (`sim_args = [...]`) for the latter."""
+    return lambda extra: ONE_SPEC_SERVER + extra + "\n"
+
+
 TINY_WORKLOAD = """
 [specperf.workloads.default]
 prompts = "builtin:chat"

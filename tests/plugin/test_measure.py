@@ -107,7 +107,7 @@ def test_token_and_request_weighted_accept_length_differ_on_mixed_lengths(make_s
     suite.run().assert_outcomes(passed=1)
 
 
-def test_tests_sharing_a_measurement_measure_once(make_suite) -> None:
+def test_tests_sharing_a_measurement_measure_once(make_suite, one_spec_server) -> None:
     suite = measured_suite(
         make_suite,
         """
@@ -128,16 +128,7 @@ def test_tests_sharing_a_measurement_measure_once(make_suite) -> None:
             served = [l for l in metrics.splitlines() if l.startswith("sglang:num_requests_total")]
             print("SERVED", served[0].split()[-1])
         """,
-        servers="""
-        [specperf.servers.plain]
-        [specperf.servers.eagle3-5step]
-        algorithm = "EAGLE3"
-        draft_model = "sim/draft"
-        num_steps = 5
-        eagle_topk = 1
-        num_draft_tokens = 6
-        args = ["--enable-metrics"]
-        """,
+        servers=one_spec_server('args = ["--enable-metrics"]'),
     )
     result = suite.run("-s")
     result.assert_outcomes(passed=4)
@@ -147,7 +138,7 @@ def test_tests_sharing_a_measurement_measure_once(make_suite) -> None:
     assert suite.starts() == ["eagle3-5step", "plain"]
 
 
-def test_http_errors_are_counted_and_fail_the_test_clearly(make_suite) -> None:
+def test_http_errors_are_counted_and_fail_the_test_clearly(make_suite, one_spec_server) -> None:
     suite = measured_suite(
         make_suite,
         """
@@ -161,16 +152,7 @@ def test_http_errors_are_counted_and_fail_the_test_clearly(make_suite) -> None:
         def test_tolerant(specperf):
             assert specperf.result.error_count > 0
         """,
-        servers="""
-        [specperf.servers.plain]
-        [specperf.servers.eagle3-5step]
-        algorithm = "EAGLE3"
-        draft_model = "sim/draft"
-        num_steps = 5
-        eagle_topk = 1
-        num_draft_tokens = 6
-        sim_args = ["--sim-error-rate", "0.2", "--sim-seed", "3"]
-        """,
+        servers=one_spec_server('sim_args = ["--sim-error-rate", "0.2", "--sim-seed", "3"]'),
         workloads=PERF_WORKLOAD.replace("num_requests = 4", "num_requests = 10"),
     )
     result = suite.run()

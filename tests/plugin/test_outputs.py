@@ -116,19 +116,10 @@ def test_plot_without_matplotlib_is_a_usage_error_before_any_server_starts(make_
     assert suite.starts() == []
 
 
-def test_a_night_with_no_server_still_writes_its_report(make_suite, tmp_path) -> None:
+def test_a_night_with_no_server_still_writes_its_report(make_suite, one_spec_server, tmp_path) -> None:
     suite = make_suite(
         "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step')\ndef test_x(specperf):\n    pass\n",
-        servers="""
-        [specperf.servers.plain]
-        [specperf.servers.eagle3-5step]
-        algorithm = "EAGLE3"
-        draft_model = "sim/draft"
-        num_steps = 5
-        eagle_topk = 1
-        num_draft_tokens = 6
-        sim_args = ["--sim-fail-at-startup"]
-        """,
+        servers=one_spec_server('sim_args = ["--sim-fail-at-startup"]'),
     )
     report = tmp_path / "night.json"
     result = suite.run(f"--specperf-json={report}")

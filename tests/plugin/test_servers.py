@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -161,33 +164,41 @@ num_draft_tokens = 3
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_to_pytest_leaves_no_server(make_suite, sig: signal.Signals) -> None:
-    suite = make_suite(
-        """
-        import pytest, threading
+BLOCKING_TEST = """
+import pytest, threading
 
-        @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
-        def test_block(specperf_server):
-            print("SERVER-UP", flush=True)
-            threading.Event().wait(120)
-        """
-    )
+@pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
+def test_block(specperf_server):
+    print("SERVER-UP", flush=True)
+    threading.Event().wait(120)
+"""
+
+
+@contextlib.contextmanager
+def pytest_blocked_in_a_test(suite) -> Iterator[subprocess.Popen[bytes]]:
+    """A pytest process whose test body waits with a ready server; killed at the end if still alive."""
     proc = suite.pytester.popen(
         [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", str(suite.pytester.path)],
         stdout=-1,
         stderr=-2,
     )
     try:
-        for line in proc.stdout:  # wait for the test body, i.e. a ready server
+        for line in proc.stdout:  # the test body runs only once the server is ready
             if b"SERVER-UP" in line:
                 break
         assert len(suite.processes()) == 1
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_pytest_leaves_no_server(make_suite, sig: signal.Signals) -> None:
+    suite = make_suite(BLOCKING_TEST)
+    with pytest_blocked_in_a_test(suite) as proc:
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
     assert suite.processes() == []
 
 
@@ -256,33 +267,12 @@ def test_exitfirst_on_a_failure_leaves_no_server(make_suite) -> None:
 
 
 def test_pytest_killed_outright_takes_its_servers_along(make_suite) -> None:
-    suite = make_suite(
-        """
-        import pytest, threading
-
-        @pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
-        def test_block(specperf_server):
-            print("SERVER-UP", flush=True)
-            threading.Event().wait(120)
-        """
-    )
-    proc = suite.pytester.popen(
-        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", str(suite.pytester.path)],
-        stdout=-1,
-        stderr=-2,
-    )
-    try:
-        for line in proc.stdout:
-            if b"SERVER-UP" in line:
-                break
+    suite = make_suite(BLOCKING_TEST)
+    with pytest_blocked_in_a_test(suite) as proc:
         servers = suite.processes()
-        assert len(servers) == 1
         proc.kill()  # SIGKILL: no cleanup code of pytest runs
         proc.wait(timeout=30)
         _, alive = psutil.wait_procs(servers, timeout=30)  # the kernel's parent-death signal stops it
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert alive == []
 
 

@@ -151,20 +151,11 @@ def test_lossless_passes_on_a_faithful_simulator(make_suite) -> None:
     verdict_suite(make_suite, LOSSLESS).run().assert_outcomes(passed=2)
 
 
-def test_lossless_fails_when_speculation_changes_outputs(make_suite) -> None:
+def test_lossless_fails_when_speculation_changes_outputs(make_suite, one_spec_server) -> None:
     suite = verdict_suite(
         make_suite,
         LOSSLESS.replace("lossless=True", "server='eagle3-5step', lossless=True"),
-        servers="""
-        [specperf.servers.plain]
-        [specperf.servers.eagle3-5step]
-        algorithm = "EAGLE3"
-        draft_model = "sim/draft"
-        num_steps = 5
-        eagle_topk = 1
-        num_draft_tokens = 6
-        sim_args = ["--sim-lossy-rate", "0.5"]
-        """,
+        servers=one_spec_server('sim_args = ["--sim-lossy-rate", "0.5"]'),
     )
     result = suite.run()
     result.assert_outcomes(failed=1)
@@ -219,22 +210,13 @@ def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyP
     assert stored["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
 
 
-def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite) -> None:
+def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite, one_spec_server) -> None:
     """A bound inside the interval cannot be decided: the run says so, and --specperf-strict fails it.
 
     Seeded HTTP 500s make rounds differ a lot (and the same way in every run), so the interval of two
     rounds is wide and the first run's own mean lies inside the second run's interval.
     """
-    noisy = """
-    [specperf.servers.plain]
-    [specperf.servers.eagle3-5step]
-    algorithm = "EAGLE3"
-    draft_model = "sim/draft"
-    num_steps = 5
-    eagle_topk = 1
-    num_draft_tokens = 6
-    sim_args = ["--sim-error-rate", "0.4", "--sim-seed", "11"]
-    """
+    noisy = one_spec_server('sim_args = ["--sim-error-rate", "0.4", "--sim-seed", "11"]')
     probe = verdict_suite(
         make_suite,
         "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9)\ndef test_x(specperf):\n"
