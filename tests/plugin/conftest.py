@@ -49,6 +49,12 @@ num_draft_tokens = 6
 
 
 @pytest.fixture
+def three_servers() -> Callable[[str], str]:
+    """`plain`, `eagle3-5step` (with extra lines, e.g. a fault switch) and `eagle3-2step`."""
+    return lambda extra: SPEC_SERVERS.replace("num_draft_tokens = 6\n", f"num_draft_tokens = 6\n{extra}\n", 1)
+
+
+@pytest.fixture
 def one_spec_server() -> Callable[[str], str]:
     """The reference plus one EAGLE-3 server, with extra lines (`sim_args = [...]`) for the latter."""
     return lambda extra: ONE_SPEC_SERVER + extra + "\n"

@@ -74,7 +74,7 @@ def test_max_servers_one_never_runs_two(make_suite) -> None:
     assert peak == 1
 
 
-def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite) -> None:
+def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite, three_servers) -> None:
     suite = make_suite(
         """
         import pytest
@@ -91,7 +91,7 @@ def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite) -> No
         def test_plain(specperf_server):
             pass
         """,
-        servers=SERVERS_WITH_FAULT.format(fault='"--sim-fail-at-startup"'),
+        servers=three_servers('sim_args = ["--sim-fail-at-startup"]'),
     )
     started = time.monotonic()
     result = suite.run()
@@ -103,7 +103,7 @@ def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite) -> No
     assert elapsed < 30
 
 
-def test_never_ready_fails_at_the_startup_timeout(make_suite) -> None:
+def test_never_ready_fails_at_the_startup_timeout(make_suite, three_servers) -> None:
     suite = make_suite(
         """
         import pytest
@@ -112,7 +112,7 @@ def test_never_ready_fails_at_the_startup_timeout(make_suite) -> None:
         def test_a(specperf_server):
             pass
         """,
-        servers=SERVERS_WITH_FAULT.format(fault='"--sim-never-ready"').replace(
+        servers=three_servers('sim_args = ["--sim-never-ready"]').replace(
             "num_draft_tokens = 6\n", "num_draft_tokens = 6\nstartup_timeout = 3\n", 1
         ),
     )
@@ -121,7 +121,7 @@ def test_never_ready_fails_at_the_startup_timeout(make_suite) -> None:
     result.stdout.fnmatch_lines(["*was not ready after its startup_timeout of 3 s; it was stopped*"])
 
 
-def test_server_dying_mid_session_errors_its_tests_only(make_suite) -> None:
+def test_server_dying_mid_session_errors_its_tests_only(make_suite, three_servers) -> None:
     suite = make_suite(
         """
         import pytest, requests
@@ -135,33 +135,13 @@ def test_server_dying_mid_session_errors_its_tests_only(make_suite) -> None:
         def test_b(specperf_server):
             pass
         """,
-        servers=SERVERS_WITH_FAULT.format(fault='"--sim-exit-after-requests", "1"'),
+        servers=three_servers('sim_args = ["--sim-exit-after-requests", "1"]'),
     )
     result = suite.run("-v")
     # plain: a and b pass; eagle3-5step: a kills the server, b errors; eagle3-2step: all pass
     result.assert_outcomes(passed=5, errors=1)
     result.stdout.fnmatch_lines(["*test_b?eagle3-5step? ERROR*"])
     result.stdout.fnmatch_lines(["*server 'eagle3-5step' died during the session*"])
-
-
-SERVERS_WITH_FAULT = """
-[specperf.servers.plain]
-
-[specperf.servers.eagle3-5step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-sim_args = [{fault}]
-
-[specperf.servers.eagle3-2step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 2
-eagle_topk = 1
-num_draft_tokens = 3
-"""
 
 
 BLOCKING_TEST = """
