@@ -366,7 +366,8 @@ class SpecperfPlugin:
             pytest.fail(failure_message(measurement, evaluation, evaluation.missed), pytrace=False)
         if evaluation.inconclusive:
             message = failure_message(measurement, evaluation, evaluation.inconclusive)
-            message += f"\n  still inconclusive after {len(measurement.rounds)} rounds (max_rounds)"
+            message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
+            message += "".join(f"\n  {c.name}: {c.advice.reason}" for c in evaluation.inconclusive if c.advice)
             if self.options.strict:
                 pytest.fail(message + "; --specperf-strict fails it", pytrace=False)
             warnings.warn(SpecperfWarning(message), stacklevel=1)

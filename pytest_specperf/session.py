@@ -256,6 +256,7 @@ class SpecperfSession:
                 else m.max_regression_accept_length
             ),
             max_error_rate=c.workloads[workload].max_error_rate if m.max_error_rate is None else m.max_error_rate,
+            max_rounds=c.effective_max_rounds,
         )
 
     def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
@@ -269,8 +270,8 @@ class SpecperfSession:
             evaluation = evaluate(result, reference, marker, limits, baseline, updating=self.options.update)
             if evaluation.missed or not evaluation.inconclusive:
                 break
-            if len(result.rounds) >= self.config.effective_max_rounds:
-                break
+            if len(result.rounds) >= self.config.effective_max_rounds or not evaluation.more_rounds_help:
+                break  # out of rounds, or more of this server's rounds cannot decide it (e.g. a noisy baseline)
             server = self.pool.acquire(key.server)
             with self._measuring():
                 self.measurer.extend(result, server, self.config.workloads[key.workload], 1)

@@ -17,9 +17,14 @@ from .fingerprint import FingerprintDiff, diff
 from .markers import RANGE_METRICS, SpecperfMarker
 from .records import METRICS, Measurement
 from .stats import (
+    DEFAULT_MAX_ROUNDS,
     Decision,
     Direction,
     Estimate,
+    RoundsAdvice,
+    advise_regression,
+    advise_rounds,
+    coefficient_of_variation,
     decide_range,
     decide_regression,
     decide_threshold,
@@ -48,6 +53,11 @@ class CheckResult:
     message: str
     estimate: Estimate | None = None
     improved: bool = False
+    advice: RoundsAdvice | None = None  # for an INCONCLUSIVE check: would more rounds decide it?
+
+    @property
+    def more_rounds_help(self) -> bool:
+        return self.decision is Decision.INCONCLUSIVE and (self.advice is None or self.advice.helps)
 
 
 @dataclass
@@ -66,6 +76,11 @@ class Evaluation:
     @property
     def inconclusive(self) -> list[CheckResult]:
         return [c for c in self.checks if c.decision is Decision.INCONCLUSIVE]
+
+    @property
+    def more_rounds_help(self) -> bool:
+        """Whether adding rounds is expected to decide an inconclusive check (else stop early)."""
+        return any(c.more_rounds_help for c in self.checks)
 
     @property
     def missed(self) -> list[CheckResult]:
@@ -112,19 +127,28 @@ def check_errors(result: Measurement, allowed: float) -> CheckResult:
     return CheckResult("errors", decision, message)
 
 
-def check_speedup(result: Measurement, reference: Measurement | None, minimum: float) -> CheckResult:
+def check_speedup(
+    result: Measurement, reference: Measurement | None, minimum: float, max_rounds: int = DEFAULT_MAX_ROUNDS
+) -> CheckResult:
     if reference is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
-    ratio = ratio_estimate(result.samples("output_throughput"), reference.samples("output_throughput"))
+    current, ref = result.samples("output_throughput"), reference.samples("output_throughput")
+    ratio = ratio_estimate(current, ref)
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
+    advice = advise_rounds(  # only this server's rounds can grow: the reference was measured once
+        ratio, [minimum], decision, max_rounds=max_rounds,
+        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=coefficient_of_variation(ref) or 0.0,
+    )  # fmt: skip
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
         f"({len(result.rounds)} vs {len(reference.rounds)} rounds) must be >= {minimum:g}: {decision.value}"
     )
-    return CheckResult("min_speedup", decision, message, ratio)
+    return CheckResult("min_speedup", decision, message, ratio, advice=advice)
 
 
-def check_range(result: Measurement, key: str, low: float | None, high: float | None) -> CheckResult:
+def check_range(
+    result: Measurement, key: str, low: float | None, high: float | None, max_rounds: int = DEFAULT_MAX_ROUNDS
+) -> CheckResult:
     metric = RANGE_METRICS[key]
     samples = result.samples(metric)
     if not samples and metric == "accept_length" and result.algorithm is None:
@@ -138,7 +162,8 @@ def check_range(result: Measurement, key: str, low: float | None, high: float | 
         f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {len(samples)} rounds "
         f"must lie in {bounds}: {decision.value}"
     )
-    return CheckResult(key, decision, message, estimate)
+    advice = advise_rounds(estimate, [low, high], decision, max_rounds=max_rounds)
+    return CheckResult(key, decision, message, estimate, advice=advice)
 
 
 def check_lossless(result: Measurement, reference: Measurement | None) -> CheckResult:
@@ -168,7 +193,11 @@ def check_lossless(result: Measurement, reference: Measurement | None) -> CheckR
 
 
 def check_regression(
-    result: Measurement, baseline: StoredBaseline, metric: str, max_regression: float
+    result: Measurement,
+    baseline: StoredBaseline,
+    metric: str,
+    max_regression: float,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
 ) -> CheckResult | None:
     current, stored = result.samples(metric), baseline.measurement.samples(metric)
     if not current or not stored:
@@ -183,7 +212,8 @@ def check_regression(
         f"{fmt(outcome.baseline)} ({len(stored)} rounds): ratio {fmt(outcome.ratio, 3)}, "
         f"allowed {_allowed(max_regression, metric)}: {change}"
     )
-    return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved)
+    advice = advise_regression(outcome, max_rounds=max_rounds)
+    return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved, advice)
 
 
 def _allowed(max_regression: float, metric: str) -> str:
@@ -196,11 +226,12 @@ def _allowed(max_regression: float, metric: str) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """Tolerances in force for a test (marker > command line > config)."""
+    """Tolerances in force for a test (marker > config > defaults), and how far rounds may grow."""
 
     max_regression: float
     max_regression_accept_length: float
     max_error_rate: float
+    max_rounds: int = DEFAULT_MAX_ROUNDS
 
 
 def evaluate(
@@ -220,11 +251,11 @@ def evaluate(
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if minimum is not None:
-            checks.append(check_speedup(result, reference, minimum))
+            checks.append(check_speedup(result, reference, minimum, limits.max_rounds))
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:
-                checks.append(check_range(result, key, *bounds))
+                checks.append(check_range(result, key, *bounds, limits.max_rounds))
         if marker.lossless:
             checks.append(check_lossless(result, reference))
     if baseline is not None and not updating:
@@ -234,7 +265,7 @@ def evaluate(
                 ("output_throughput", limits.max_regression),
                 ("accept_length", limits.max_regression_accept_length),
             ):
-                check = check_regression(result, baseline, metric, tolerance)
+                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds)
                 if check is not None:
                     checks.append(check)
     return evaluation

@@ -1,0 +1,95 @@
+"""The checks of one test and the verdict they add up to, on hand-built measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from report_samples import baseline_of, fingerprint, measurement
+
+from pytest_specperf.markers import SpecperfMarker
+from pytest_specperf.stats import Decision
+from pytest_specperf.verdict import Limits, Verdict, evaluate, failure_message
+
+LIMITS = Limits(max_regression=0.05, max_regression_accept_length=0.02, max_error_rate=0.0, max_rounds=10)
+STEADY = [1.59] * 5
+
+
+def spec(tok_s: list[float], **kw):
+    return measurement("eagle3-5step", tok_s, [2.1] * len(tok_s), [1.4] * len(tok_s), **kw)
+
+
+def plain(tok_s: list[float], **kw):
+    return measurement("plain", tok_s, None, STEADY[: len(tok_s)], **kw)
+
+
+def marker(**kw) -> SpecperfMarker:
+    return SpecperfMarker(servers=("eagle3-5step",), workloads=("chat",), **kw)
+
+
+def test_met_speedup_and_no_baseline_is_new() -> None:
+    result = evaluate(
+        spec([700, 701, 699, 700, 700]), plain([610, 611, 609, 610, 610]), marker(min_speedup=1.1), LIMITS, None,
+        updating=False,
+    )  # fmt: skip
+    assert [c.decision for c in result.checks] == [Decision.MET, Decision.MET]  # errors, speedup
+    assert result.verdict is Verdict.NEW
+
+
+def test_missed_speedup_is_a_regression_naming_the_numbers() -> None:
+    current = spec([600, 601, 599, 600, 600])
+    result = evaluate(current, plain([610, 611, 609, 610, 610]), marker(min_speedup=1.1), LIMITS, None, updating=False)
+    assert result.verdict is Verdict.REGRESSION
+    text = failure_message(current, result, result.missed)
+    assert "REGRESSION eagle3-5step/chat/c1:" in text
+    assert "min_speedup: speedup 0.984 [" in text and "must be >= 1.1: missed" in text
+
+
+def test_a_noisy_reference_stops_adaptive_rounds_early() -> None:
+    """More rounds of this server cannot narrow an interval that the reference's own noise makes wide."""
+    noisy_reference = plain([500, 700, 560, 640, 610])
+    result = evaluate(spec([671] * 5), noisy_reference, marker(min_speedup=1.1), LIMITS, None, updating=False)
+    (speedup,) = [c for c in result.checks if c.name == "min_speedup"]
+    assert speedup.decision is Decision.INCONCLUSIVE
+    assert speedup.advice is not None and not speedup.advice.helps
+    assert not result.more_rounds_help
+
+
+def test_a_slightly_noisy_check_asks_for_more_rounds() -> None:
+    current = spec([700, 708, 693, 701, 699])
+    result = evaluate(current, None, marker(ranges={"throughput": (699.0, None)}), LIMITS, None, updating=False)
+    (check,) = [c for c in result.checks if c.name == "throughput"]
+    assert check.decision is Decision.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE
+
+
+def test_regression_against_the_baseline_shows_the_environment_drift(tmp_path: Path) -> None:
+    stored = baseline_of(spec([700, 701, 699, 700, 700]), tmp_path / "b.json")
+    current = spec([600, 601, 599, 600, 600], nccl="Tree")
+    result = evaluate(current, None, None, LIMITS, stored, updating=False)
+    assert result.verdict is Verdict.REGRESSION
+    text = failure_message(current, result, result.missed)
+    assert "ratio 0.857 [" in text and "allowed -5%: REGRESSION" in text
+    assert "NCCL_ALGO: Ring → Tree" in text
+
+
+def test_identity_change_is_incomparable_and_skips_the_comparison(tmp_path: Path) -> None:
+    stored = baseline_of(spec([700] * 5), tmp_path / "b.json")
+    current = spec([600] * 5)
+    other = fingerprint("eagle3-5step")
+    current.fingerprint = type(other)({**other.identity, "model": "another/model"}, other.environment)
+    result = evaluate(current, None, None, LIMITS, stored, updating=False)
+    assert result.verdict is Verdict.INCOMPARABLE
+    assert [c.name for c in result.checks] == ["errors"]
+
+
+def test_a_plain_server_accepts_one_token_per_step() -> None:
+    result = evaluate(
+        plain([610] * 3), None, marker(ranges={"accept_length": (1.0, 1.0)}), LIMITS, None, updating=False
+    )
+    assert [c.decision for c in result.checks] == [Decision.MET, Decision.MET]
+
+
+def test_update_skips_the_baseline_and_says_pass(tmp_path: Path) -> None:
+    stored = baseline_of(spec([700] * 5), tmp_path / "b.json")
+    result = evaluate(spec([600] * 5), None, None, LIMITS, stored, updating=True)
+    assert result.verdict is Verdict.PASS
