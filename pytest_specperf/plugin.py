@@ -25,7 +25,7 @@ from .pool import RunningServer
 from .records import Measurement
 from .registry import SharedRegistry
 from .session import Options, PlannedTest, SpecperfSession
-from .verdict import failure_message, incomparable_message
+from .verdict import CheckResult, failure_message, incomparable_message
 
 SESSION_PLUGIN = "specperf-session"
 TARGET_PARAM = "specperf_server"
@@ -141,7 +141,7 @@ class SpecperfResult:
     result: Measurement
     reference: Measurement | None = None
     marker: SpecperfMarker | None = None
-    checks: list[Any] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
