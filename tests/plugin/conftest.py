@@ -37,15 +37,8 @@ eagle_topk = 1
 num_draft_tokens = 3
 """
 
-ONE_SPEC_SERVER = """
-[specperf.servers.plain]
-[specperf.servers.eagle3-5step]
-algorithm = "EAGLE3"
-draft_model = "sim/draft"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-"""
+#: the reference and the 5-step config only
+ONE_SPEC_SERVER = SPEC_SERVERS[: SPEC_SERVERS.index("[specperf.servers.eagle3-2step]")]
 
 
 @pytest.fixture
