@@ -21,7 +21,7 @@ from .analysis import Fit, Report, Row, SweepSummary
 from .costmodel import FitStatus
 from .fingerprint import UNSET, Fingerprint
 from .stats import Estimate
-from .sweep import Certainty, CrossoverKind, LevelWinner
+from .sweep import Certainty, Crossover, CrossoverKind, LevelWinner
 
 #: Terminal summary width: CI logs and 120-column terminals show it without wrapping.
 WIDTH = 120
@@ -295,7 +295,7 @@ def sweep_blocks(sweep: SweepSummary, reference: str | None) -> list[Block]:
     return blocks
 
 
-def crossover_line(name: str, crossover: Any) -> str:
+def crossover_line(name: str, crossover: Crossover) -> str:
     text = crossover.describe()
     if crossover.kind is CrossoverKind.ABOVE_ALL:
         return f"{name}: speedup >= 1 at every level measured; crossover {text}"
