@@ -36,8 +36,8 @@ from pathlib import Path
 
 import psutil
 
-from pytest_specperf.client import RoundResult, SamplingParams, SGLangClient, run_requests
-from pytest_specperf.workload import Prompt
+from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.measure.http import RoundResult, SamplingParams, SGLangClient, run_requests
 
 _METRIC = re.compile(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_specperf.stats import (
+from pytest_specperf.verdict.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_ROUNDS,

@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import Report, Row, sweep_summaries
-from .config import SpecperfConfig
-from .errors import SpecperfError
-from .fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
-from .jsonreport import (
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.records import Measurement
+from pytest_specperf.report.analysis import Report, Row, sweep_summaries
+from pytest_specperf.report.jsonreport import (
     LoadedReport,
     ReportError,
     fit_json,
@@ -40,13 +40,20 @@ from .jsonreport import (
     report_document,
     write_json,
 )
-from .records import Measurement
-from .report import pm, render_text, summary_blocks, text_table
-from .schema import REPORT_SCHEMA
-from .stats import Decision, Direction, Estimate, RegressionResult, decide_regression, mean_estimate
-from .store import KIND as BASELINE_KIND
-from .store import BaselineStore, StoredBaseline, read_baseline
-from .verdict import Verdict
+from pytest_specperf.report.schema import REPORT_SCHEMA
+from pytest_specperf.report.terminal import pm, render_text, summary_blocks, text_table
+from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
+from pytest_specperf.verdict.stats import (
+    Decision,
+    Direction,
+    Estimate,
+    RegressionResult,
+    decide_regression,
+    mean_estimate,
+)
+from pytest_specperf.verdict.store import KIND as BASELINE_KIND
+from pytest_specperf.verdict.store import BaselineStore, StoredBaseline, read_baseline
 
 OK, REGRESSED, FAILED = 0, 1, 2
 EXIT_CODES = """exit codes:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecperfError
-from .fingerprint import redact_text
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.verdict.fingerprint import redact_text
 
 
 def _umask() -> int:

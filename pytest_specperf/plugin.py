@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from . import __version__
-from .config import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
-from .errors import ConfigError, SpecperfError
-from .launch import terminate_tree
-from .markers import SpecperfMarker, Target, parse_marker, targets
-from .pool import RunningServer
-from .records import Measurement
-from .registry import SharedRegistry
-from .session import Options, PlannedTest, SpecperfSession
-from .verdict import CheckResult, failure_message, incomparable_message
+from pytest_specperf import __version__
+from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf.errors import ConfigError, SpecperfError
+from pytest_specperf.measure.records import Measurement
+from pytest_specperf.servers.launch import terminate_tree
+from pytest_specperf.servers.pool import RunningServer
+from pytest_specperf.servers.registry import SharedRegistry
+from pytest_specperf.session import Options, PlannedTest, SpecperfSession
+from pytest_specperf.verdict.checks import CheckResult, failure_message, incomparable_message
+from pytest_specperf.verdict.markers import SpecperfMarker, Target, parse_marker, targets
 
 SESSION_PLUGIN = "specperf-session"
 TARGET_PARAM = "specperf_server"
@@ -108,7 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"pytest-specperf: {exc}") from None
     plugin = SpecperfPlugin(config, specperf_config)
     if plugin.options.plot_dir:
-        from .plots import missing_matplotlib
+        from pytest_specperf.report.plots import missing_matplotlib
 
         if problem := missing_matplotlib():  # say so before any server starts, not after the run
             raise pytest.UsageError(f"pytest-specperf: {problem}")
@@ -380,7 +380,7 @@ class SpecperfPlugin:
         elif self.session is not None and self.session.worker is None:
             self._kill_worker_leftovers()
             if self.session.measurements or self.session.errors():
-                from .outputs import write_outputs
+                from pytest_specperf.report.outputs import write_outputs
 
                 self.written = write_outputs(self.session.report(), self.session)
 
@@ -409,7 +409,7 @@ class SpecperfPlugin:
             return
         if not self.session.measurements and not self.session.errors():
             return
-        from .report import terminal_summary
+        from pytest_specperf.report.terminal import terminal_summary
 
         terminal_summary(terminalreporter, self.session)
         for line in self.written:
@@ -521,7 +521,7 @@ class XdistHooks:
         """With `--dist load` (the default for `-n`), keep each server's tests on one worker."""
         if config.getoption("dist") != "load" or self.plugin.config is None:
             return None
-        from .scheduling import ServerScheduling
+        from pytest_specperf.servers.scheduling import ServerScheduling
 
         return ServerScheduling(config, log, servers=self.plugin.config.servers)
 

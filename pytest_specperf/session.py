@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import SpecperfConfig
-from .errors import SpecperfError
-from .fingerprint import Fingerprint
-from .markers import SpecperfMarker, Target
-from .pool import RunningServer, ServerPool
-from .records import Measurement, MeasurementKey
-from .registry import MeasurementCache, SharedRegistry
-from .store import BaselineStore, SaveResult, StoredBaseline, Summary
-from .verdict import Evaluation, Limits, Verdict, evaluate
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.servers.pool import RunningServer, ServerPool
+from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
+from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
+from pytest_specperf.verdict.fingerprint import Fingerprint
+from pytest_specperf.verdict.markers import SpecperfMarker, Target
+from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
 
 if TYPE_CHECKING:
-    from .analysis import Report
+    from pytest_specperf.report.analysis import Report
 
 
 @dataclass
@@ -77,7 +77,7 @@ class SpecperfSession:
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from .measure import Measurer  # imports the HTTP client only when a suite is configured
+        from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client only when a suite is configured
 
         shared = self.worker is not None and self.shared_dir is not None
         self.registry = SharedRegistry(self.shared_dir, self.worker) if shared else None  # type: ignore[arg-type]
@@ -283,7 +283,7 @@ class SpecperfSession:
 
     def report(self) -> Report:
         """The session's results as one report model (terminal, Markdown and JSON render it)."""
-        from .analysis import build_report
+        from pytest_specperf.report.analysis import build_report
 
         baselines = {} if self.options.update else {k: self._readable_baseline(k) for k in self.measurements}
         report = build_report(

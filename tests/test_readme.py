@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config import GLOBAL_KEYS, SERVER_KEYS
-from pytest_specperf.markers import MARKER_KEYS
-from pytest_specperf.verdict import Verdict
-from pytest_specperf.workload import WorkloadConfig
+from pytest_specperf.config.settings import GLOBAL_KEYS, SERVER_KEYS
+from pytest_specperf.config.workloads import WorkloadConfig
+from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.markers import MARKER_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_specperf.client import SGLangClient
+from pytest_specperf.measure.http import SGLangClient
 
 STARTUP_TIMEOUT = 30.0
 SPEC_ARGS = (

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 import pytest
 from simproc import SimServer
 
-from pytest_specperf.client import RoundResult, SamplingParams, SGLangClient, run_requests
+from pytest_specperf.config.workloads import Prompt
 from pytest_specperf.errors import ServerError
-from pytest_specperf.records import RequestRecord
-from pytest_specperf.workload import Prompt
+from pytest_specperf.measure.http import RoundResult, SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.records import RequestRecord
 
 TEXT = Prompt("t1", "Explain why the sky is blue in two sentences.", None, "qa")
 CHAT = Prompt("c1", None, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}), "chat")

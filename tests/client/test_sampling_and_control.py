@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from simproc import SimServer, free_port
 
-from pytest_specperf.client import SamplingParams, SGLangClient
+from pytest_specperf.config.workloads import Prompt, WorkloadConfig
 from pytest_specperf.errors import ServerError
-from pytest_specperf.workload import Prompt, WorkloadConfig
+from pytest_specperf.measure.http import SamplingParams, SGLangClient
 
 SECRET = "sk-flush-0123456789abcdef"
 CHAT = Prompt("c1", None, ({"role": "user", "content": "Say something random."},), "chat")

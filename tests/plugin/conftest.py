@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_specperf.config import ServerConfig, SpecperfConfig
-from pytest_specperf.launch import ServerProcess, build_launch
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.servers.launch import ServerProcess, build_launch
 
 SPEC_SERVERS = """
 [specperf.servers.plain]

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_specperf.schema import validate
+from pytest_specperf.report.schema import validate
 
 SPEEDUP_TEST = """
 import pytest

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import re
 
+from pytest_specperf.report.sweep import find_crossover
 from pytest_specperf.sim.profile import SpecConfig, load_profile
-from pytest_specperf.stats import Estimate
-from pytest_specperf.sweep import find_crossover
+from pytest_specperf.verdict.stats import Estimate
 
 LEVELS = (1, 2, 4, 8)
 #: How far the engine's measured throughput strays from the profile's analytic models: up to 3% in

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_specperf.analysis import Report, build_report
-from pytest_specperf.config import ServerConfig, SpecperfConfig
-from pytest_specperf.fingerprint import Fingerprint
-from pytest_specperf.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
-from pytest_specperf.store import Provenance, StoredBaseline, Summary
-from pytest_specperf.verdict import Verdict
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.report.analysis import Report, build_report
+from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.fingerprint import Fingerprint
+from pytest_specperf.verdict.store import Provenance, StoredBaseline, Summary
 
 SERVERS = {
     "plain": ServerConfig("plain"),

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from report_samples import CONFIG, measurement, story_measurements
 
-from pytest_specperf.analysis import build_report
 from pytest_specperf.cli import main
-from pytest_specperf.jsonreport import dumps, load_report, report_document, write_json
-from pytest_specperf.records import Measurement
-from pytest_specperf.schema import validate
-from pytest_specperf.store import BaselineStore
+from pytest_specperf.measure.records import Measurement
+from pytest_specperf.report.analysis import build_report
+from pytest_specperf.report.jsonreport import dumps, load_report, report_document, write_json
+from pytest_specperf.report.schema import validate
+from pytest_specperf.verdict.store import BaselineStore
 
 
 def write_report(path: Path, measurements: list[Measurement], host: str = "gpu-a") -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config import apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf.config.settings import apply_overrides, find_config_file, load_config, parse_attach
 from pytest_specperf.errors import ConfigError
 
 BASE = """

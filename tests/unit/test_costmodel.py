@@ -1,11 +1,11 @@
-"""Unit tests of pytest_specperf.costmodel, hand-checked against the story in design.md §3."""
+"""Unit tests of pytest_specperf.report.costmodel, hand-checked against the story in design.md §3."""
 
 import math
 
 import numpy as np
 import pytest
 
-from pytest_specperf.costmodel import (
+from pytest_specperf.report.costmodel import (
     FitStatus,
     analyze,
     break_even_accept_length,
@@ -23,7 +23,7 @@ from pytest_specperf.costmodel import (
     speedup_from_throughput,
     speedup_from_tpot,
 )
-from pytest_specperf.stats import Estimate
+from pytest_specperf.verdict.stats import Estimate
 
 # design.md §3: Kimi-K2.5 on 8 GPUs, EAGLE-3.
 REFERENCE_TOK_S = 62.9  # plain decoding without NCCL tuning

@@ -8,7 +8,7 @@ import platform
 import pytest
 
 import pytest_specperf
-from pytest_specperf.fingerprint import (
+from pytest_specperf.verdict.fingerprint import (
     DEFAULT_ENV_PATTERNS,
     REDACTED,
     Change,

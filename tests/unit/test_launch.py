@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config import ServerConfig, SpecperfConfig
-from pytest_specperf.launch import build_launch, gpu_pids, wait_for_gpu_release
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.servers.launch import build_launch, gpu_pids, wait_for_gpu_release
 
 EAGLE = ServerConfig(
     name="eagle3-5step",

@@ -13,15 +13,22 @@ from types import SimpleNamespace
 import pytest
 from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
 
-from pytest_specperf import outputs
-from pytest_specperf.analysis import build_report
-from pytest_specperf.jsonreport import decode_report, dumps, report_document
-from pytest_specperf.outputs import bmf_document, write_outputs
-from pytest_specperf.plots import PlotError, write_plots
-from pytest_specperf.report import WIDTH, render_markdown, render_text, simulation_note, summary_blocks, sweep_blocks
-from pytest_specperf.schema import REPORT_SCHEMA, validate
-from pytest_specperf.stats import Estimate
-from pytest_specperf.store import BaselineStore
+from pytest_specperf.report import outputs
+from pytest_specperf.report.analysis import build_report
+from pytest_specperf.report.jsonreport import decode_report, dumps, report_document
+from pytest_specperf.report.outputs import bmf_document, write_outputs
+from pytest_specperf.report.plots import PlotError, write_plots
+from pytest_specperf.report.schema import REPORT_SCHEMA, validate
+from pytest_specperf.report.terminal import (
+    WIDTH,
+    render_markdown,
+    render_text,
+    simulation_note,
+    summary_blocks,
+    sweep_blocks,
+)
+from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.verdict.store import BaselineStore
 
 STORY_TEXT = """\
 store: .specperf

@@ -1,4 +1,4 @@
-"""Unit tests of pytest_specperf.stats: intervals, decisions, round advice."""
+"""Unit tests of pytest_specperf.verdict.stats: intervals, decisions, round advice."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_specperf.stats import (
+from pytest_specperf.verdict.stats import (
     DEFAULT_CONFIDENCE,
     Decision,
     Direction,

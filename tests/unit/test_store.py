@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from pytest_specperf import jsonfile
-from pytest_specperf import store as store_module
 from pytest_specperf.errors import StoreError
-from pytest_specperf.fingerprint import Fingerprint
-from pytest_specperf.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
-from pytest_specperf.store import SCHEMA_VERSION, BaselineStore, Summary, safe_name
+from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.verdict import store as store_module
+from pytest_specperf.verdict.fingerprint import Fingerprint
+from pytest_specperf.verdict.store import SCHEMA_VERSION, BaselineStore, Summary, safe_name
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
 FINGERPRINT = Fingerprint(

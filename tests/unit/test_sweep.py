@@ -1,17 +1,17 @@
-"""Unit tests of pytest_specperf.sweep: crossover interpolation and best config per level."""
+"""Unit tests of pytest_specperf.report.sweep: crossover interpolation and best config per level."""
 
 import math
 
 import pytest
 
-from pytest_specperf.stats import Estimate
-from pytest_specperf.sweep import (
+from pytest_specperf.report.sweep import (
     Certainty,
     CrossoverKind,
     best_config_per_level,
     crossovers,
     find_crossover,
 )
+from pytest_specperf.verdict.stats import Estimate
 
 LEVELS = (1, 4, 16, 64)
 

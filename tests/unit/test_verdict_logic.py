@@ -6,9 +6,9 @@ from pathlib import Path
 
 from report_samples import baseline_of, fingerprint, measurement
 
-from pytest_specperf.markers import SpecperfMarker
-from pytest_specperf.stats import Decision
-from pytest_specperf.verdict import Limits, Verdict, evaluate, failure_message
+from pytest_specperf.verdict.checks import Limits, Verdict, evaluate, failure_message
+from pytest_specperf.verdict.markers import SpecperfMarker
+from pytest_specperf.verdict.stats import Decision
 
 LIMITS = Limits(max_regression=0.05, max_regression_accept_length=0.02, max_error_rate=0.0, max_rounds=10)
 STEADY = [1.59] * 5

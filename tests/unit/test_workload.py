@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specperf.errors import ConfigError
-from pytest_specperf.workload import (
+from pytest_specperf.config.workloads import (
     BUILTIN_CATEGORIES,
     BUILTIN_SETS,
     DEFAULT_WORKLOAD,
@@ -22,6 +21,7 @@ from pytest_specperf.workload import (
     warmup_plan,
     workload_hash,
 )
+from pytest_specperf.errors import ConfigError
 
 CONFIG = "/repo/specperf.toml"
 

@@ -57,9 +57,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_specperf.config.workloads import Prompt, WorkloadConfig
 from pytest_specperf.errors import ServerError
-from pytest_specperf.records import RequestRecord
-from pytest_specperf.workload import Prompt, WorkloadConfig
+from pytest_specperf.measure.records import RequestRecord
 
 _MAX_LINE = 1 << 24  # an SSE event with 16 MiB of cumulative text is past anything sane
 _ERROR_BODY_CHARS = 300

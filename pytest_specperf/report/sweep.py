@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from .stats import Estimate
+from pytest_specperf.verdict.stats import Estimate
 
 
 class CrossoverKind(Enum):

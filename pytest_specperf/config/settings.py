@@ -16,9 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .errors import ConfigError, did_you_mean
-from .fingerprint import DEFAULT_ENV_PATTERNS
-from .workload import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
+from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
+from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
 LAUNCHERS = ("sglang", "sim")
 

@@ -35,7 +35,7 @@ from typing import TypeVar
 from scipy import stats as sps
 from scipy.optimize import brentq
 
-from .stats import DEFAULT_CONFIDENCE, Estimate
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate
 
 Number = float | Estimate
 K = TypeVar("K", bound=Hashable)

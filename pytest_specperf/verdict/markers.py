@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import SpecperfConfig
-from .errors import ConfigError, did_you_mean
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import ConfigError, did_you_mean
 
 Range = tuple[float | None, float | None]
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .analysis import Fit, Report, Row, SweepSummary
-from .errors import SpecperfError
-from .fingerprint import UNSET, Fingerprint
-from .stats import Estimate
-from .sweep import CrossoverKind
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
+from pytest_specperf.report.sweep import CrossoverKind
+from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
+from pytest_specperf.verdict.stats import Estimate
 
 INSTALL_HINT = "pip install pytest-specperf[plot]"
 DPI = 110

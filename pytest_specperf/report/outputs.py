@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .analysis import Report
-from .errors import SpecperfError
-from .jsonfile import clean
-from .jsonreport import report_document, write_json
-from .stats import Estimate
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.jsonfile import clean
+from pytest_specperf.report.analysis import Report
+from pytest_specperf.report.jsonreport import report_document, write_json
+from pytest_specperf.verdict.stats import Estimate
 
 # --- Bencher Metric Format -----------------------------------------------------------------------------
 
@@ -62,7 +62,7 @@ def _bmf_metric(estimate: Estimate | None) -> dict[str, float] | None:
 
 
 def markdown_text(report: Report, *, store: Any = None, sources: Sequence[str] = ()) -> str:
-    from .report import render_markdown, summary_blocks
+    from pytest_specperf.report.terminal import render_markdown, summary_blocks
 
     return render_markdown(summary_blocks(report, store=store, sources=sources, full=True))
 
@@ -125,7 +125,7 @@ def _bmf_job(path: Path, report: Report) -> list[str]:
 
 
 def _plot_job(directory: Path, report: Report) -> list[str]:
-    from .plots import write_plots
+    from pytest_specperf.report.plots import write_plots
 
     paths = write_plots(report, directory)
     return [f"specperf: wrote {len(paths)} plots to {directory}: {', '.join(p.name for p in paths)}"]

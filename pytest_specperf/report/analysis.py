@@ -9,14 +9,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .config import SpecperfConfig
-from .costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
-from .fingerprint import Change
-from .records import Measurement, MeasurementKey
-from .stats import Estimate, coefficient_of_variation, mean_estimate, ratio_estimate, rounds_to_resolve
-from .store import SaveResult, StoredBaseline
-from .sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
-from .verdict import Limits, Verdict, drift, evaluate
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
+from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
+from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate
+from pytest_specperf.verdict.fingerprint import Change
+from pytest_specperf.verdict.stats import (
+    Estimate,
+    coefficient_of_variation,
+    mean_estimate,
+    ratio_estimate,
+    rounds_to_resolve,
+)
+from pytest_specperf.verdict.store import SaveResult, StoredBaseline
 
 #: Worst first: the verdict a measurement row shows when several tests share it.
 SEVERITY = (

@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 import requests
 
-from .config import ServerConfig, SpecperfConfig
-from .errors import ServerError
-from .fingerprint import redact_args, redact_text
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.errors import ServerError
+from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
 #: Speculative servers cap running requests at this unless told otherwise (contract §0).
 SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48

@@ -40,9 +40,9 @@ import filelock
 
 import pytest_specperf
 from pytest_specperf.errors import StoreError
-from pytest_specperf.fingerprint import Fingerprint
 from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
-from pytest_specperf.records import Measurement, MeasurementKey
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.verdict.fingerprint import Fingerprint
 
 SCHEMA_VERSION = 1
 KIND = "pytest-specperf baseline"

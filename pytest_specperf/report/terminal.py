@@ -17,11 +17,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .analysis import Fit, Report, Row, SweepSummary
-from .costmodel import FitStatus
-from .fingerprint import UNSET, Fingerprint
-from .stats import Estimate
-from .sweep import Certainty, Crossover, CrossoverKind, LevelWinner
+from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
+from pytest_specperf.report.costmodel import FitStatus
+from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
+from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
+from pytest_specperf.verdict.stats import Estimate
 
 #: Terminal summary width: CI logs and 120-column terminals show it without wrapping.
 WIDTH = 120

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .costmodel import FitStatus
-from .verdict import Verdict
+from pytest_specperf.report.costmodel import FitStatus
+from pytest_specperf.verdict.checks import Verdict
 
 SCHEMA_NAME = "pytest-specperf/report"
 SCHEMA_VERSION = 1

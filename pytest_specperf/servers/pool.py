@@ -13,10 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ServerConfig, SpecperfConfig
-from .errors import ServerError
-from .launch import LaunchPlan, ServerProcess, api_key_for, build_launch, pid_alive, terminate_tree
-from .registry import SharedRegistry
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.errors import ServerError
+from pytest_specperf.servers.launch import (
+    LaunchPlan,
+    ServerProcess,
+    api_key_for,
+    build_launch,
+    pid_alive,
+    terminate_tree,
+)
+from pytest_specperf.servers.registry import SharedRegistry
 
 
 @dataclass

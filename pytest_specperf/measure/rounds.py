@@ -14,13 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from .client import SamplingParams, SGLangClient, run_requests
-from .config import SpecperfConfig
-from .errors import ServerError
-from .fingerprint import Fingerprint, capture
-from .pool import RunningServer
-from .records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
-from .workload import Prompt, WorkloadConfig, load_prompts, request_plan, warmup_plan, workload_hash
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.workloads import (
+    Prompt,
+    WorkloadConfig,
+    load_prompts,
+    request_plan,
+    warmup_plan,
+    workload_hash,
+)
+from pytest_specperf.errors import ServerError
+from pytest_specperf.measure.http import SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.servers.pool import RunningServer
+from pytest_specperf.verdict.fingerprint import Fingerprint, capture
 
 
 def distribution(values_s: Sequence[float]) -> Distribution:

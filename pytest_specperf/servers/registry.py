@@ -24,12 +24,12 @@ from typing import Any
 
 from filelock import FileLock
 
-from .errors import ServerError
-from .fingerprint import Fingerprint
-from .jsonfile import atomic_write
-from .launch import pid_alive
-from .records import Measurement, MeasurementKey
-from .store import safe_name
+from pytest_specperf.errors import ServerError
+from pytest_specperf.jsonfile import atomic_write
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.servers.launch import pid_alive
+from pytest_specperf.verdict.fingerprint import Fingerprint
+from pytest_specperf.verdict.store import safe_name
 
 POLL_S = 0.2
 

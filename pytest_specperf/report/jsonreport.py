@@ -23,18 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest_specperf
-
-from .analysis import Fit, Report, Row, sweep_summaries
-from .costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
-from .errors import SpecperfError
-from .fingerprint import Change, Fingerprint
-from .jsonfile import atomic_write, clean, read_json_object
-from .records import Measurement, MeasurementKey
-from .schema import SCHEMA_NAME, SCHEMA_VERSION, validate
-from .stats import Estimate, coefficient_of_variation
-from .store import SaveResult, Summary
-from .sweep import Crossover, LevelWinner
-from .verdict import Verdict
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.report.analysis import Fit, Report, Row, sweep_summaries
+from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
+from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
+from pytest_specperf.report.sweep import Crossover, LevelWinner
+from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.fingerprint import Change, Fingerprint
+from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
+from pytest_specperf.verdict.store import SaveResult, Summary
 
 
 class ReportError(SpecperfError):

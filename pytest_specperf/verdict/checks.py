@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .fingerprint import FingerprintDiff, diff
-from .markers import RANGE_METRICS, SpecperfMarker
-from .records import METRICS, Measurement
-from .stats import (
+from pytest_specperf.measure.records import METRICS, Measurement
+from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
+from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
+from pytest_specperf.verdict.stats import (
     DEFAULT_MAX_ROUNDS,
     Decision,
     Direction,
@@ -31,7 +31,7 @@ from .stats import (
     mean_estimate,
     ratio_estimate,
 )
-from .store import StoredBaseline
+from pytest_specperf.verdict.store import StoredBaseline
 
 
 class Verdict(Enum):

@@ -1,0 +1,1 @@
+"""Configuration: the frozen settings and workloads, loaded from specperf.toml or pyproject.toml."""

@@ -1,0 +1,1 @@
+"""Measurement: the HTTP transport, the load driver, rounds and their records."""

@@ -1,0 +1,1 @@
+"""Reports: analysis, the cost model, sweeps, terminal/Markdown, JSON and plots."""

@@ -1,0 +1,1 @@
+"""Verdicts: statistics, markers, checks, fingerprints and the baseline store."""
