@@ -355,11 +355,27 @@ def merge_reports(loaded: Sequence[LoadedReport]) -> tuple[Report, list[dict[str
         rows, key=lambda r: (not r.measurement.is_reference, r.key.server, r.key.workload, r.key.concurrency)
     )
     merged.warnings += [_reference_note(label, copies) for label, copies in references.items() if len(copies) > 1]
+    merged.warnings += _model_notes(loaded)
     merged.sweeps = sweep_summaries(merged.rows)
     summaries = [lr.report.fingerprint_summary for lr in loaded if lr.report.fingerprint_summary]
     merged.fingerprint_summary = "; ".join(dict.fromkeys(summaries)) or None
     merged.simulated = any(lr.report.simulated for lr in loaded)
     return merged, _sources(loaded)
+
+
+def _model_notes(loaded: Sequence[LoadedReport]) -> list[str]:
+    """Shards measured on different models do not belong in one table: say so (the merge goes on)."""
+    models: dict[str, list[str]] = {}
+    for part in loaded:
+        for row in part.report.rows:
+            fingerprint = row.measurement.fingerprint
+            model = fingerprint.identity.get("model") if isinstance(fingerprint, Fingerprint) else None
+            if model:
+                models.setdefault(model, []).append(str(part.path))
+    if len(models) < 2:
+        return []
+    listed = "; ".join(f"{model} ({', '.join(dict.fromkeys(paths))})" for model, paths in sorted(models.items()))
+    return [f"the merged reports were measured on {len(models)} different models: {listed}"]
 
 
 def _same(a: Row, b: Row) -> bool:
@@ -373,6 +389,8 @@ def _absorb(merged: Report, part: Report) -> None:
     for label, changes in part.drift.items():
         merged.drift.setdefault(label, changes)
     merged.warnings += [w for w in part.warnings if w not in merged.warnings]
+    for key, reason in part.errors.items():
+        merged.errors.setdefault(key, reason)
     merged.saved += [s for s in part.saved if s not in merged.saved]
 
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -345,7 +345,8 @@ class SpecperfPlugin:
         try:
             evaluation = self.session.evaluate(item.nodeid, result.result, result.reference)
         except SpecperfError as exc:  # e.g. the server died during adaptive rounds
-            pytest.fail(str(exc), pytrace=False)
+            self.session.record_error(result.result.key, str(exc))
+            _fail(str(exc))
         result.checks = evaluation.checks
         measurement = result.result
         for name in ("output_throughput", "accept_length", "mean_tpot_ms", "mean_ttft_ms"):
@@ -416,6 +417,13 @@ class SpecperfPlugin:
             terminalreporter.write_line(line)
 
 
+def _fail(message: str) -> NoReturn:
+    """Fail the test with `message` alone: not chained to the exception being handled, which would
+    print the same error a second time ("During handling of the above exception...")."""
+    __tracebackhide__ = True
+    raise pytest.fail.Exception(message, pytrace=False) from None
+
+
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -469,7 +477,7 @@ def specperf_server(request: pytest.FixtureRequest) -> RunningServer:
     try:
         return plugin.session.server(target.server)
     except SpecperfError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        _fail(str(exc))
 
 
 @pytest.fixture
@@ -488,7 +496,8 @@ def specperf(request: pytest.FixtureRequest, specperf_server: RunningServer) -> 
         if not plugin.options.update:
             session.baseline(result.key)
     except SpecperfError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        session.record_error(target.key, str(exc))
+        _fail(str(exc))
     value = SpecperfResult(
         server=specperf_server, target=target, result=result, reference=reference,
         marker=planned.marker if planned else None,

@@ -75,6 +75,7 @@ class SpecperfSession:
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
+    _test_errors: dict[MeasurementKey, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client only when a suite is configured
@@ -204,7 +205,9 @@ class SpecperfSession:
             saved = self.store.save(measurement, suite_dir=suite_dir)
             first = self.saved.get(measurement.key)
             if first is not None:  # saved again after adaptive rounds: "old" is still last night's number
-                saved = dataclasses.replace(saved, old=first.old, replaced_error=first.replaced_error)
+                saved = dataclasses.replace(
+                    saved, old=first.old, replaced_error=first.replaced_error, kept_as=first.kept_as
+                )
             self.saved[measurement.key] = saved
 
     def finished(self, nodeid: str) -> None:
@@ -228,6 +231,11 @@ class SpecperfSession:
             done = self.registry.finished()
             self._done = Counter(self.planned[n].target.server for n in done if n in self.planned)
         return self._done[name] < self.uses(name)
+
+    def record_error(self, key: MeasurementKey, reason: str) -> None:
+        """A test of `key` errored inside the plugin (e.g. an unreadable baseline): its row says ERROR, and why."""
+        self.verdicts.setdefault(key, []).append(Verdict.ERROR)
+        self._test_errors.setdefault(key, reason.strip().splitlines()[0] if reason.strip() else "error")
 
     # ---- baselines and checks -------------------------------------------------------------------
 
@@ -289,8 +297,8 @@ class SpecperfSession:
         report = build_report(
             self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update
         )
-        # ERROR: nothing was measured, so there is no row; the night's artifacts still say why
-        report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in sorted(self.errors().items())]
+        report.errors = dict(sorted(self.errors().items()))
+        report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
         return report
 
     def errors(self) -> dict[MeasurementKey, str]:
@@ -300,7 +308,7 @@ class SpecperfSession:
             if key.server in self.pool.failed and key not in failed:
                 failed[key] = self.pool.failed[key.server]  # the server never came up for it
         own = {key: str(exc).splitlines()[0] for key, exc in failed.items() if key not in self.measurements}
-        return {**self._absorbed_errors, **own}
+        return {**self._absorbed_errors, **self._test_errors, **own}
 
     def planned_keys(self) -> list[MeasurementKey]:
         """Every measurement the plan needs: the tests' own and the reference's."""

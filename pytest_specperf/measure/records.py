@@ -161,9 +161,12 @@ METRICS: dict[str, Metric] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class MeasurementKey:
-    """What a measurement is of: a server config on a workload at one concurrency level."""
+    """What a measurement is of: a server config on a workload at one concurrency level.
+
+    Ordered (server, workload, level), so that any collection of keys — e.g. failed measurements —
+    sorts for a stable report."""
 
     server: str
     workload: str

@@ -89,6 +89,13 @@ class Report:
     fingerprint_summary: str | None = None
     simulated: bool = False
     sweeps: list[SweepSummary] = field(default_factory=list)
+    #: measurements that could not be made, or whose tests errored, with the first line of why
+    errors: dict[MeasurementKey, str] = field(default_factory=dict)
+
+    def unmeasured_errors(self) -> dict[MeasurementKey, str]:
+        """Errors of measurements without a row (nothing was measured): the table shows them as ERROR rows."""
+        measured = {row.key for row in self.rows}
+        return {key: reason for key, reason in self.errors.items() if key not in measured}
 
 
 def build_report(

@@ -62,7 +62,11 @@ def report_document(
         "sources": [dict(s) for s in sources],
         "simulated": report.simulated,
         "fingerprint_summary": report.fingerprint_summary,
-        "measurements": [measurement_entry(row, report.drift.get(row.key.label, [])) for row in report.rows],
+        "measurements": [
+            measurement_entry(row, report.drift.get(row.key.label, []), report.errors.get(row.key))
+            for row in report.rows
+        ],
+        "errors": [error_entry(key, reason) for key, reason in report.errors.items()],
         "verify_cost_fits": [fit_json(fit) for fit in report.fits],
         "sweeps": [sweep_json(sweep) for sweep in report.sweeps],
         "warnings": list(report.warnings),
@@ -80,8 +84,16 @@ def write_json(path: Path, document: Mapping[str, Any]) -> None:
     atomic_write(Path(path), dumps(document))
 
 
-def measurement_entry(row: Row, drift: Sequence[Change] = ()) -> dict[str, Any]:
-    """One measurement: identity, verdict, summary, estimates, cost model, drift, then raw rounds."""
+def error_entry(key: MeasurementKey, reason: str) -> dict[str, Any]:
+    """A measurement that could not be made, or whose test errored: ERROR and the one line of why."""
+    return {
+        "label": key.label, "server": key.server, "workload": key.workload, "concurrency": key.concurrency,
+        "verdict": Verdict.ERROR.value, "reason": reason,
+    }  # fmt: skip
+
+
+def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None = None) -> dict[str, Any]:
+    """One measurement: identity, verdict (and why, for ERROR), summary, estimates, cost model, drift, rounds."""
     m = row.measurement
     raw = m.to_dict()
     fingerprint = m.fingerprint.redacted().to_dict() if isinstance(m.fingerprint, Fingerprint) else None
@@ -96,6 +108,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = ()) -> dict[str, Any]:
         "num_draft_tokens": m.num_draft_tokens,
         "workload_hash": m.workload_hash,
         "verdict": row.verdict.value,
+        "reason": reason,
         "summary": summary_json(m),
         "estimates": {
             "output_throughput": estimate_json(row.throughput),
@@ -243,6 +256,7 @@ def saved_json(key: MeasurementKey, saved: SaveResult) -> dict[str, Any]:
         "old": saved.old.to_dict() if saved.old else None,
         "new": saved.new.to_dict(),
         "replaced_error": saved.replaced_error,
+        "kept_as": None if saved.kept_as is None else str(saved.kept_as),
     }
 
 
@@ -315,6 +329,10 @@ def decode_report(data: Mapping[str, Any]) -> Report:
         saved=[decode_saved(s) for s in data["saved_baselines"]],
         fingerprint_summary=data.get("fingerprint_summary"),
         simulated=bool(data.get("simulated")),
+        errors={
+            MeasurementKey(e["server"], e["workload"], int(e["concurrency"])): str(e["reason"])
+            for e in data.get("errors", [])
+        },
     )
     report.sweeps = sweep_summaries(rows)
     return report
@@ -389,5 +407,8 @@ def decode_fit(data: Mapping[str, Any]) -> Fit:
 
 def decode_saved(data: Mapping[str, Any]) -> tuple[MeasurementKey, SaveResult]:
     old = Summary(**data["old"]) if data.get("old") else None
-    result = SaveResult(Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"))
+    kept = data.get("kept_as")
+    result = SaveResult(
+        Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"), Path(kept) if kept else None
+    )
     return MeasurementKey(data["server"], data["workload"], int(data["concurrency"])), result

@@ -68,8 +68,22 @@ REPORT_SCHEMA: dict[str, Any] = {
         "sweeps": {"type": "array", "items": {"$ref": "#/$defs/sweep"}},
         "warnings": {"type": "array", "items": _STR},
         "saved_baselines": {"type": "array", "items": {"$ref": "#/$defs/saved"}},
+        "errors": {"type": "array", "items": {"$ref": "#/$defs/error"}},
     },
     "$defs": {
+        "error": {
+            "type": "object",
+            "description": "A measurement that could not be made, or whose test errored inside the plugin.",
+            "required": _keys("label server workload concurrency verdict reason"),
+            "properties": {
+                "label": _STR,
+                "server": _STR,
+                "workload": _STR,
+                "concurrency": {"type": "integer", "minimum": 1},
+                "verdict": {"const": "ERROR"},
+                "reason": _STR,
+            },
+        },
         "estimate": {
             "type": "object",
             "description": "A value with its interval; low/high null = unbounded on that side (too few rounds).",
@@ -191,6 +205,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "num_draft_tokens": _nullable(_INT),
                 "workload_hash": _STR,
                 "verdict": {"enum": [v.value for v in Verdict]},
+                "reason": _nullable(_STR),
                 "summary": {"$ref": "#/$defs/summary"},
                 "estimates": {
                     "type": "object",
@@ -289,6 +304,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "old": {"type": ["object", "null"]},
                 "new": {"type": "object"},
                 "replaced_error": _nullable(_STR),
+                "kept_as": _nullable(_STR),
             },
         },
     },

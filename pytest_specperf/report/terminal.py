@@ -17,9 +17,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
+from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
 
@@ -181,7 +183,10 @@ def _confidence(report: Report) -> float:
 def main_block(report: Report) -> Block:
     return Block(
         headers=HEADERS,
-        cells=tuple(tuple(row_cells(r)) for r in report.rows),
+        cells=(
+            *(tuple(row_cells(r)) for r in report.rows),
+            *(tuple(error_cells(key)) for key in report.unmeasured_errors()),
+        ),
         widths=(NAME_WIDTH, WORKLOAD_WIDTH),
     )
 
@@ -201,6 +206,11 @@ def row_cells(row: Row) -> list[str]:
         tau,
         row.verdict.value,
     ]
+
+
+def error_cells(key: MeasurementKey) -> list[str]:
+    """A row for a measurement that could not be made; the warnings say why."""
+    return [key.server, key.workload, str(key.concurrency), "0", "-", "-", "-", "-", Verdict.ERROR.value]
 
 
 def cost_block(report: Report) -> Block | None:
@@ -361,7 +371,10 @@ def saved_block(report: Report) -> Block | None:
         for key, saved in report.saved:
             old = f"{saved.old.output_throughput:.1f}" if saved.old and saved.old.output_throughput else "none"
             new = f"{saved.new.output_throughput:.1f}" if saved.new.output_throughput else "-"
-            bullets.append(f"{key.label}: {old} → {new} ({_short_path(saved.path)})")
+            line = f"{key.label}: {old} → {new} ({_short_path(saved.path)})"
+            if saved.kept_as is not None:
+                line += f"; the previous file was unreadable, kept as {saved.kept_as.name}: {saved.replaced_error}"
+            bullets.append(line)
         return Block(title="stored baselines (--specperf-update), old → new tok/s:", bullets=tuple(bullets))
     if any(r.verdict.value == "NEW" for r in report.rows):
         return Block(lines=("NEW: no stored baseline yet for some measurements; store them with --specperf-update",))

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.measure.records import MeasurementKey
 
 Range = tuple[float | None, float | None]
 
@@ -40,6 +41,13 @@ class Target:
     @property
     def measured(self) -> bool:
         return self.workload is not None and self.concurrency is not None
+
+    @property
+    def key(self) -> MeasurementKey:
+        """The measurement this case is of; only for a measured case (a marked test)."""
+        if self.workload is None or self.concurrency is None:
+            raise ValueError(f"{self.server}: a server-only case has no measurement")
+        return MeasurementKey(self.server, self.workload, self.concurrency)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import re
 import socket
 import statistics
@@ -136,12 +137,14 @@ class StoredBaseline:
 
 @dataclass(frozen=True)
 class SaveResult:
-    """What `save` changed. `replaced_error` says why an unreadable old file had no summary."""
+    """What `save` changed. `replaced_error` says why an unreadable old file had no summary, and
+    `kept_as` where that file now is: it is moved aside, never lost."""
 
     path: Path
     old: Summary | None
     new: Summary
     replaced_error: str | None = None
+    kept_as: Path | None = None
 
 
 def git_commit(directory: Path) -> str | None:
@@ -205,8 +208,9 @@ class BaselineStore:
 
         The document is built and serialised before the lock is taken and before any file is
         opened, so a failure there leaves the store untouched. A previous file that is corrupt is
-        replaced (`SaveResult.replaced_error` says why); one of a newer schema_version is not: a
-        newer pytest-specperf wrote it, and rewriting it in this version's schema would lose data.
+        moved aside (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one
+        of a newer schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in
+        this version's schema would lose data. A store that cannot be written is one StoreError line.
         """
         if not isinstance(measurement.fingerprint, Fingerprint):
             raise ValueError(
@@ -216,12 +220,19 @@ class BaselineStore:
         new = Summary.of(measurement)
         text = dumps(_document(measurement, new, Provenance.here(suite_dir)))
         path = self.path_for(measurement.key)
-        with self._locked():
-            old, error = _old_summary(path)
-            atomic_write(path, text)
-            if not (self.root / ".gitignore").exists():
-                atomic_write(self.root / ".gitignore", GITIGNORE)
-        return SaveResult(path=path, old=old, new=new, replaced_error=error)
+        try:
+            with self._locked():
+                old, error = _old_summary(path)
+                kept = _move_aside(path, "unreadable") if error else None
+                atomic_write(path, text)
+                if not (self.root / ".gitignore").exists():
+                    atomic_write(self.root / ".gitignore", GITIGNORE)
+        except OSError as exc:
+            raise StoreError(
+                f"{exc.filename or path}: cannot write the baseline ({exc.strerror or exc}); make the store "
+                f"{self.root} writable, or point `store` (config) at a writable directory"
+            ) from None
+        return SaveResult(path=path, old=old, new=new, replaced_error=error, kept_as=kept)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -253,6 +264,17 @@ def _document(measurement: Measurement, summary: Summary, provenance: Provenance
 def dumps(document: dict[str, Any]) -> str:
     """The stored text: scrubbed, key-sorted, indent 2, trailing newline."""
     return json.dumps(clean(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _move_aside(path: Path, why: str) -> Path:
+    """Rename a file that is about to be replaced to `<name>.<why>-<UTC time>`: kept, out of the way.
+
+    The new name does not end in `.json`, so the store no longer reads it, and it says why it is there.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
+    os.replace(path, target)
+    return target
 
 
 def _old_summary(path: Path) -> tuple[Summary | None, str | None]:

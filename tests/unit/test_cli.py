@@ -9,10 +9,11 @@ import pytest
 from report_samples import CONFIG, measurement, story_measurements
 
 from pytest_specperf.cli import main
-from pytest_specperf.measure.records import Measurement
+from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import dumps, load_report, report_document, write_json
 from pytest_specperf.report.schema import validate
+from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.store import BaselineStore
 
 
@@ -247,3 +248,37 @@ def test_usage_errors_exit_2(capsys) -> None:
 def test_schema_command_prints_the_report_schema(capsys) -> None:
     code, out, _ = run(capsys, "schema")
     assert code == 0 and json.loads(out)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def _on_model(m: Measurement, model: str) -> Measurement:
+    identity = {**m.fingerprint.identity, "model": model}
+    m.fingerprint = Fingerprint(identity=identity, environment=m.fingerprint.environment)
+    return m
+
+
+def test_merge_warns_about_shards_of_different_models(tmp_path: Path, capsys) -> None:
+    a = write_report(tmp_path / "a.json", [plain(), five()], host="gpu-a")
+    b = write_report(tmp_path / "b.json", [_on_model(plain(62.0), "org/other"), _on_model(two(), "org/other")])
+    code, _, _ = run(capsys, "merge", a, b, "-o", tmp_path / "all.json")
+    assert code == 0
+    document = json.loads((tmp_path / "all.json").read_text())
+    warning = next(w for w in document["warnings"] if "different models" in w)
+    assert warning.startswith("the merged reports were measured on 2 different models: moonshotai/Kimi-K2.5 (")
+    assert f"org/other ({b})" in warning
+
+
+def test_merge_keeps_the_errors_of_every_shard(tmp_path: Path, capsys) -> None:
+    report = build_report(CONFIG, {m.key: m for m in [plain()]}, {}, {}, {}, updating=False)
+    report.errors = {MeasurementKey("eagle3-5step", "chat", 1): "server 'eagle3-5step' exited with code 1"}
+    a = tmp_path / "a.json"
+    write_json(a, report_document(report, store=".specperf", host="gpu-a", created="2025-01-01T00:00:00+00:00"))
+    b = write_report(tmp_path / "b.json", [plain(62.0), two()], host="gpu-b")
+    code, out, _ = run(capsys, "merge", a, b, "-o", tmp_path / "all.json")
+    assert code == 0
+    document = json.loads((tmp_path / "all.json").read_text())
+    assert validate(document) == []
+    assert document["errors"] == [{
+        "label": "eagle3-5step/chat/c1", "server": "eagle3-5step", "workload": "chat", "concurrency": 1,
+        "verdict": "ERROR", "reason": "server 'eagle3-5step' exited with code 1",
+    }]  # fmt: skip
+    assert "eagle3-5step  chat" in out and "ERROR" in out

@@ -253,7 +253,7 @@ def test_failed_write_leaves_old_file_intact(store: BaselineStore, monkeypatch: 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(jsonfile.os, step, fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(StoreError, match="No space left on device"):
         store.save(measurement(throughputs=(1.0,)), suite_dir=None)
     monkeypatch.undo()
     assert path.read_bytes() == before
@@ -387,12 +387,23 @@ def test_file_under_the_wrong_key_is_refused(store: BaselineStore) -> None:
         store.load(other)
 
 
-def test_save_replaces_a_corrupt_file_and_says_so(store: BaselineStore) -> None:
-    write_raw(store, "garbage")
+def test_save_keeps_a_corrupt_file_aside_and_says_so(store: BaselineStore) -> None:
+    path = write_raw(store, "garbage")
     result = store.save(measurement(), suite_dir=None)
     assert result.old is None
     assert "not valid JSON" in (result.replaced_error or "")
     assert store.load(KEY) is not None
+    assert result.kept_as is not None and result.kept_as.parent == path.parent
+    assert result.kept_as.name.startswith(f"{path.name}.unreadable-")
+    assert result.kept_as.read_text() == "garbage"  # never lost
+    assert [e.measurement.key for e in store.entries()] == [KEY]  # and no longer read as a baseline
+
+
+def test_save_to_an_unwritable_store_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "store"
+    blocker.write_text("a file where the store directory should be")  # unwritable even for root
+    with pytest.raises(StoreError, match=r"cannot write the baseline \(.*\); make the store .* writable"):
+        BaselineStore(blocker).save(measurement(), suite_dir=None)
 
 
 def test_save_replaces_a_file_with_a_corrupt_schema_version(store: BaselineStore) -> None:
