@@ -27,6 +27,10 @@ class ServerError(SpecperfError):
     """A server could not be started, died, or stopped answering (an infrastructure error)."""
 
 
+class StalledServer(ServerError):
+    """The server stopped answering in the middle of a round (no byte of any answer for stall_timeout)."""
+
+
 class StoreError(SpecperfError):
     """A stored baseline is missing, corrupt or of a newer schema."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.errors import SpecperfError
+from pytest_specperf.errors import SpecperfError, StalledServer
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
@@ -81,7 +81,9 @@ class SpecperfSession:
         from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client only when a suite is configured
 
         shared = self.worker is not None and self.shared_dir is not None
-        self.registry = SharedRegistry(self.shared_dir, self.worker) if shared else None  # type: ignore[arg-type]
+        self.registry = (
+            SharedRegistry(self.shared_dir, self.worker, self.progress) if shared else None  # type: ignore[arg-type]
+        )
         self.cache = MeasurementCache(self.shared_dir) if shared else None  # type: ignore[arg-type]
         self.pool = ServerPool(
             self.config,
@@ -183,6 +185,10 @@ class SpecperfSession:
                         is_reference=key.server == self.config.reference,
                     )
                     self._publish(self.measurements[key])
+        except StalledServer as exc:  # hung: every further request would wait out the stall again
+            self.failures[key] = exc
+            self.pool.discard(key.server, exc)
+            raise
         except SpecperfError as exc:
             self.failures[key] = exc
             raise

@@ -79,6 +79,17 @@ class WorkloadConfig:
     warmup: int = 4
     seed: int = 0
     max_error_rate: float = 0.0
+    request_timeout: float | None = None
+    stall_timeout: float = 60.0
+
+    @property
+    def effective_request_timeout(self) -> float:
+        """Seconds one request may take: `request_timeout`, else 60 s plus 0.5 s per output token.
+
+        0.5 s a token is ten times slower than the slowest decode seen on a busy GPU server at high
+        concurrency, so only a server that is stuck hits it; a hang is caught sooner by `stall_timeout`.
+        """
+        return self.request_timeout or 60.0 + 0.5 * self.max_new_tokens
 
     @property
     def is_open_loop(self) -> bool:
@@ -117,6 +128,8 @@ _KEYS: dict[str, _Key] = {
     "warmup": _Key("int", minimum=0),
     "seed": _Key("int", minimum=0),
     "max_error_rate": _Key("float", minimum=0, maximum=1),
+    "request_timeout": _Key("float", minimum=0, exclusive_min=True),
+    "stall_timeout": _Key("float", minimum=0, exclusive_min=True),
 }
 
 

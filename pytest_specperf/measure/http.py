@@ -44,6 +44,7 @@ Control calls (`flush_cache`, `server_info`, ...) use a short-lived connection o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -58,7 +59,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-from pytest_specperf.errors import ServerError
+from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 
 _MAX_LINE = 1 << 24  # an SSE event with 16 MiB of cumulative text is past anything sane
@@ -414,6 +415,11 @@ class SGLangClient:
             raise ValueError("request_timeout must be > 0")
         self.base_url = base_url.rstrip("/")
         self.request_timeout = request_timeout
+        self.last_activity = time.monotonic()  # a request sent or a byte of an answer received
+        self._in_flight = 0
+        self._aborted = False
+        self._sockets: set[socket.socket] = set()
+        self._activity = threading.Lock()
         self._target = _Target.parse(base_url)
         self._api_key = api_key or None
         self._headers = {"Content-Type": "application/json", "User-Agent": "pytest-specperf"}
@@ -431,9 +437,15 @@ class SGLangClient:
         chat = prompt.messages is not None
         path, body = self._request_body(prompt, sampling, chat)
         stream = _Stream(round_start, chat)
+        with self._tracked():
+            return self._generate(index, path, body, stream, round_start)
+
+    def _generate(self, index: int, path: str, body: bytes, stream: _Stream, round_start: float) -> RequestRecord:
         sent = 0.0
         for attempt in (0, 1):
             sent = time.perf_counter() - round_start
+            if self._aborted:
+                return stream.failed(index, sent, "not sent: the server stopped answering (aborted)")
             try:
                 self._stream(path, body, stream, round_start + sent)
                 return stream.record(index, sent)
@@ -469,6 +481,8 @@ class SGLangClient:
             sock = conn.sock
             if sock is not None:
                 sock.settimeout(max(deadline - time.perf_counter(), 1e-3))
+                self._watch(sock)
+            self.last_activity = time.monotonic()
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
             if reused:
@@ -481,6 +495,7 @@ class SGLangClient:
         lines = _chunked_lines(resp.fp) if resp.chunked else _plain_lines(resp)
         events = _sse_data(lines)
         for payload, t in events:
+            self.last_activity = time.monotonic()
             if t > deadline:
                 raise TimeoutError
             if sock is not None:
@@ -508,6 +523,40 @@ class SGLangClient:
         except Exception:
             self._drop_connection()
 
+    # -- progress watch: a server that stops answering is caught by the load driver ---------------
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        with self._activity:
+            if self._in_flight == 0:
+                self.last_activity = time.monotonic()
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._activity:
+                self._in_flight -= 1
+                self._sockets.difference_update(s for s in list(self._sockets) if s.fileno() < 0)
+
+    def _watch(self, sock: socket.socket) -> None:
+        with self._activity:
+            self._sockets.add(sock)
+
+    def stalled_for(self) -> float:
+        """Seconds without a byte from the server while requests are in flight (0 when none are)."""
+        with self._activity:
+            return time.monotonic() - self.last_activity if self._in_flight else 0.0
+
+    def abort(self) -> None:
+        """Cut every open request short and send no more (their records fail): for a server that
+        stopped answering. A request cut short is not retried on a fresh connection."""
+        with self._activity:
+            self._aborted = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -527,21 +576,29 @@ class SGLangClient:
 
     # -- control endpoints -----------------------------------------------------------------
 
-    def flush_cache(self, timeout: float = 60.0) -> bool:
+    def flush_cache(self, timeout: float = 60.0, stall_timeout: float = 30.0) -> bool:
         """POST /flush_cache until it answers 200; SGLang refuses while any request is running.
 
         Returns False if the server stayed busy for `timeout` seconds; raises `ServerError` for an
         answer that retrying cannot fix (401/403/404) and for any transport failure (refused, reset,
-        timed out, a broken HTTP answer), naming the URL and the reason.
+        a broken HTTP answer), naming the URL and the reason, and `StalledServer` when one call gets
+        no answer within `stall_timeout` seconds (a hung server).
         """
         deadline = time.monotonic() + timeout
         pause = 0.02
-        call_timeout = max(1.0, min(timeout, 30.0))
+        call_timeout = max(0.1, min(timeout, stall_timeout))
         while True:
             try:
                 status, body = self._call("POST", "/flush_cache", timeout=call_timeout)
             except OSError as exc:  # _call turns http.client errors into ConnectionError
                 reason = _transport_reason(exc, call_timeout)
+                if isinstance(exc, TimeoutError):
+                    raise StalledServer(
+                        self._redact(
+                            f"POST {self.base_url}/flush_cache failed: {reason} (stall_timeout {stall_timeout:g} s); "
+                            "the server made no progress: it is hung (stopped, deadlocked, or a GPU fault)"
+                        )
+                    ) from None
                 raise ServerError(self._redact(f"POST {self.base_url}/flush_cache failed: {reason}")) from None
             if status == 200:
                 return True
@@ -686,6 +743,7 @@ def run_requests(
     request_rate: float | None = None,
     seed: int = 0,
     on_record: Callable[[RequestRecord], None] | None = None,
+    stall_timeout: float | None = None,
 ) -> RoundResult:
     """Send every prompt once and wait for all answers.
 
@@ -695,13 +753,15 @@ def run_requests(
     flight; an arrival finding all workers busy waits, and its `sent` is when it really went out.
     Worker threads are started before the round's clock starts, so thread start-up (slow on a busy
     machine) never delays the first requests. `on_record` is called (serialised) as each request
-    finishes. Each request is bounded by the client's `request_timeout`, so this returns in bounded time.
+    finishes. Each request is bounded by the client's `request_timeout`, so this returns in bounded time;
+    with `stall_timeout`, a server that sends nothing for that long while requests are in flight ends
+    the round at once with `StalledServer` (a hung server must not hold the night until the timeout).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if request_rate is not None and not request_rate > 0:
         raise ValueError(f"request_rate must be > 0, got {request_rate}")
-    driver = _Driver(client, prompts, sampling, on_record)
+    driver = _Driver(client, prompts, sampling, on_record, stall_timeout)
     threads = driver.start_workers(min(concurrency, len(prompts)))
     driver.start = time.perf_counter()
     if request_rate is None:
@@ -722,8 +782,10 @@ class _Driver:
         prompts: Sequence[Prompt],
         sampling: SamplingParams,
         on_record: Callable[[RequestRecord], None] | None,
+        stall_timeout: float | None = None,
     ) -> None:
         self.client, self.prompts, self.sampling, self.on_record = client, prompts, sampling, on_record
+        self.stall_timeout = stall_timeout
         self.records: list[RequestRecord | None] = [None] * len(prompts)
         self.work: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
@@ -753,16 +815,34 @@ class _Driver:
             delay = self.start + arrival - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+            if self.stall_timeout is not None:
+                self._check_progress()
             if self.failure is not None:
                 return
             self.work.put(i)
             arrival += rng.expovariate(rate)
 
     def stop_workers(self, threads: list[threading.Thread]) -> None:
+        """Wait for the workers; watch the server's progress meanwhile (the stall watchdog)."""
         for _ in threads:
             self.work.put(None)
+        poll = None if self.stall_timeout is None else min(1.0, self.stall_timeout / 4)
         for thread in threads:
-            thread.join()
+            thread.join(poll)
+            while thread.is_alive():
+                self._check_progress()
+                thread.join(poll)
+
+    def _check_progress(self) -> None:
+        assert self.stall_timeout is not None
+        silent = self.client.stalled_for()
+        if silent > self.stall_timeout and self.failure is None:
+            self.failure = StalledServer(
+                f"server at {self.client.base_url} made no progress for {silent:.0f} s (stall_timeout "
+                f"{self.stall_timeout:g} s) with requests in flight: no byte of any answer arrived; it is "
+                "hung (stopped, deadlocked, or a GPU fault)"
+            )
+            self.client.abort()
 
     def _worker(self, ready: threading.Barrier) -> None:
         ready.wait()

@@ -23,7 +23,7 @@ from pytest_specperf.config.workloads import (
     warmup_plan,
     workload_hash,
 )
-from pytest_specperf.errors import ServerError
+from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, SGLangClient, run_requests
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.servers.pool import RunningServer
@@ -68,6 +68,23 @@ def summarise_round(
     )
 
 
+def _stalled(
+    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: SGLangClient, concurrency: int = 0
+) -> StalledServer:
+    """The client's stall error, told about this server and workload (the session then stops it)."""
+    log = f" (log: {server.log_path})" if server.log_path else ""
+    level = f", concurrency {concurrency}" if concurrency else ""
+    what = str(exc).removeprefix(f"server at {client.base_url} ")
+    return StalledServer(
+        f"server {server.name!r} (workload {workload.name!r}{level}): {what}; "
+        f"the measurement failed and the server is stopped{log}"
+    )
+
+
+def _client(server: RunningServer, workload: WorkloadConfig) -> SGLangClient:
+    return SGLangClient(server.url, server.api_key, request_timeout=workload.effective_request_timeout)
+
+
 class Measurer:
     """Runs measurements; prompts are loaded once per workload."""
 
@@ -100,7 +117,7 @@ class Measurer:
             num_draft_tokens=cfg.num_draft_tokens,
             algorithm=cfg.algorithm,
         )
-        client = SGLangClient(server.url, server.api_key)
+        client = _client(server, workload)
         prompts = self.prompts(workload)
         warmup = warmup_plan(workload, prompts)
         if warmup:
@@ -155,13 +172,13 @@ class Measurer:
 
     def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
         """Append `rounds` more rounds (also used by adaptive rounds when a check is inconclusive)."""
-        client = SGLangClient(server.url, server.api_key)
+        client = _client(server, workload)
         plan = request_plan(workload, self.prompts(workload))
         concurrency = measurement.key.concurrency
         target = len(measurement.rounds) + rounds
         while len(measurement.rounds) < target:
             index = len(measurement.rounds)
-            self._flush(server, client)
+            self._flush(server, client, workload)
             records = self._run(server, client, workload, plan, concurrency)
             sample = summarise_round(index, records, measurement.num_steps, measurement.eagle_topk)
             measurement.rounds.append(sample)
@@ -180,15 +197,23 @@ class Measurer:
         concurrency: int,
     ) -> list[RequestRecord]:
         sampling = SamplingParams.from_workload(workload)
-        result = run_requests(
-            client, plan, sampling, concurrency=concurrency, request_rate=workload.request_rate, seed=workload.seed
-        )
+        try:
+            result = run_requests(
+                client, plan, sampling, concurrency=concurrency, request_rate=workload.request_rate,
+                seed=workload.seed, stall_timeout=workload.stall_timeout,
+            )  # fmt: skip
+        except StalledServer as exc:
+            raise _stalled(exc, server, workload, client, concurrency) from None
         server.check_alive()
         return list(result.records)
 
-    def _flush(self, server: RunningServer, client: SGLangClient) -> None:
+    def _flush(self, server: RunningServer, client: SGLangClient, workload: WorkloadConfig) -> None:
         server.check_alive()
-        if not client.flush_cache():
+        try:
+            flushed = client.flush_cache(stall_timeout=workload.stall_timeout)
+        except StalledServer as exc:
+            raise _stalled(exc, server, workload, client) from None
+        if not flushed:
             raise ServerError(
                 f"server {server.name!r}: /flush_cache did not succeed before a round (the server stayed busy); "
                 "later rounds would hit cached prefixes"

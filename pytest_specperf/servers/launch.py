@@ -328,6 +328,7 @@ def terminate_tree(pid: int, timeout: float) -> None:
     tree = _tree(pid)
     if any(_is_running(p) for p in tree.values()):
         _signal_group(pid, signal.SIGTERM)
+        _signal_group(pid, signal.SIGCONT)  # a stopped (hung, kill -STOP) process handles SIGTERM only once resumed
         root = tree.get(pid)
         if root is not None:
             psutil.wait_procs([root], timeout=timeout)

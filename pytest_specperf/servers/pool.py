@@ -110,6 +110,11 @@ class ServerPool:
         self._alive[name] = server
         return server
 
+    def discard(self, name: str, error: ServerError) -> None:
+        """Stop a server that misbehaved (e.g. hung) and fail its remaining tests at once with `error`."""
+        self._failed[name] = error
+        self._forget(name)
+
     def release(self, name: str) -> None:
         """Stop a server no remaining test needs (frees the GPUs early)."""
         if self.keep_servers:
@@ -143,7 +148,7 @@ class ServerPool:
             self._make_room(self.config.max_servers - 1)
             return self._start(server)
         timeout = server.startup_timeout or self.config.startup_timeout
-        claim = self.registry.claim(server.name, self.config.max_servers, timeout, self._stop_unneeded)
+        claim = self.registry.claim(server.name, self.config.max_servers, timeout, self._make_way)
         if not claim.start:
             assert claim.url is not None
             return RunningServer(
@@ -163,14 +168,30 @@ class ServerPool:
         self.registry.ready(server.name, running.url, running.process.pid, str(running.log_path))
         return running
 
-    def _stop_unneeded(self) -> None:
-        """Before waiting for a machine-wide slot: stop servers no test on any worker needs any more.
+    def _make_way(self) -> None:
+        """While waiting for a machine-wide slot, hold none: a waiting worker that keeps a server
+        could wait for a worker that waits for it (with `max_servers = 1`, every speculative
+        worker waits for the reference's slot).
 
-        A server some worker may still use is kept: stopping it under another worker's test would
-        fail that test, and that worker frees the slot itself when its last test is done.
+        A server no test needs any more is stopped. Another worker's server that tests still need
+        is left to its owner (this worker stops using it). This worker's own server is stopped when
+        no other worker is using it, even if tests still need it: it starts again for them, which
+        costs a start but can never deadlock. A server another worker is using right now stays: that
+        worker is running a test, not waiting, and lets go of it when it is done.
         """
+        assert self.registry is not None
         for name in list(self._alive):
+            server = self._alive[name]
+            if server.attached:
+                continue
             if not self.still_needed(name):
+                self._stop(self._alive.pop(name))
+            elif server.process is None:
+                self._alive.pop(name)
+                self.registry.leave(name)
+            elif self.registry.retire(name):
+                if self.progress:
+                    self.progress(f"stopping {name} to free its slot; it starts again for the tests that still need it")
                 self._stop(self._alive.pop(name))
 
     def _make_room(self, keep: int) -> None:

@@ -15,6 +15,7 @@ through files in a folder of this session only (inside the run directory), each 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,11 +48,12 @@ class Claim:
 class SharedRegistry:
     """Servers and finished tests of the session, in `servers.json` under a file lock."""
 
-    def __init__(self, shared_dir: Path, worker: str) -> None:
+    def __init__(self, shared_dir: Path, worker: str, progress: Callable[[str], None] | None = None) -> None:
         shared_dir.mkdir(parents=True, exist_ok=True)
         self.path = shared_dir / "servers.json"
         self.lock = FileLock(str(shared_dir / "servers.lock"))
         self.worker = worker
+        self.progress = progress
 
     @contextmanager
     def _state(self) -> Iterator[dict[str, Any]]:
@@ -72,14 +74,19 @@ class SharedRegistry:
                 if entry and entry["status"] == "failed":
                     raise ServerError(entry["error"])
                 if entry and entry["status"] == "ready":
+                    entry["users"] = sorted({*entry.get("users", []), self.worker})
                     return Claim(False, entry["url"], entry["pid"], entry["log_path"])
                 live = [e for e in servers.values() if e["status"] in ("starting", "ready")]
                 if entry is None and len(live) < max_servers:
-                    servers[name] = {"status": "starting", "worker": self.worker, "pid": None, "since": time.time()}
+                    servers[name] = {
+                        "status": "starting", "worker": self.worker, "worker_pid": os.getpid(), "pid": None,
+                        "since": time.time(), "users": [self.worker],
+                    }  # fmt: skip
                     return Claim(True)
-            if not waited:
-                before_wait()  # e.g. stop this worker's own idle servers so others can proceed
-                waited = True
+            if not waited and self.progress is not None:
+                self.progress(f"{name}: waiting for a free server slot (max_servers = {max_servers})")
+            waited = True
+            before_wait()  # never hold a slot while waiting for one: that is how waits cycle
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"server {name!r}: no free server slot (max_servers = {max_servers}) in {timeout:g} s"
@@ -95,13 +102,36 @@ class SharedRegistry:
 
     def ready(self, name: str, url: str, pid: int, log_path: str) -> None:
         with self._state() as state:
+            users = state["servers"].get(name, {}).get("users", [])
             state["servers"][name] = {
                 "status": "ready",
                 "worker": self.worker,
+                "worker_pid": os.getpid(),
                 "url": url,
                 "pid": pid,
                 "log_path": log_path,
+                "users": sorted({*users, self.worker}),
             }
+
+    def leave(self, name: str) -> None:
+        """This worker stops using a server another worker started (it keeps running for others)."""
+        with self._state() as state:
+            entry = state["servers"].get(name)
+            if entry is not None and "users" in entry:
+                entry["users"] = [w for w in entry["users"] if w != self.worker]
+
+    def retire(self, name: str) -> bool:
+        """Unlist this worker's server if no other worker uses it (then the caller stops it).
+
+        Check and removal are one locked step, so no worker can attach in between and find the
+        server gone under its test.
+        """
+        with self._state() as state:
+            entry = state["servers"].get(name)
+            if entry is None or set(entry.get("users", [])) - {self.worker}:
+                return False
+            del state["servers"][name]
+            return True
 
     def failed(self, name: str, error: str) -> None:
         with self._state() as state:
@@ -130,10 +160,16 @@ class SharedRegistry:
 
 
 def _drop_dead(servers: dict[str, Any]) -> None:
-    """Forget servers whose process is gone (crashed, or killed by hand)."""
+    """Forget servers whose process is gone (crashed, or killed by hand), and starts whose worker
+    died before recording a server process: such an entry would hold a slot until the timeout."""
     for name, entry in list(servers.items()):
         if entry["status"] == "ready" and not pid_alive(entry["pid"]):
             del servers[name]
+        elif entry["status"] == "starting":
+            server_gone = entry.get("pid") is not None and not pid_alive(entry["pid"])
+            worker_gone = entry.get("worker_pid") is not None and not pid_alive(entry["worker_pid"])
+            if server_gone or (worker_gone and entry.get("pid") is None):
+                del servers[name]
 
 
 class MeasurementCache:

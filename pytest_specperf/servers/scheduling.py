@@ -31,6 +31,10 @@ class ServerScheduling(LoadScopeScheduling):
     def __init__(self, config: Any, log: Any = None, *, servers: Iterable[str]) -> None:
         super().__init__(config, log)
         self.servers = tuple(servers)
+        # Hand out servers in the plan's order (the reference's tests first), not largest group
+        # first: speculative tests need the reference's measurements, and with few server slots a
+        # reference queued behind them means waiting, or restarting servers.
+        self.config.option.loadscopereorder = False
 
     def _split_scope(self, nodeid: str) -> str:
         server = server_of(nodeid, self.servers)

@@ -53,6 +53,7 @@ class SimOptions:
     fail_at_startup: bool = False
     never_ready: bool = False
     exit_after_requests: int | None = None
+    stop_after_requests: int | None = None
     error_rate: float = 0.0
     lossy_rate: float = 0.0
 
@@ -115,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-fail-at-startup", action="store_true")
     sim.add_argument("--sim-never-ready", action="store_true")
     sim.add_argument("--sim-exit-after-requests", type=int)
+    sim.add_argument(
+        "--sim-stop-after-requests", type=int, help="SIGSTOP itself after N requests: a hung server (kill -STOP)"
+    )
     sim.add_argument("--sim-error-rate", type=float, default=0.0)
     sim.add_argument("--sim-lossy-rate", type=float, default=0.0)
     sim.add_argument(
@@ -222,8 +226,12 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
     for flag, value in (("--sim-error-rate", args.sim_error_rate), ("--sim-lossy-rate", args.sim_lossy_rate)):
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{flag} must be a share in [0, 1] (got {value})")
-    if args.sim_exit_after_requests is not None and args.sim_exit_after_requests < 1:
-        raise ConfigError(f"--sim-exit-after-requests must be >= 1 (got {args.sim_exit_after_requests})")
+    for flag, count in (
+        ("--sim-exit-after-requests", args.sim_exit_after_requests),
+        ("--sim-stop-after-requests", args.sim_stop_after_requests),
+    ):
+        if count is not None and count < 1:
+            raise ConfigError(f"{flag} must be >= 1 (got {count})")
     seed = args.sim_seed if args.sim_seed is not None else (args.random_seed or 0)
     return SimOptions(
         profile=args.sim_profile,
@@ -233,6 +241,7 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         fail_at_startup=args.sim_fail_at_startup,
         never_ready=args.sim_never_ready,
         exit_after_requests=args.sim_exit_after_requests,
+        stop_after_requests=args.sim_stop_after_requests,
         error_rate=args.sim_error_rate,
         lossy_rate=args.sim_lossy_rate,
     )

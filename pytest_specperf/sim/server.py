@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import signal
 import socket
 import sys
 import threading
@@ -69,12 +70,19 @@ class ServerState:
             return self._error_rng.random() < rate
 
     def request_completed(self) -> None:
-        """Count a finished generation; --sim-exit-after-requests kills the process at the Nth."""
+        """Count a finished generation; --sim-exit-after-requests kills the process at the Nth,
+        --sim-stop-after-requests stops it (SIGSTOP: alive, holding its connections, answering nothing)."""
         limit = self.config.sim.exit_after_requests
+        stop_at = self.config.sim.stop_after_requests
         with self._lock:
             self._completed += 1
-            if limit is None or self._completed < limit:
-                return
+            completed = self._completed
+        if stop_at is not None and completed == stop_at:
+            log.error("no progress from here on (simulated hang: --sim-stop-after-requests %d)", stop_at)
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if limit is None or completed < limit:
+            return
         log.error(
             "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was "
             "encountered (simulated by --sim-exit-after-requests %d)",

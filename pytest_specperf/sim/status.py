@@ -63,6 +63,7 @@ def simulator_block(st: ServerStatus) -> dict:
             "fail_at_startup": s.fail_at_startup,
             "never_ready": s.never_ready,
             "exit_after_requests": s.exit_after_requests,
+            "stop_after_requests": s.stop_after_requests,
             "error_rate": s.error_rate,
             "lossy_rate": s.lossy_rate,
         },

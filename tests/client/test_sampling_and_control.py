@@ -11,7 +11,7 @@ import pytest
 from simproc import SimServer, free_port
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-from pytest_specperf.errors import ServerError
+from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, SGLangClient
 
 SECRET = "sk-flush-0123456789abcdef"
@@ -91,6 +91,7 @@ def test_flush_cache_timeout_is_a_server_error(silent_listener: str) -> None:
         client.flush_cache(timeout=1)
     assert time.monotonic() - began < 10
     check_server_error(exc, silent_listener, "timeout")
+    assert isinstance(exc.value, StalledServer)  # a hung server: the session stops it
 
 
 @pytest.fixture

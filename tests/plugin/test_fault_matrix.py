@@ -4,6 +4,7 @@ report row (JSON), the stored files and an empty process table afterwards (`make
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,104 @@ def test_unwritable_store_is_one_line_and_the_row_says_error(make_suite) -> None
     assert text.count("cannot write the baseline") == 2  # the test error and the ERROR line of the summary
     assert "Traceback" not in text and "PermissionError" not in text and "NotADirectoryError" not in text
     assert report_rows(report)["plain/default/c1"]["verdict"] == "ERROR"
+
+
+SPEC_TESTS_BOTH = """
+import pytest
+
+@pytest.mark.specperf(server="plain")
+def test_plain(specperf):
+    pass
+""" + "".join(
+    f"""
+@pytest.mark.specperf(server="{server}", min_speedup=0.5)
+def test_{server.replace("-", "_")}_{i}(specperf):
+    pass
+"""
+    for server in ("eagle3-5step", "eagle3-2step")
+    for i in range(3)
+)  # the speculative groups are larger: xdist used to hand them out first
+
+
+@pytest.mark.parametrize("workers", ["2", "3"])
+def test_xdist_with_one_server_slot_never_deadlocks(make_suite, workers: str) -> None:
+    """Speculative groups used to wait for the reference's slot while holding it from each other."""
+    pytest.importorskip("xdist")
+    suite = make_suite(SPEC_TESTS_BOTH, extra="max_servers = 1\n")
+    result = suite.run("-n", workers, subprocess=True)
+    result.assert_outcomes(passed=7)
+    assert "no free server slot" not in result.stdout.str()
+
+
+def test_xdist_any_distribution_finishes_with_one_server_slot(make_suite) -> None:
+    """`--dist loadfile` ignores the plugin's scheduler: a waiting worker then gives up its own idle
+    reference server (it starts again for its tests) rather than wait for a worker that waits for it."""
+    pytest.importorskip("xdist")
+    files = {
+        "test_a_spec": "import pytest\n" + "".join(
+            f'\n@pytest.mark.specperf(server="eagle3-5step", min_speedup=0.5)\ndef test_{i}(specperf):\n    pass\n'
+            for i in range(2)
+        ),
+        "test_b_spec": "import pytest\n" + "".join(
+            f'\n@pytest.mark.specperf(server="eagle3-2step", min_speedup=0.5)\ndef test_{i}(specperf):\n    pass\n'
+            for i in range(2)
+        ),
+        "test_c_plain": PLAIN_TEST,
+    }
+    suite = make_suite(files, extra="max_servers = 1\n")
+    result = suite.run("-n", "2", "--dist", "loadfile", subprocess=True)
+    result.assert_outcomes(passed=5)
+
+
+def test_hung_server_fails_its_measurement_after_the_stall_timeout(make_suite, three_servers) -> None:
+    """A server that stops answering mid-round (kill -STOP) used to hold the night for 600 s, silently."""
+    suite = make_suite(
+        """
+        import pytest
+
+        @pytest.mark.specperf(server="eagle3-5step", min_speedup=0.5)
+        def test_hung(specperf):
+            pass
+
+        @pytest.mark.specperf(server="eagle3-5step", workload="other")
+        def test_hung_too(specperf):
+            pass
+
+        @pytest.mark.specperf(server="eagle3-2step", min_speedup=0.5)
+        def test_fine(specperf):
+            pass
+        """,
+        servers=three_servers('sim_args = ["--sim-stop-after-requests", "3"]'),
+        workloads=TINY_WORKLOAD_WITH_STALL,
+    )
+    report = suite.pytester.path / "report.json"
+    started = time.monotonic()
+    result = suite.run(f"--specperf-json={report}")
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines([
+        "*server 'eagle3-5step' (workload 'default', concurrency 1): made no progress for ? s (stall_timeout 2 s)"
+        " with requests in flight*hung*the measurement failed and the server is stopped*",
+    ])  # fmt: skip
+    rows = report_rows(report)
+    assert rows["eagle3-5step/default/c1"]["verdict"] == "ERROR"
+    assert "made no progress" in rows["eagle3-5step/default/c1"]["reason"]
+    assert rows["eagle3-2step/default/c1"]["verdict"] == "NEW"  # measured, no baseline yet
+    assert elapsed < 45  # one stall (2 s) and one stop, not a request timeout per request
+
+
+TINY_WORKLOAD_WITH_STALL = """
+[specperf.workloads.default]
+prompts = "builtin:chat"
+num_requests = 4
+max_new_tokens = 24
+warmup = 1
+stall_timeout = 2
+
+[specperf.workloads.other]
+prompts = "builtin:code"
+num_requests = 4
+max_new_tokens = 24
+warmup = 1
+stall_timeout = 2
+"""
