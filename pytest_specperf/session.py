@@ -114,7 +114,7 @@ class SpecperfSession:
 
     def reference_keys(self) -> list[MeasurementKey]:
         """Reference measurements the plan needs: every (workload, level) a speculative test uses."""
-        keys = {}
+        keys: dict[MeasurementKey, None] = {}
         for test in self.planned.values():
             target = test.target
             if target.measured and target.server != self.config.reference and self.config.reference_server:

@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
@@ -315,6 +315,10 @@ def _finish_type(reason: Any) -> str | None:
     return str(reason) if reason else None
 
 
+@overload
+def _int_or(value: Any, default: int) -> int: ...
+@overload
+def _int_or(value: Any, default: None) -> int | None: ...
 def _int_or(value: Any, default: int | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 

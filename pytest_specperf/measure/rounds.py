@@ -45,7 +45,7 @@ def summarise_round(
     """One round's sample of every metric, from its request records."""
     ok = [r for r in records if r.ok and r.last_chunk is not None]
     tokens = sum(r.completion_tokens for r in ok)
-    span = (max(r.last_chunk for r in ok) - min(r.sent for r in ok)) if ok else 0.0  # type: ignore[type-var]
+    span = (max(r.last_chunk or r.sent for r in ok) - min(r.sent for r in ok)) if ok else 0.0
     verified = [r for r in ok if r.verify_ct]
     accept = sum(r.completion_tokens for r in verified) / sum(r.verify_ct for r in verified) if verified else None  # type: ignore[misc]
     per_request = float(np.mean([r.accept_length for r in verified])) if verified else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import Measurement, MeasurementKey
@@ -202,7 +203,8 @@ def _cost(measurement: Measurement, reference: Measurement) -> CostModel | None:
 
 def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
     """Verify-cost fits over configs that differ only in draft tokens (same everything else)."""
-    entries, members = [], {}
+    entries: list[tuple[tuple[Any, ...], float, float]] = []
+    members: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
     for row in rows:
         m = row.measurement
         if row.cost is None or m.num_draft_tokens is None:
@@ -262,6 +264,9 @@ def _sweep(workload: str, levels: tuple[int, ...], rows: list[Row]) -> SweepSumm
             speedups.setdefault(row.key.server, {})[level] = row.speedup
         if row.throughput is not None and math.isfinite(row.throughput.value):
             throughputs.setdefault(row.key.server, {}).setdefault(float(level), row.throughput)
-    crossovers = {name: find_crossover(curve) for name, curve in sorted(speedups.items())}
+    crossovers = {
+        name: find_crossover({float(level): s for level, s in curve.items()})
+        for name, curve in sorted(speedups.items())
+    }
     winners = best_config_per_level(throughputs) if throughputs else ()
     return SweepSummary(workload, levels, dict(sorted(speedups.items())), crossovers, winners)

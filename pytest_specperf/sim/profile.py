@@ -572,7 +572,8 @@ class _Table:
     def __init__(self, data: object, where: str) -> None:
         if not isinstance(data, dict):
             raise ProfileError(f"{where}: expected a table")
-        self.data, self.where, self.used = data, where, set()
+        self.data, self.where = data, where
+        self.used: set[str] = set()
 
     def get(self, key: str, kind: type | tuple[type, ...], default: object = ...) -> object:
         self.used.add(key)

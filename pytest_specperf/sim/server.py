@@ -206,7 +206,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _read_body_raw(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:

@@ -414,7 +414,7 @@ def advise_regression(result: RegressionResult, *, max_rounds: int = DEFAULT_MAX
         max_rounds=max_rounds,
         cv=result.current.cv,
         fixed_n=result.baseline.n,
-        fixed_cv=result.baseline.cv,
+        fixed_cv=result.baseline.cv or 0.0,
     )
 
 

@@ -38,16 +38,16 @@ def report_rows(path: Path) -> dict[str, dict]:
 
 def test_many_failed_measurements_are_all_reported(make_suite, one_spec_server) -> None:
     """Two or more failed measurements used to crash the session end ('<' between MeasurementKeys)."""
-    suite = make_suite(SPEC_TEST, servers=one_spec_server('sim_args = ["--sim-fail-at-startup"]'),
-                       workloads=TWO_LEVELS)
+    suite = make_suite(SPEC_TEST, servers=one_spec_server('sim_args = ["--sim-fail-at-startup"]'), workloads=TWO_LEVELS)
     report = suite.pytester.path / "report.json"
     result = suite.run(f"--specperf-json={report}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(errors=2)
     text = result.stdout.str()
     assert "TypeError" not in text and "INTERNALERROR" not in text
-    result.stdout.fnmatch_lines(["*ERROR eagle3-5step/default/c1: *exited with code 1*",
-                                 "*ERROR eagle3-5step/default/c2: *exited with code 1*"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR eagle3-5step/default/c1: *exited with code 1*", "*ERROR eagle3-5step/default/c2: *exited with code 1*"]
+    )
     rows = report_rows(report)
     assert rows["eagle3-5step/default/c1"]["verdict"] == "ERROR"
     assert rows["eagle3-5step/default/c2"]["verdict"] == "ERROR"
@@ -151,11 +151,13 @@ def test_xdist_any_distribution_finishes_with_one_server_slot(make_suite) -> Non
     reference server (it starts again for its tests) rather than wait for a worker that waits for it."""
     pytest.importorskip("xdist")
     files = {
-        "test_a_spec": "import pytest\n" + "".join(
+        "test_a_spec": "import pytest\n"
+        + "".join(
             f'\n@pytest.mark.specperf(server="eagle3-5step", min_speedup=0.5)\ndef test_{i}(specperf):\n    pass\n'
             for i in range(2)
         ),
-        "test_b_spec": "import pytest\n" + "".join(
+        "test_b_spec": "import pytest\n"
+        + "".join(
             f'\n@pytest.mark.specperf(server="eagle3-2step", min_speedup=0.5)\ndef test_{i}(specperf):\n    pass\n'
             for i in range(2)
         ),
