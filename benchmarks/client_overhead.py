@@ -13,7 +13,7 @@ Measures:
     lateness of sends against the seeded schedule < 50 ms. (If the simulator itself saturates
     first, the rate reported is a lower bound for the client; the client CPU share is printed.)
 (c) at concurrency 64, output tok/s as counted by the client vs by the simulator:
-      client    = Σ completion_tokens / (max last_chunk - min sent)   (design.md §4 round throughput)
+      client    = Σ completion_tokens / (max last_chunk - min sent)   (docs/metrics.md round throughput)
       simulator = Δ sglang:generation_tokens_total (scraped just before and after the round)
                   / the same (max last_chunk - min sent) wall interval
     The two agree when the client neither loses tokens nor delays reading them. Goal: within 2%.

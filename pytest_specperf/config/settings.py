@@ -22,7 +22,7 @@ from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
 LAUNCHERS = ("sglang", "sim")
 
-#: Algorithms SGLang 0.5.23 knows (sglang-contract.md §1.3); plugins may register more.
+#: Algorithms SGLang 0.5.23 knows (docs/engines/sglang.md); plugins may register more.
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 #: Algorithms whose draft model must be named (EAGLE/NEXTN may default to the target's MTP head).
 NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
@@ -306,7 +306,7 @@ def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
 
 
 def check_speculative_rules(server: ServerConfig, where: str) -> None:
-    """SGLang's rules (sglang-contract.md §1.4), refused instead of silently corrected."""
+    """SGLang's rules (docs/engines/sglang.md), refused instead of silently corrected."""
     sizes = {
         "num_steps": server.num_steps,
         "eagle_topk": server.eagle_topk,

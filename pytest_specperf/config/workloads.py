@@ -65,7 +65,7 @@ class Prompt:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadConfig:
-    """A named workload (design.md §2): prompts + sampling params + load shape + request counts."""
+    """A named workload (docs/architecture.md): prompts + sampling params + load shape + request counts."""
 
     name: str
     prompts: str = "builtin:mixed"

@@ -1,6 +1,6 @@
 """SGLang HTTP client and load driver: streamed requests in, `RequestRecord`s out.
 
-Endpoints (sglang 0.5.23, see sglang-contract.md §2):
+Endpoints (sglang 0.5.23, see docs/engines/sglang.md):
 
 - Text prompts go to ``POST /generate`` with ``{"text", "sampling_params", "stream": true}``. Each SSE
   event ``data: {json}`` carries the *cumulative* ``text`` (SGLang's default; a server started with
@@ -20,7 +20,7 @@ Endpoints (sglang 0.5.23, see sglang-contract.md §2):
   near-zero gaps); the finish chunk's arrival still ends E2E, because it marks the final step.
 - No ``model`` key is sent: SGLang serves one model and defaults the field.
 
-Definitions (design.md §4): ``sent`` is taken right before the request is written; ``first_chunk`` is
+Definitions (docs/metrics.md): ``sent`` is taken right before the request is written; ``first_chunk`` is
 the first chunk with non-empty text; ``chunk_gaps`` are the gaps between consecutive chunks, so there
 are ``num_chunks - 1``; all are ``time.perf_counter()`` seconds relative to the round start.
 
@@ -73,7 +73,7 @@ class SamplingParams:
 
     Real SGLang answers HTTP 400 to any unknown key inside `sampling_params`, so nothing else is sent.
     `sampling_seed` seeds the server's sampler so a run at temperature > 0 draws the same tokens again
-    (sglang-contract.md §2.3 lists it among the allowed keys). It is sent only when set and the
+    (docs/engines/sglang.md lists it among the allowed keys). It is sent only when set and the
     temperature is above 0: greedy decoding draws nothing, so a seed there would only add a key.
     """
 
@@ -108,7 +108,7 @@ class SamplingParams:
     def to_openai(self) -> dict[str, Any]:
         """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
 
-        The seed goes in OpenAI's own `seed` field. sglang-contract.md §2.5 does not list it, but
+        The seed goes in OpenAI's own `seed` field. docs/engines/sglang.md does not list it, but
         SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
         forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
         """

@@ -16,7 +16,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One streamed request, as the client saw it (design.md §4)."""
+    """One streamed request, as the client saw it (docs/metrics.md)."""
 
     index: int
     sent: float

@@ -1,7 +1,7 @@
 """Warmup plus rounds of a workload on a server: a `Measurement` of raw per-request records.
 
 Each round starts from a flushed radix cache, so later rounds do not hit prefixes cached by
-earlier ones, and yields one sample of every metric (design.md §4). Accept length is always
+earlier ones, and yields one sample of every metric (docs/metrics.md). Accept length is always
 scoped to the round's own requests (Σ completion tokens / Σ verify steps from each final
 `meta_info`), never SGLang's cumulative `avg_spec_accept_length`.
 """

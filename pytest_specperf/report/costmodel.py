@@ -1,5 +1,5 @@
 """The speculative-decoding cost model: cycle time, break-even accept length, implied acceptance,
-and the split of verify cost into a fixed and a per-token part (design.md §3-§4).
+and the split of verify cost into a fixed and a per-token part (docs/story.md, docs/metrics.md).
 
 Why: tok/s alone hid the real story in the session this tool was born from. A 5-step EAGLE-3 config
 at 71 tok/s "lost" to a remembered 90 tok/s plain server (a phantom measured with NCCL tuning), and

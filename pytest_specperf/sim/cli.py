@@ -21,7 +21,7 @@ PROG = "pytest_specperf.sim"
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 #: Algorithms whose draft model must be named. EAGLE and NEXTN may run without one: SGLang then drafts with
-#: the target's own MTP layers (the draft path defaults to the target path, sglang-contract.md §1.3).
+#: the target's own MTP layers (the draft path defaults to the target path, docs/engines/sglang.md).
 NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
 SPEC_DEFAULT_MAX_RUNNING = 48
 NGRAM_BFS_BREADTH = 10

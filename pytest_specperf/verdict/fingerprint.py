@@ -1,6 +1,6 @@
 """Where a number was measured: capture, compare and redact environment fingerprints.
 
-A throughput without its environment is a phantom (design.md §3): plain decoding was remembered
+A throughput without its environment is a phantom (docs/story.md): plain decoding was remembered
 as 90 tok/s, but that number had been measured with NCCL tuning variables that were lost on
 restart. So every measurement carries a `Fingerprint` in two parts:
 

@@ -9,7 +9,7 @@ original appended, so two names never share a file. Files are pretty-printed (in
 sorted keys so that `--specperf-update` produces a small, readable diff in a pull request.
 
 A file holds the raw evidence (per-round samples, per-request records), the fingerprint (so a
-number never travels without its environment: design.md §3), a summary for reviewers, and
+number never travels without its environment: docs/story.md), a summary for reviewers, and
 provenance (when, on which host, from which commit).
 
 Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one

@@ -1,4 +1,4 @@
-"""design.md §3, told by the report of a real session on the `kimi-k2.5-tp8` profile.
+"""docs/story.md, told by the report of a real session on the `kimi-k2.5-tp8` profile.
 
 The run is at time scale 0.1, so milliseconds are scaled back by 1/0.1 before they are compared
 with the story; ratios and accept lengths need no scaling. Tolerances: the profile reproduces the

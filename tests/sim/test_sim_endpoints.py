@@ -1,4 +1,4 @@
-"""HTTP contract of the simulator (sglang-contract.md §2), against real simulator processes."""
+"""HTTP contract of the simulator (docs/engines/sglang.md), against real simulator processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cost model reproduces design.md §3's figures (expected values computed by hand in the comments)."""
+"""The cost model reproduces the figures of docs/story.md (expected values computed by hand in the comments)."""
 
 from __future__ import annotations
 

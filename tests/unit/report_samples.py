@@ -1,6 +1,6 @@
 """Hand-built measurements and reports for renderer, output and CLI tests (no server needed).
 
-The numbers follow design.md §3 (Kimi-K2.5 on 8 GPUs, EAGLE-3) so a reader can check them: plain
+The numbers follow docs/story.md (Kimi-K2.5 on 8 GPUs, EAGLE-3) so a reader can check them: plain
 decoding ~62.9 tok/s, 5 steps τ≈2.1 at ~71 tok/s, 2 steps τ≈1.93-2.3 at ~75.9 tok/s. Everything is
 fixed, so rendered text can be compared with golden strings.
 """
@@ -103,7 +103,7 @@ def measurement(
 
 
 def story_measurements(scale: str | None = "0.1") -> dict[MeasurementKey, Measurement]:
-    """design.md §3 at concurrency 1: plain 62.9, 5 steps ~71, 2 steps ~75.9 tok/s."""
+    """docs/story.md at concurrency 1: plain 62.9, 5 steps ~71, 2 steps ~75.9 tok/s."""
     found = [
         measurement("plain", [62.6, 63.1, 63.0], None, [15.95, 15.85, 15.87], scale=scale),
         measurement("eagle3-5step", [70.8, 71.3, 70.9], [2.10, 2.11, 2.09], [14.1, 14.0, 14.1], scale=scale),

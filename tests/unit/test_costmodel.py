@@ -1,4 +1,4 @@
-"""Unit tests of pytest_specperf.report.costmodel, hand-checked against the story in design.md §3."""
+"""Unit tests of pytest_specperf.report.costmodel, hand-checked against the story in docs/story.md."""
 
 import math
 
@@ -25,7 +25,7 @@ from pytest_specperf.report.costmodel import (
 )
 from pytest_specperf.verdict.stats import Estimate
 
-# design.md §3: Kimi-K2.5 on 8 GPUs, EAGLE-3.
+# docs/story.md: Kimi-K2.5 on 8 GPUs, EAGLE-3.
 REFERENCE_TOK_S = 62.9  # plain decoding without NCCL tuning
 PHANTOM_TPOT_MS = 11.1  # the remembered 90 tok/s, measured with NCCL tuning
 CYCLE_5STEP_MS = 29.9  # verify 28.7 + drafting 0.96

@@ -1,4 +1,4 @@
-"""The real-SGLang launch path: argv and environment built from a server config (sglang-contract.md §1)."""
+"""The real-SGLang launch path: argv and environment built from a server config (docs/engines/sglang.md)."""
 
 from __future__ import annotations
 
