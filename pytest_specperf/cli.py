@@ -42,7 +42,7 @@ from pytest_specperf.report.jsonreport import (
 )
 from pytest_specperf.report.schema import REPORT_SCHEMA
 from pytest_specperf.report.terminal import pm, render_text, summary_blocks, text_table
-from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.checks import Verdict, verdict_of
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
 from pytest_specperf.verdict.stats import (
     Decision,
@@ -197,14 +197,14 @@ class Comparison:
 
     @property
     def verdict(self) -> Verdict:
-        if self.drift is not None and not self.drift.comparable:
-            return Verdict.INCOMPARABLE
         results = [r for r in (self.throughput, self.accept_length) if r is not None]
-        if any(r.decision is Decision.MISSED for r in results):
-            return Verdict.REGRESSION
-        if any(r.decision is Decision.INCONCLUSIVE for r in results):
-            return Verdict.INCONCLUSIVE
-        return Verdict.IMPROVED if any(r.improved for r in results) else Verdict.PASS
+        return verdict_of(
+            missed=any(r.decision is Decision.MISSED for r in results),
+            incomparable=self.drift is not None and not self.drift.comparable,
+            inconclusive=any(r.decision is Decision.INCONCLUSIVE for r in results),
+            improved=any(r.improved for r in results),
+            new=False,
+        )
 
 
 DIFF_HEADERS = ("measurement", "old tok/s", "new tok/s", "new/old [CI]", "old τ", "new τ", "τ new/old", "result")
@@ -282,6 +282,8 @@ def compare(label: str, old: Measurement, new: Measurement, max_tp: float, max_t
     drift = None
     if isinstance(old.fingerprint, Fingerprint) and isinstance(new.fingerprint, Fingerprint):
         drift = diff(old.fingerprint, new.fingerprint)
+    if drift is not None and not drift.comparable:  # no comparison across setups, as in a test
+        return Comparison(label, old, new, None, None, drift)
     return Comparison(label, old, new, decide("output_throughput", max_tp), decide("accept_length", max_tau), drift)
 
 

@@ -260,18 +260,7 @@ class SpecperfSession:
 
     def limits(self, marker: SpecperfMarker | None, workload: str) -> Limits:
         """Tolerances: marker > config (> defaults, already in the config)."""
-        m = marker or SpecperfMarker(servers=(), workloads=())
-        c = self.config
-        return Limits(
-            max_regression=c.max_regression if m.max_regression is None else m.max_regression,
-            max_regression_accept_length=(
-                c.max_regression_accept_length
-                if m.max_regression_accept_length is None
-                else m.max_regression_accept_length
-            ),
-            max_error_rate=c.workloads[workload].max_error_rate if m.max_error_rate is None else m.max_error_rate,
-            max_rounds=c.effective_max_rounds,
-        )
+        return Limits.of(self.config, workload, marker)
 
     def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
         """All checks of a test; while any is inconclusive, measure more rounds (up to max_rounds)."""

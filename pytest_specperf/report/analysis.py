@@ -140,9 +140,10 @@ def _verdict(
     baseline: StoredBaseline | None,
     updating: bool,
 ) -> Verdict:
-    """The worst verdict of the tests sharing a measurement, or its own baseline comparison."""
+    """The worst verdict of the tests sharing a measurement, or (no test asked for it, e.g. a
+    reference measured for speedups) its own checks with the config's tolerances."""
     if not verdicts:
-        limits = Limits(config.max_regression, config.max_regression_accept_length, 1.0)
+        limits = Limits.of(config, measurement.key.workload)
         verdicts = [evaluate(measurement, None, None, limits, baseline, updating=updating).verdict]
     return min(verdicts, key=SEVERITY.index)
 

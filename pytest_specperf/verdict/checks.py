@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
@@ -88,17 +89,31 @@ class Evaluation:
 
     @property
     def verdict(self) -> Verdict:
-        if self.missed:
-            return Verdict.REGRESSION
-        if self.incomparable:
-            return Verdict.INCOMPARABLE
-        if self.inconclusive:
-            return Verdict.INCONCLUSIVE
-        if any(c.improved for c in self.checks):
-            return Verdict.IMPROVED
-        if self.baseline is None and not self.updating:
-            return Verdict.NEW
-        return Verdict.PASS
+        return verdict_of(
+            missed=bool(self.missed),
+            incomparable=self.incomparable,
+            inconclusive=bool(self.inconclusive),
+            improved=any(c.improved for c in self.checks),
+            new=self.baseline is None and not self.updating,
+        )
+
+
+def verdict_of(*, missed: bool, incomparable: bool, inconclusive: bool, improved: bool, new: bool) -> Verdict:
+    """The one precedence of verdicts, for tests, report rows and `specperf diff` alike.
+
+    A check that failed is a REGRESSION even when the baseline is incomparable: checks against a
+    stored baseline are not made across setups (see `evaluate`), so what failed is valid on its own
+    (a speedup, a range, the error rate). Then INCOMPARABLE, INCONCLUSIVE, IMPROVED, NEW, PASS.
+    """
+    if missed:
+        return Verdict.REGRESSION
+    if incomparable:
+        return Verdict.INCOMPARABLE
+    if inconclusive:
+        return Verdict.INCONCLUSIVE
+    if improved:
+        return Verdict.IMPROVED
+    return Verdict.NEW if new else Verdict.PASS
 
 
 def fmt(estimate: Estimate, digits: int = 2) -> str:
@@ -232,6 +247,28 @@ class Limits:
     max_regression_accept_length: float
     max_error_rate: float
     max_rounds: int = DEFAULT_MAX_ROUNDS
+
+    @classmethod
+    def of(cls, config: SpecperfConfig, workload: str, marker: SpecperfMarker | None = None) -> Limits:
+        """Tolerances for a measurement of `workload`: the marker's, else the config's (with its defaults)."""
+        m = marker or SpecperfMarker(servers=(), workloads=())
+        return cls(
+            max_regression=config.max_regression if m.max_regression is None else m.max_regression,
+            max_regression_accept_length=(
+                config.max_regression_accept_length
+                if m.max_regression_accept_length is None
+                else m.max_regression_accept_length
+            ),
+            max_error_rate=_workload_error_rate(config, workload) if m.max_error_rate is None else m.max_error_rate,
+            max_rounds=config.effective_max_rounds,
+        )
+
+
+def _workload_error_rate(config: SpecperfConfig, workload: str) -> float:
+    """The workload's tolerated error share; a workload this config does not define (a report read
+    back by `specperf`) tolerates none, like a workload that does not set it."""
+    found = config.workloads.get(workload)
+    return found.max_error_rate if found is not None else 0.0
 
 
 def evaluate(

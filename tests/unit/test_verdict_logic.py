@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from report_samples import baseline_of, fingerprint, measurement
+import pytest
+from report_samples import CONFIG, baseline_of, fingerprint, measurement
 
-from pytest_specperf.verdict.checks import Limits, Verdict, evaluate, failure_message
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.report.analysis import build_report
+from pytest_specperf.verdict.checks import Limits, Verdict, evaluate, failure_message, verdict_of
 from pytest_specperf.verdict.markers import SpecperfMarker
 from pytest_specperf.verdict.stats import Decision
 
@@ -93,3 +97,28 @@ def test_update_skips_the_baseline_and_says_pass(tmp_path: Path) -> None:
     stored = baseline_of(spec([700] * 5), tmp_path / "b.json")
     result = evaluate(spec([600] * 5), None, None, LIMITS, stored, updating=True)
     assert result.verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"missed": True, "incomparable": True}, Verdict.REGRESSION),  # a failed same-session check stays one
+        ({"incomparable": True, "inconclusive": True}, Verdict.INCOMPARABLE),
+        ({"inconclusive": True, "improved": True}, Verdict.INCONCLUSIVE),
+        ({"improved": True, "new": True}, Verdict.IMPROVED),
+        ({"new": True}, Verdict.NEW),
+        ({}, Verdict.PASS),
+    ],
+)
+def test_one_verdict_precedence(flags: dict[str, bool], expected: Verdict) -> None:
+    base = dict.fromkeys(("missed", "incomparable", "inconclusive", "improved", "new"), False)
+    assert verdict_of(**{**base, **flags}) is expected
+
+
+def test_a_row_no_test_asked_for_keeps_the_workloads_error_tolerance() -> None:
+    """A reference measured only for speedups used to show PASS whatever its error rate."""
+    failing = plain([610, 611, 609])
+    failing.rounds[0] = dataclasses.replace(failing.rounds[0], error_count=2)
+    config = SpecperfConfig(model="m", reference="plain", servers=CONFIG.servers)
+    report = build_report(config, {failing.key: failing}, {}, {}, {}, updating=False)
+    assert report.rows[0].verdict is Verdict.REGRESSION
