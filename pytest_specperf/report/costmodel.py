@@ -89,11 +89,6 @@ def _divide(f: Callable[..., float], divisors: Sequence[Number], *inputs: Number
 # --- the cycle -----------------------------------------------------------------------------------
 
 
-def ms_per_token(throughput_tok_s: Number) -> Estimate:
-    """1000 / throughput. It equals TPOT only at concurrency 1 (one stream gets all the tokens)."""
-    return _divide(lambda r: 1000.0 / r, [throughput_tok_s], throughput_tok_s)
-
-
 def cycle_time(accept_length: Number, tpot_ms: Number) -> Estimate:
     """τ * TPOT (ms): the time of one draft-and-verify cycle, which emits τ tokens on average."""
     return propagate(lambda tau, t: tau * t, accept_length, tpot_ms)
@@ -115,11 +110,6 @@ def headroom(accept_length: Number, break_even: Number) -> Estimate:
 def speedup_from_tpot(reference_tpot_ms: Number, tpot_ms: Number) -> Estimate:
     """Reference TPOT / speculative TPOT (= τ / τ*): per-stream speedup."""
     return _divide(lambda r, t: r / t, [tpot_ms], reference_tpot_ms, tpot_ms)
-
-
-def speedup_from_cycle(reference_tpot_ms: Number, cycle_ms: Number, accept_length: Number) -> Estimate:
-    """Reference TPOT / (cycle / τ): the TPOT speedup when the cycle comes from a profile."""
-    return _divide(lambda r, c, tau: r * tau / c, [cycle_ms, accept_length], reference_tpot_ms, cycle_ms, accept_length)
 
 
 def speedup_from_throughput(throughput: Number, reference_throughput: Number) -> Estimate:

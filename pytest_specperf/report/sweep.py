@@ -106,11 +106,6 @@ def find_crossover(speedups: Mapping[float, Estimate]) -> Crossover:
     return Crossover(kind, _level(x), band[0], band[1], wiggly, levels)
 
 
-def crossovers(speedups_by_config: Mapping[str, Mapping[float, Estimate]]) -> dict[str, Crossover]:
-    """`find_crossover` for every speculative config of a sweep."""
-    return {name: find_crossover(curve) for name, curve in speedups_by_config.items()}
-
-
 def _first_down(ys: Sequence[float]) -> int | None:
     """Index i of the first segment where the curve goes from >= 1 to < 1."""
     return next((i for i in range(len(ys) - 1) if ys[i] >= 1.0 > ys[i + 1]), None)

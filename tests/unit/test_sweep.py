@@ -8,7 +8,6 @@ from pytest_specperf.report.sweep import (
     Certainty,
     CrossoverKind,
     best_config_per_level,
-    crossovers,
     find_crossover,
 )
 from pytest_specperf.verdict.stats import Estimate
@@ -104,12 +103,6 @@ def test_crossover_single_level_and_errors() -> None:
         find_crossover({})
     with pytest.raises(ValueError):
         find_crossover({0: e(1.2), 4: e(0.8)})
-
-
-def test_crossovers_per_config() -> None:
-    result = crossovers({"eagle3-5step": curve(1.4, 1.2, 0.8, 0.6), "eagle3-2step": curve(1.3, 1.2, 1.1, 1.05)})
-    assert result["eagle3-5step"].kind is CrossoverKind.CROSSES
-    assert result["eagle3-2step"].kind is CrossoverKind.ABOVE_ALL
 
 
 # --- best config per level -----------------------------------------------------------------------
