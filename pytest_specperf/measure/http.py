@@ -292,6 +292,7 @@ class _Stream:
             proposed_drafts=_int_or(spec.get("spec_num_proposed_drafts"), None),
             finish_reason=reason,
             output_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            output=text,
             chunk_gaps=tuple(self.gaps),
         )
 

@@ -33,6 +33,8 @@ class RequestRecord:
     output_hash: str | None = None
     error: str | None = None
     chunk_gaps: tuple[float, ...] = field(default=(), compare=False, repr=False)
+    #: the output text, kept in memory for the lossless check's first-divergence message only
+    output: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -64,7 +66,7 @@ class RequestRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; chunk gaps are summarised per round, not stored per request."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chunk_gaps"}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("chunk_gaps", "output")}
         for key in ("sent", "first_chunk", "last_chunk"):
             if data[key] is not None:
                 data[key] = round(data[key], 6)
@@ -72,7 +74,7 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        known = {f.name for f in fields(cls)} - {"chunk_gaps"}
+        known = {f.name for f in fields(cls)} - {"chunk_gaps", "output"}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
