@@ -17,37 +17,19 @@ from types import MappingProxyType
 from typing import Any
 
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
+from pytest_specperf.engines.base import engine_for, engine_names
+from pytest_specperf.engines.sglang import KNOWN_ALGORITHMS, NEEDS_DRAFT_MODEL, RESERVED_FLAGS
 from pytest_specperf.errors import ConfigError, did_you_mean
 from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
-LAUNCHERS = ("sglang", "sim")
-
-#: Algorithms SGLang 0.5.23 knows (docs/engines/sglang.md); plugins may register more.
-KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
-#: Algorithms whose draft model must be named (EAGLE/NEXTN may default to the target's MTP head).
-NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
+#: "sim" starts the built-in simulator (SGLang's contract); any other value starts the real engine.
+LAUNCHERS = ("sglang", "vllm", "sim")
 
 HTTP_URL = re.compile(r"^https?://[^/]+")
 
 #: Placeholders a `command` template may use.
 COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
 
-#: Flags the plugin sets itself, or that have a dedicated key; refused inside `args`.
-RESERVED_FLAGS = {
-    "--host": "the plugin sets it (use the server's `host` key)",
-    "--port": "the plugin picks a free port",
-    "--model-path": "use the `model` key",
-    "--model": "use the `model` key",
-    "--speculative-algorithm": "use the `algorithm` key",
-    "--speculative-draft-model-path": "use the `draft_model` key",
-    "--speculative-draft-model": "use the `draft_model` key",
-    "--speculative-num-steps": "use the `num_steps` key",
-    "--speculative-eagle-topk": "use the `eagle_topk` key",
-    "--speculative-num-draft-tokens": "use the `num_draft_tokens` key",
-    "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
-    "--admin-api-key": "not supported: /flush_cache would need it before every round; use `api_key` alone",
-    "--cuda-graph-max-bs": "removed in SGLang 0.5.23 (exit 2, 'ambiguous option'): use --cuda-graph-max-bs-decode",
-}
 
 
 @dataclass(frozen=True)
@@ -70,10 +52,12 @@ class ServerConfig:
     startup_timeout: float | None = None
     api_key: str | None = field(default=None, repr=False)
     sim_args: tuple[str, ...] = ()
+    engine: str | None = None  # None: the suite's engine
+    speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config, passed as it is
 
     @property
     def is_speculative(self) -> bool:
-        return self.algorithm is not None
+        return self.algorithm is not None or self.speculative_config is not None
 
     @property
     def is_attached(self) -> bool:
@@ -100,6 +84,7 @@ class SpecperfConfig:
 
     source: Path | None = None
     launcher: str = "sglang"
+    engine: str = "sglang"
     python: str = "python3"
     model: str | None = None
     reference: str = "plain"
@@ -133,6 +118,10 @@ class SpecperfConfig:
 
     def model_of(self, server: ServerConfig) -> str | None:
         return server.model or self.model
+
+    def engine_of(self, server: ServerConfig) -> str:
+        """The engine a server runs: its own `engine`, else the suite's."""
+        return server.engine or self.engine
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +171,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 GLOBAL_KEYS = {
-    "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
+    "engine", "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
     "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "env", "env_patterns",
     "api_key", "sim_profile", "sim_time_scale", "servers", "workloads",
 }  # fmt: skip
@@ -202,11 +191,13 @@ class _Parser:
 
     def parse(self, table: dict[str, Any]) -> SpecperfConfig:
         check_keys(table, GLOBAL_KEYS, self.where(""))
+        self.engine = _Getter(table, self.where("")).choice("engine", engine_names(), "sglang")
         get = _Getter(table, self.where(""))
         base = self.path.parent
         values: dict[str, Any] = {
             "source": self.path,
-            "launcher": get.choice("launcher", LAUNCHERS, "sglang"),
+            "engine": get.choice("engine", engine_names(), "sglang"),
+            "launcher": get.choice("launcher", LAUNCHERS, get.table.get("engine", "sglang")),
             "python": get.string("python", "python3"),
             "model": get.string("model", None),
             "reference": get.string("reference", "plain"),
@@ -233,6 +224,7 @@ class _Parser:
         values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
         config = SpecperfConfig(**values)
         self.check_reference(config)
+        check_engines(config, self.where(""))
         return config
 
     def parse_servers(self, tables: dict[str, Any]) -> dict[str, ServerConfig]:
@@ -242,7 +234,7 @@ class _Parser:
             check_name(name, where)
             if not isinstance(table, dict):
                 raise ConfigError(where, "must be a table")
-            servers[name] = parse_server(name, table, where)
+            servers[name] = parse_server(name, table, where, engine=self.engine)
         return servers
 
     def parse_workloads(self, tables: dict[str, Any], base: Path) -> dict[str, WorkloadConfig]:
@@ -276,11 +268,13 @@ class _Parser:
             )
 
 
-def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
-    """One `[specperf.servers.NAME]` table, with SGLang's speculative rules applied."""
+def parse_server(name: str, table: dict[str, Any], where: str, engine: str = "sglang") -> ServerConfig:
+    """One `[specperf.servers.NAME]` table, with its engine's rules applied (SGLang's by default)."""
     check_keys(table, SERVER_KEYS, where)
     get = _Getter(table, where)
     algorithm = get.string("algorithm", None)
+    own_engine = get.choice("engine", engine_names(), engine) if "engine" in table else None
+    spec_config = get.subtable("speculative_config") if "speculative_config" in table else None
     server = ServerConfig(
         name=name,
         algorithm=algorithm.upper() if algorithm else None,
@@ -297,9 +291,12 @@ def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
         startup_timeout=get.number("startup_timeout", None, minimum=0, exclusive=True),
         api_key=get.string("api_key", None),
         sim_args=tuple(get.string_list("sim_args", ())),
+        engine=own_engine,
+        speculative_config=MappingProxyType(dict(spec_config)) if spec_config is not None else None,
     )
-    check_speculative_rules(server, where)
-    check_args(server, where)
+    runs_on = engine_for(own_engine or engine)
+    runs_on.check_server(server, where)
+    check_args(server, where, runs_on.reserved_flags)
     check_attach(server, table, where)
     check_command(server, where)
     return server
@@ -351,14 +348,28 @@ def check_speculative_rules(server: ServerConfig, where: str) -> None:
         )
 
 
-def check_args(server: ServerConfig, where: str) -> None:
+def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str] = RESERVED_FLAGS) -> None:
     for arg in server.args:
         flag = arg.split("=", 1)[0]
-        if flag in RESERVED_FLAGS:
-            raise ConfigError(f"{where} args", f"{flag} is not allowed here: {RESERVED_FLAGS[flag]}")
+        if flag in reserved:
+            raise ConfigError(f"{where} args", f"{flag} is not allowed here: {reserved[flag]}")
     for arg in server.sim_args:
         if not arg.startswith("--sim-") and arg.startswith("--"):
             raise ConfigError(f"{where} sim_args", f"{arg}: only --sim-* flags belong here (others go in `args`)")
+
+
+def check_engines(config: SpecperfConfig, where: str) -> None:
+    """The simulator speaks SGLang only; a launcher that names an engine must be that engine."""
+    for server in config.servers.values():
+        engine = config.engine_of(server)
+        if config.launcher == "sim" and engine != "sglang" and not server.is_attached:
+            raise ConfigError(
+                f"{where} launcher",
+                f'"sim" simulates SGLang only; server {server.name!r} runs {engine} (launch it for real, '
+                "or attach to it with --specperf-attach)",
+            )
+    if config.launcher not in ("sim", config.engine):
+        raise ConfigError(f"{where} launcher", f'is "{config.launcher}" but engine is "{config.engine}"')
 
 
 def check_attach(server: ServerConfig, table: dict[str, Any], where: str) -> None:
@@ -501,6 +512,7 @@ def apply_overrides(
         if launcher not in LAUNCHERS:
             raise ConfigError("--specperf-launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
         config = replace(config, launcher=launcher)
+        check_engines(config, "--specperf-launcher")
     if rounds is not None:
         if rounds < 2:
             raise ConfigError("--specperf-rounds", f"must be >= 2 (a CI needs two rounds), got {rounds}")

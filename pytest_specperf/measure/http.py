@@ -59,6 +59,8 @@ from typing import Any, overload
 from urllib.parse import urlsplit
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
+from pytest_specperf.engines.base import Engine, SpecCounts, StreamMode
+from pytest_specperf.engines.sglang import SGLang
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 
@@ -143,10 +145,12 @@ class _Stream:
         "chat",
         "completion_tokens",
         "done",
+        "engine",
         "finish_reason",
         "first",
         "gaps",
         "last",
+        "mode",
         "num_chunks",
         "pending",
         "pieces",
@@ -156,9 +160,11 @@ class _Stream:
         "text",
     )
 
-    def __init__(self, round_start: float, chat: bool) -> None:
+    def __init__(self, round_start: float, mode: StreamMode, engine: Engine) -> None:
         self.start = round_start
-        self.chat = chat
+        self.mode = mode
+        self.engine = engine
+        self.chat = mode != "generate"  # OpenAI-style events (chat or text completions)
         self.first: float | None = None
         self.last: float | None = None
         self.num_chunks = 0
@@ -171,7 +177,7 @@ class _Stream:
         self.prompt_tokens: Any = None
         self.completion_tokens: Any = None
         self.cached_tokens: Any = None
-        self.spec: dict[str, Any] | None = None
+        self.spec: SpecCounts | None = None
 
     def chunk(self, t: float, has_text: bool) -> None:
         """Count one token-carrying chunk arriving at perf_counter time `t`."""
@@ -227,8 +233,7 @@ class _Stream:
         self.prompt_tokens = meta.get("prompt_tokens")
         self.completion_tokens = meta.get("completion_tokens")
         self.cached_tokens = meta.get("cached_tokens")
-        if "spec_verify_ct" in meta:
-            self.spec = meta
+        self.spec = self.engine.spec_counts(obj, self.mode) or self.spec
 
     def _feed_chat(self, obj: dict[str, Any], t: float) -> None:
         choices = obj.get("choices")
@@ -244,16 +249,14 @@ class _Stream:
             self.completion_tokens = usage.get("completion_tokens")
             details = usage.get("prompt_tokens_details")
             self.cached_tokens = details.get("cached_tokens") if isinstance(details, dict) else None
-        sglext = obj.get("sglext")
-        if isinstance(sglext, dict) and sglext.get("spec_tokens_details"):
-            spec = sglext["spec_tokens_details"]
-            self.spec = spec[0] if isinstance(spec, list) else spec
+        self.spec = self.engine.spec_counts(obj, self.mode) or self.spec
 
     def _feed_choice(self, choice: Any, t: float) -> None:
         if not isinstance(choice, dict):
             raise _StreamError("malformed chunk: a choice is not an object")
         delta = choice.get("delta") or {}
-        piece = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+        text = choice.get("text") if self.mode == "completions" else None  # text completions: no delta
+        piece = (delta.get("reasoning_content") or "") + (delta.get("content") or "") + (text or "")
         if piece:
             self.chunk(t, True)
             self.pieces.append(piece)
@@ -277,7 +280,7 @@ class _Stream:
             where = "usage" if self.chat else "meta_info"
             raise _StreamError(f"final {where} has no integer completion_tokens")
         text = "".join(self.pieces) if self.chat else self.text
-        spec = self.spec or {}
+        spec = self.spec
         return RequestRecord(
             index=index,
             sent=sent,
@@ -287,9 +290,10 @@ class _Stream:
             prompt_tokens=_int_or(self.prompt_tokens, 0),
             completion_tokens=completion,
             cached_tokens=_int_or(self.cached_tokens, 0),
-            verify_ct=_int_or(spec.get("spec_verify_ct"), None),
-            accepted_drafts=_int_or(spec.get("spec_num_correct_drafts"), None),
-            proposed_drafts=_int_or(spec.get("spec_num_proposed_drafts"), None),
+            verify_ct=spec.verify_steps if spec else None,
+            accepted_drafts=spec.accepted_drafts if spec else None,
+            proposed_drafts=spec.proposed_drafts if spec else None,
+            spec_tokens=spec.spec_tokens if spec else None,
             finish_reason=reason,
             output_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             output=text,
@@ -415,11 +419,21 @@ class _Target:
 class SGLangClient:
     """Talks to one SGLang server (or the simulator). Thread-safe: one connection per thread."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, request_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        request_timeout: float = 600.0,
+        *,
+        engine: Engine | None = None,
+        model: str | None = None,
+    ) -> None:
         if request_timeout <= 0:
             raise ValueError("request_timeout must be > 0")
         self.base_url = base_url.rstrip("/")
         self.request_timeout = request_timeout
+        self.engine: Engine = engine or SGLang()
+        self.model = model  # OpenAI endpoints of some engines (vLLM) route by model name
         self.last_activity = time.monotonic()  # a request sent or a byte of an answer received
         self._in_flight = 0
         self._aborted = False
@@ -439,9 +453,9 @@ class SGLangClient:
 
     def generate(self, prompt: Prompt, sampling: SamplingParams, index: int, round_start: float) -> RequestRecord:
         """Send one prompt, stream the answer, and return what was seen; never raises."""
-        chat = prompt.messages is not None
-        path, body = self._request_body(prompt, sampling, chat)
-        stream = _Stream(round_start, chat)
+        request = self.engine.request(prompt, sampling, self.model)
+        path, body = request.path, json.dumps(request.payload).encode()
+        stream = _Stream(round_start, request.mode, self.engine)
         with self._tracked():
             return self._generate(index, path, body, stream, round_start)
 
@@ -462,19 +476,6 @@ class SGLangClient:
                 self._drop_connection()
                 return stream.failed(index, sent, self._redact(_describe(exc, self.request_timeout)))
         raise AssertionError("unreachable")
-
-    def _request_body(self, prompt: Prompt, sampling: SamplingParams, chat: bool) -> tuple[str, bytes]:
-        if chat:
-            payload: dict[str, Any] = {
-                "messages": [dict(m) for m in prompt.messages or ()],
-                **sampling.to_openai(),
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "return_spec_tokens_details": True,
-            }
-            return "/v1/chat/completions", json.dumps(payload).encode()
-        payload = {"text": prompt.text, "sampling_params": sampling.to_sglang(), "stream": True}
-        return "/generate", json.dumps(payload).encode()
 
     def _stream(self, path: str, body: bytes, stream: _Stream, t_sent: float) -> None:
         deadline = t_sent + self.request_timeout
@@ -613,6 +614,10 @@ class SGLangClient:
                 return False
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
+
+    def version_info(self, path: str) -> dict[str, Any]:
+        """An engine's version endpoint (vLLM's `/version`), as server info with a `version`."""
+        return self._json_or_none(path) or {}
 
     def server_info(self) -> dict[str, Any]:
         """`/server_info` (resolved server args, version, internal_states); old name as fallback."""

@@ -29,6 +29,7 @@ class RequestRecord:
     verify_ct: int | None = None
     accepted_drafts: int | None = None
     proposed_drafts: int | None = None
+    spec_tokens: int | None = None  # tokens emitted by verify steps, where the engine says (vLLM)
     finish_reason: str | None = None
     output_hash: str | None = None
     error: str | None = None
@@ -59,10 +60,15 @@ class RequestRecord:
 
     @property
     def accept_length(self) -> float | None:
-        """This request's own accept length: completion tokens per verify step."""
+        """This request's own accept length: tokens per verify step (docs/metrics.md)."""
         if not self.verify_ct:
             return None
-        return self.completion_tokens / self.verify_ct
+        return self.verified_tokens / self.verify_ct
+
+    @property
+    def verified_tokens(self) -> int:
+        """The numerator of τ: the engine's tokens of verify steps (vLLM), else its completion tokens (SGLang)."""
+        return self.spec_tokens if self.spec_tokens is not None else self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form; chunk gaps are summarised per round, not stored per request."""
@@ -70,6 +76,8 @@ class RequestRecord:
         for key in ("sent", "first_chunk", "last_chunk"):
             if data[key] is not None:
                 data[key] = round(data[key], 6)
+        if data["spec_tokens"] is None:
+            del data["spec_tokens"]  # SGLang's records (and files written before vLLM support) have none
         return data
 
     @classmethod

@@ -23,6 +23,7 @@ from pytest_specperf.config.workloads import (
     warmup_plan,
     workload_hash,
 )
+from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, SGLangClient, run_requests
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
@@ -47,7 +48,7 @@ def summarise_round(
     tokens = sum(r.completion_tokens for r in ok)
     span = (max(r.last_chunk or r.sent for r in ok) - min(r.sent for r in ok)) if ok else 0.0
     verified = [r for r in ok if r.verify_ct]
-    accept = sum(r.completion_tokens for r in verified) / sum(r.verify_ct for r in verified) if verified else None  # type: ignore[misc]
+    accept = sum(r.verified_tokens for r in verified) / sum(r.verify_ct or 0 for r in verified) if verified else None
     per_request = float(np.mean([r.accept_length for r in verified])) if verified else None
     rate = (accept - 1) / num_steps if accept is not None and num_steps and eagle_topk == 1 else None
     return RoundSample(
@@ -81,8 +82,11 @@ def _stalled(
     )
 
 
-def _client(server: RunningServer, workload: WorkloadConfig) -> SGLangClient:
-    return SGLangClient(server.url, server.api_key, request_timeout=workload.effective_request_timeout)
+def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> SGLangClient:
+    return SGLangClient(
+        server.url, server.api_key, request_timeout=workload.effective_request_timeout,
+        engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
+    )  # fmt: skip
 
 
 class Measurer:
@@ -117,7 +121,7 @@ class Measurer:
             num_draft_tokens=cfg.num_draft_tokens,
             algorithm=cfg.algorithm,
         )
-        client = _client(server, workload)
+        client = _client(server, workload, self.config)
         prompts = self.prompts(workload)
         warmup = warmup_plan(workload, prompts)
         if warmup:
@@ -133,10 +137,11 @@ class Measurer:
         """`/server_info` once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
         if key not in self._info:
+            version_path = client.engine.version_path()
             try:
-                self._info[key] = client.server_info()
+                self._info[key] = client.version_info(version_path) if version_path else client.server_info()
             except Exception as exc:  # an old or proxied server: fingerprint what we know
-                self._say(f"{server.name}: /server_info failed ({exc}); fingerprint from the config only")
+                self._say(f"{server.name}: server info failed ({exc}); fingerprint from the config only")
                 self._info[key] = {}
         return self._info[key]
 
@@ -148,7 +153,7 @@ class Measurer:
             loads = client.loads()
         except Exception:
             loads = None
-        identity = {
+        identity: dict[str, Any] = {
             "launcher": self.config.launcher,
             "model": self.config.model_of(cfg),
             "draft_model": cfg.draft_model,
@@ -161,6 +166,10 @@ class Measurer:
             "workload_hash": whash,
             "sim_profile": self.config.sim_profile,
         }
+        engine = self.config.engine_of(cfg)
+        if engine != "sglang":  # SGLang is implied (baselines stored before other engines have no such key)
+            identity["engine"] = engine
+            identity["speculative_config"] = dict(cfg.speculative_config) if cfg.speculative_config else None
         return capture(
             launch_identity=identity,
             server_info=info,
@@ -168,11 +177,12 @@ class Measurer:
             server_env=server.launch_env,
             env_patterns=self.config.env_patterns,
             local=not server.attached,
+            engine=engine,
         )
 
     def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
         """Append `rounds` more rounds (also used by adaptive rounds when a check is inconclusive)."""
-        client = _client(server, workload)
+        client = _client(server, workload, self.config)
         plan = request_plan(workload, self.prompts(workload))
         concurrency = measurement.key.concurrency
         target = len(measurement.rounds) + rounds
@@ -209,6 +219,8 @@ class Measurer:
 
     def _flush(self, server: RunningServer, client: SGLangClient, workload: WorkloadConfig) -> None:
         server.check_alive()
+        if client.engine.flush_path is None:
+            return  # the engine offers no cache reset (vLLM without dev mode): rounds may hit cached prefixes
         try:
             flushed = client.flush_cache(stall_timeout=workload.stall_timeout)
         except StalledServer as exc:

@@ -27,11 +27,10 @@ import psutil
 import requests
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ServerError
 from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
-#: Speculative servers cap running requests at this unless told otherwise (contract §0).
-SGLANG_SPEC_MAX_RUNNING_REQUESTS = 48
 LOG_TAIL_LINES = 40
 GPU_RELEASE_TIMEOUT_S = 60.0
 PROGRESS_INTERVAL_S = 10.0
@@ -53,6 +52,8 @@ class LaunchPlan:
     log_path: Path
     startup_timeout: float
     api_key: str | None = field(default=None, repr=False)
+    readiness_path: str = "/health_generate"
+    cwd: Path | None = None
 
     @property
     def url(self) -> str:
@@ -93,42 +94,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_args(
-    server: ServerConfig, config: SpecperfConfig, port: int, max_running_requests: int | None = None
+    server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1
 ) -> list[str]:
-    """SGLang launch arguments for a server config (the same for SGLang and the simulator)."""
-    model = config.model_of(server)
-    if model is None:
-        raise ServerError(f"server {server.name!r}: no model; set `model` globally or on the server")
-    args = ["--model-path", model, "--host", server.host, "--port", str(port)]
-    if server.algorithm:
-        args += ["--speculative-algorithm", server.algorithm]
-    if server.draft_model:
-        args += ["--speculative-draft-model-path", server.draft_model]
-    if server.num_steps is not None:
-        args += [
-            "--speculative-num-steps", str(server.num_steps),
-            "--speculative-eagle-topk", str(server.eagle_topk),
-            "--speculative-num-draft-tokens", str(server.num_draft_tokens),
-        ]  # fmt: skip
-    args += list(server.args)
-    if max_running_requests is not None and server.arg_value("--max-running-requests") is None:
-        args += ["--max-running-requests", str(max_running_requests)]
-    api_key = api_key_for(server, config)
-    if api_key:
-        args += ["--api-key", api_key]
-    return args
+    """The engine's launch arguments for a server config (for SGLang, the same for the simulator)."""
+    return engine_for(config.engine_of(server)).launch_args(server, config, port, max_concurrency)
 
 
 def api_key_for(server: ServerConfig, config: SpecperfConfig) -> str | None:
     """The key a server wants: its own, the global one, or $SPECPERF_API_KEY."""
     return server.api_key or config.api_key or os.environ.get("SPECPERF_API_KEY") or None
-
-
-def needed_max_running_requests(server: ServerConfig, max_concurrency: int) -> int | None:
-    """`--max-running-requests` to pass so the workload's concurrency is not silently capped."""
-    if server.is_speculative and max_concurrency > SGLANG_SPEC_MAX_RUNNING_REQUESTS:
-        return max_concurrency
-    return None
 
 
 def build_launch(
@@ -141,7 +115,8 @@ def build_launch(
 ) -> LaunchPlan:
     """The launch plan of `server`: `python -m sglang.launch_server ...`, a cluster command, or the simulator."""
     port = port or free_port(server.host)
-    args = server_args(server, config, port, needed_max_running_requests(server, max_concurrency))
+    engine = engine_for(config.engine_of(server))
+    args = engine.launch_args(server, config, port, max_concurrency)
     if config.launcher == "sim":
         argv = [*SIM_PROGRAM, *args, *sim_args(server, config)]
     elif server.command:
@@ -152,7 +127,7 @@ def build_launch(
             )
         )  # fmt: skip
     else:
-        argv = [*shlex.split(config.python), "-m", "sglang.launch_server", *args]
+        argv = [*shlex.split(config.python), "-m", engine.module, *args]
     return LaunchPlan(
         server=server.name,
         argv=tuple(argv),
@@ -162,6 +137,9 @@ def build_launch(
         log_path=reserve_log_path(run_dir, server.name),
         startup_timeout=server.startup_timeout or config.startup_timeout,
         api_key=api_key_for(server, config),
+        readiness_path=engine.readiness_path,
+        # vLLM: `python -m` puts the cwd on sys.path, and a stray module there (`concurrent.py`) broke torch
+        cwd=run_dir if engine.name == "vllm" and config.launcher != "sim" and not server.command else None,
     )
 
 
@@ -237,6 +215,7 @@ class ServerProcess:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=self.env,
+                    cwd=self.plan.cwd,
                     start_new_session=True,
                     preexec_fn=_PDEATHSIG_HOOK if self.parent_death_signal else None,
                 )
@@ -250,7 +229,7 @@ class ServerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def wait_ready(self, progress: Callable[[str], None] | None = None) -> float:
-        """Block until `/health_generate` answers 200; seconds it took. Fails fast on exit."""
+        """Block until the engine's readiness path answers 200; seconds it took. Fails fast on exit."""
         started = time.monotonic()
         deadline = started + self.plan.startup_timeout
         next_probe = next_progress = started
@@ -286,7 +265,7 @@ class ServerProcess:
 
     def _probe(self, session: requests.Session) -> bool:
         try:
-            response = session.get(f"{self.plan.url}/health_generate", timeout=5)
+            response = session.get(f"{self.plan.url}{self.plan.readiness_path}", timeout=5)
         except requests.RequestException:
             return False
         return response.status_code == 200

@@ -347,9 +347,10 @@ class Fingerprint:
         count = self.identity.get("gpu_count", UNSET)
         if count not in ("unknown", UNSET):
             hardware += f" x{count}"
-        version = self.environment.get("sglang.version", UNSET)
+        engine = self.identity.get("engine", "sglang")
+        version = self.environment.get(f"{engine}.version", UNSET)
         launcher = self.identity.get("launcher", UNSET)
-        text = f"{hardware}, sglang {'unknown' if version == UNSET else version}, launcher {launcher}"
+        text = f"{hardware}, {engine} {'unknown' if version == UNSET else version}, launcher {launcher}"
         profile = self.identity.get("sim_profile")
         return f"{text} (profile {profile})" if profile not in (None, UNSET) else text
 
@@ -363,6 +364,7 @@ def capture(
     env_patterns: Sequence[str] = DEFAULT_ENV_PATTERNS,
     local: bool = True,
     gpu_probe: Callable[[], LocalGpus | None] = probe_local_gpus,
+    engine: str = "sglang",
 ) -> Fingerprint:
     """Fingerprint of one running server.
 
@@ -380,7 +382,7 @@ def capture(
         **_gpu_identity(loads, gpus, server_env),
     }
     environment = {
-        **_versions(info, gpus),
+        **_versions(info, gpus, engine),
         **_server_settings(info),
         **_simulator_environment(marker),
         **_selected_env(server_env, info, env_patterns),
@@ -400,6 +402,10 @@ def _launch_identity(
             identity[key] = normalize_args(_argv(value)) or UNSET
         else:
             identity[key] = redact_text(_text(value))
+    for key in ("engine", "speculative_config"):  # set for engines other than SGLang only
+        value = launch.get(key)
+        if value is not None:
+            identity[key] = json.dumps(value, sort_keys=True) if isinstance(value, Mapping) else _text(value)
     if marker is not None:
         identity["launcher"] = "sim"  # a simulator is a simulator, however it was reached
     if identity["launcher"] == "sim":
@@ -426,9 +432,9 @@ def _gpu_identity(
     }
 
 
-def _versions(info: Mapping[str, Any], gpus: LocalGpus | None) -> dict[str, str]:
+def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str = "sglang") -> dict[str, str]:
     versions = {
-        "sglang.version": _text(info.get("version")),
+        f"{engine}.version": _text(info.get("version")),
         "python.version": platform.python_version(),
         "specperf.version": pytest_specperf.__version__,
     }
