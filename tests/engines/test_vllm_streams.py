@@ -65,7 +65,7 @@ def test_plain_server_has_no_speculation(canned_server, endpoint: str) -> None:
     assert record.completion_tokens == 32
 
 
-def test_greedy_outputs_equal_across_configs(replay) -> None:
+def test_greedy_outputs_equal_across_configs(canned_server) -> None:
     hashes = set()
     for config in ("plain", "draft", "ngram", "self"):
         url = canned_server(events(f"completions-{config}.sse"))
@@ -73,7 +73,7 @@ def test_greedy_outputs_equal_across_configs(replay) -> None:
     assert len(hashes) == 1
 
 
-def test_engine_death_mid_stream_is_a_failed_request(replay) -> None:
+def test_engine_death_mid_stream_is_a_failed_request(canned_server) -> None:
     body = (DATA / "completions-enginedead.http").read_bytes().split(b"\r\n\r\n", 1)[1]
     url = canned_server([b"data: " + e + b"\n\n" for e in re.findall(rb"^data: (.*)$", body, flags=re.M)])
     record = SGLangClient(url, engine=VLLM()).generate(TEXT, SAMPLING, 0, time.perf_counter())
