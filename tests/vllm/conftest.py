@@ -1,0 +1,138 @@
+"""The real-engine lane: suites run by a real pytest against vLLM's CPU build, on tiny local models.
+
+Runs only where `SPECPERF_VLLM_PYTHON` names a python that has vLLM 0.32.0 (`.ci/vllm-venv` makes
+one and prints its path); skipped otherwise. Models are built once by `tests/vllm_models.py` into a
+cache folder (`SPECPERF_VLLM_MODELS`, default ~/.cache/pytest-specperf/vllm-models).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import vllm_models
+
+VLLM_PYTHON = os.environ.get("SPECPERF_VLLM_PYTHON")
+
+if not VLLM_PYTHON:
+    collect_ignore_glob = ["test_*.py"]  # skipped as a whole; see pytest_report_header
+
+
+def pytest_report_header() -> str:
+    if VLLM_PYTHON:
+        return f"vLLM lane: {VLLM_PYTHON}"
+    return "vLLM lane: skipped (set SPECPERF_VLLM_PYTHON to a python with vLLM 0.32.0; .ci/vllm-venv makes one)"
+
+
+@pytest.fixture(scope="session")
+def vllm_models_dir() -> Path:
+    """The tiny target and noisy draft, built once (seconds) and cached across runs."""
+    root = Path(os.environ.get("SPECPERF_VLLM_MODELS", Path.home() / ".cache/pytest-specperf/vllm-models"))
+    if not vllm_models.is_built(root):
+        assert VLLM_PYTHON is not None
+        script = Path(vllm_models.__file__)
+        subprocess.run([VLLM_PYTHON, str(script), str(root)], check=True, cwd="/", timeout=600)
+    return root
+
+
+def vllm_processes() -> list[psutil.Process]:
+    """Live processes of a vLLM server: the API server, its engine core, worker and resource tracker."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and ("vllm.entrypoints" in text or "VLLM::" in text):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@dataclass
+class VllmSuite:
+    pytester: pytest.Pytester
+
+    @property
+    def run_dir(self) -> Path:
+        return self.pytester.path / "specperf-run"
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess(f"--specperf-run-dir={self.run_dir}", *args, timeout=600)
+
+    def starts(self) -> list[str]:
+        return sorted(p.name.removesuffix(".log").split("~")[0] for p in self.run_dir.glob("*.log"))
+
+
+SERVERS = """
+[specperf.servers.plain]
+args = ["--enforce-eager"]
+
+[specperf.servers.ngram]
+args = ["--enforce-eager"]
+speculative_config = {{ method = "ngram", num_speculative_tokens = 3, prompt_lookup_max = 4, prompt_lookup_min = 2 }}
+
+[specperf.servers.noisy-draft]
+algorithm = "STANDALONE"
+draft_model = "{draft}"
+num_steps = 3
+args = ["--enforce-eager"]
+
+[specperf.servers.self-draft]
+algorithm = "STANDALONE"
+draft_model = "{target}"
+num_steps = 3
+args = ["--enforce-eager"]
+"""
+
+
+@pytest.fixture
+def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Callable[..., VllmSuite]]:
+    """Write a vLLM suite (specperf.toml + tests); after the test, prove no vLLM process is left."""
+    before = {p.pid for p in vllm_processes()}
+
+    def make(tests: str, *, servers: str | None = None, extra: str = "") -> VllmSuite:
+        paths = vllm_models.model_paths(vllm_models_dir)
+        config = textwrap.dedent(f"""
+            [specperf]
+            engine = "vllm"
+            python = "{VLLM_PYTHON}"
+            model = "{paths["target"]}"
+            rounds = 2
+            startup_timeout = 240
+            stop_timeout = 20
+            env = {{ VLLM_CPU_KVCACHE_SPACE = "1", VLLM_HOST_IP = "127.0.0.1" }}
+            {extra}
+            [specperf.workloads.default]
+            prompts = "builtin:chat"
+            num_requests = 4
+            max_new_tokens = 32
+            warmup = 0
+            """)
+        body = servers if servers is not None else SERVERS
+        pytester.makefile(".toml", specperf=config + body.format(draft=paths["draft-noisy"], target=paths["target"]))
+        pytester.makepyfile(test_suite=textwrap.dedent(tests))
+        return VllmSuite(pytester)
+
+    yield make
+    # a process the plugin just killed may still be exiting (or a zombie until its parent reaps it)
+    _, left = psutil.wait_procs([p for p in vllm_processes() if p.pid not in before], timeout=10)
+    left = [p for p in left if _is_running(p)]
+    for proc in left:
+        proc.kill()
+    assert not left, f"vLLM processes left behind: {[p.pid for p in left]}"
+
+
+def _is_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
