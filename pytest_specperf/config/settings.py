@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
 from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.sim.sglang_flags import ambiguous_message, sglang_flags
 from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
 LAUNCHERS = ("sglang", "sim")
@@ -299,6 +300,7 @@ def parse_server(name: str, table: dict[str, Any], where: str) -> ServerConfig:
         sim_args=tuple(get.string_list("sim_args", ())),
     )
     check_speculative_rules(server, where)
+    server = replace(server, args=spell_out_sglang_flags(server.args, f"{where} args"))
     check_args(server, where)
     check_attach(server, table, where)
     check_command(server, where)
@@ -349,6 +351,32 @@ def check_speculative_rules(server: ServerConfig, where: str) -> None:
             f"{where} num_draft_tokens",
             f"{draft} is more than num_steps * eagle_topk + 1 = {steps * topk + 1}",
         )
+
+
+def spell_out_sglang_flags(args: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """`args` with every abbreviated flag written in full, as SGLang's argparse reads it.
+
+    SGLang keeps argparse's prefix matching: `--tp 8` is `--tp-size 8`, `--po 1` is `--port 1`.
+    Checks and identities compare whole flags, so an abbreviation would slip past the reserved
+    flags or count a TP8 server as `tp_size = 1`. A reserved flag is reported as written, an
+    ambiguous prefix is refused with the candidates (SGLang exits 2 on it), and a flag SGLang
+    0.5.23 does not know is left as it is (a newer SGLang may know it; a dry run refuses it).
+    """
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or flag in RESERVED_FLAGS:
+            out.append(arg)
+            continue
+        resolved = sglang_flags().resolve(flag)
+        if isinstance(resolved, list):
+            raise ConfigError(where, f"{ambiguous_message(flag, resolved)} (SGLang exits 2); write the flag in full")
+        if resolved in RESERVED_FLAGS and resolved != flag:
+            raise ConfigError(
+                where, f"{flag} (SGLang reads it as {resolved}) is not allowed here: {RESERVED_FLAGS[resolved]}"
+            )
+        out.append((resolved or flag) + eq + value)
+    return tuple(out)
 
 
 def check_args(server: ServerConfig, where: str) -> None:
