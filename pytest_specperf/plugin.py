@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import sys
 import uuid
 import warnings
 from collections.abc import Generator
@@ -219,9 +220,19 @@ class SpecperfPlugin:
         return self.run_dir / f".xdist-{self.session_id}"
 
     def progress(self, message: str) -> None:
-        """A progress line on the terminal, even while pytest captures output."""
+        """A progress line on the terminal, even while pytest captures output.
+
+        An xdist worker's terminal output never reaches the user; its stderr (inherited from
+        the controller) does, so a worker writes there, naming itself.
+        """
+        workerinput = getattr(self.pytest_config, "workerinput", None)
         reporter = self.pytest_config.pluginmanager.get_plugin("terminalreporter")
         capman = self.pytest_config.pluginmanager.get_plugin("capturemanager")
+        if workerinput and sys.__stderr__ is not None:
+            with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+                sys.__stderr__.write(f"[specperf {workerinput['workerid']}] {message}\n")
+                sys.__stderr__.flush()
+            return
         if reporter is None:
             return
         if capman is not None:

@@ -28,6 +28,7 @@ import requests
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.errors import ServerError
+from pytest_specperf.servers.diagnosis import diagnose
 from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
 #: Speculative servers cap running requests at this unless told otherwise (contract §0).
@@ -73,7 +74,8 @@ class LaunchPlan:
         return text.replace(self.api_key, "<redacted>") if self.api_key else text
 
     def child_env(self) -> dict[str, str]:
-        return {**os.environ, **self.env_overrides}
+        """The server's environment; unbuffered, so a crash loses no line of its log (a config may override)."""
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.env_overrides}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -270,7 +272,7 @@ class ServerProcess:
                     self.stop(timeout=10)
                     raise ServerError(
                         f"server {self.plan.server!r} was not ready after its startup_timeout of "
-                        f"{self.plan.startup_timeout:g} s; it was stopped.\n{self.describe()}"
+                        f"{self.plan.startup_timeout:g} s; it was stopped: {self.diagnosis()}\n{self.describe()}"
                     )
                 time.sleep(_POLL_INTERVAL_S)
         finally:
@@ -281,7 +283,7 @@ class ServerProcess:
         if code is not None:
             raise ServerError(
                 f"server {self.plan.server!r} exited with code {code} after {elapsed:.1f} s, "
-                f"before it was ready.\n{self.describe()}"
+                f"before it was ready: {self.diagnosis()}\n{self.describe()}"
             )
 
     def _probe(self, session: requests.Session) -> bool:
@@ -290,6 +292,13 @@ class ServerProcess:
         except requests.RequestException:
             return False
         return response.status_code == 200
+
+    def diagnosis(self) -> str:
+        """One line: the likely cause, the first error of the first failing rank, and the log path.
+
+        It is the first line of the error, so the terminal summary, JSON and Markdown reports,
+        which keep only that line, all carry it."""
+        return self.plan.redact(diagnose(self.plan.log_path).one_line())
 
     def describe(self) -> str:
         """Command, log path and log tail: what a person needs to see why a server failed."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -279,3 +281,53 @@ def test_keep_servers_leaves_them_running_and_says_how_to_attach(make_suite) -> 
         for proc in suite.processes():
             proc.kill()
         psutil.wait_procs(suite.processes(), timeout=10)
+
+
+FAKE_TP8_SERVER = """\
+import os, sys
+print("unbuffered=" + os.environ.get("PYTHONUNBUFFERED", "unset"))
+for rank in range(8):
+    print(f"[2026-12-01 01:00:00 TP{rank}] Load weight begin. avail mem=78.10 GB")
+print("[2026-12-01 01:00:09 TP3] Scheduler hit an exception: Traceback (most recent call last):")
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB. GPU 3 has 2.06 GiB free.")
+for rank in (0, 1, 2, 4, 5, 6, 7):
+    print(f"[2026-12-01 01:00:10 TP{rank}] RuntimeError: NCCL communicator was aborted on rank {rank}")
+print("shutdown noise\\n" * 60, end="")
+sys.exit(1)
+"""
+
+
+def test_a_failed_start_is_diagnosed_in_the_error_summary_json_and_markdown(make_suite) -> None:
+    """On TP8 the cause scrolls away under seven ranks' shutdown noise: the first error of the first failing rank,
+    a one-line diagnosis and the log path must reach every place a failed night is read."""
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{sys.executable} fake_tp8.py {{args}}"\n',
+    )
+    (suite.pytester.path / "fake_tp8.py").write_text(FAKE_TP8_SERVER)
+    json_path, md_path = suite.pytester.path / "night.json", suite.pytester.path / "night.md"
+    result = suite.run("--specperf-launcher=sglang", f"--specperf-json={json_path}", f"--specperf-markdown={md_path}")
+    result.assert_outcomes(errors=1)
+    diagnosis = "GPU out of memory: another process holds GPU memory"
+    first_error = "first error (TP3): torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB"
+    result.stdout.fnmatch_lines([f"server 'plain' exited with code 1 *{diagnosis}*{first_error}*; log: *plain.log"])
+    result.stdout.fnmatch_lines(["*ERROR plain/default/c1: server 'plain' exited with code 1 *: GPU out of memory*"])
+    warnings = json.loads(json_path.read_text())["warnings"]
+    assert any(diagnosis in w and first_error in w and "plain.log" in w for w in warnings), warnings
+    assert diagnosis in md_path.read_text() and first_error in md_path.read_text()
+    log = next(p for p in suite.log_files() if p.name == "plain.log").read_text()
+    assert "unbuffered=1" in log  # a crash loses no buffered line
+
+
+def test_startup_progress_is_visible_under_xdist(make_suite) -> None:
+    """A 20-minute start without a line of output looks like a hang: xdist workers' progress must reach the user."""
+    pytest.importorskip("xdist")
+    suite = make_suite(
+        "import pytest\n\n"
+        '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n"
+    )
+    result = suite.run("-n", "1", subprocess=True)
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str() + result.stderr.str()
+    assert "[specperf gw0] starting plain:" in output and "[specperf gw0] plain ready after" in output
