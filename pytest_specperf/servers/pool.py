@@ -18,6 +18,7 @@ from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.launch import (
     LaunchPlan,
     ServerProcess,
+    Teardown,
     api_key_for,
     build_launch,
     pid_alive,
@@ -87,6 +88,7 @@ class ServerPool:
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self.starts: list[str] = []
+        self.teardowns: list[Teardown] = []
 
     def acquire(self, name: str) -> RunningServer:
         """The running server for config `name`, started (once) if needed."""
@@ -195,7 +197,7 @@ class ServerPool:
         try:
             seconds = process.wait_ready(self.progress)
         except BaseException:
-            process.stop(timeout=self.config.stop_timeout)
+            self._record(process.stop(timeout=self.config.stop_timeout))
             raise
         if self.progress:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
@@ -204,6 +206,17 @@ class ServerPool:
             process=process, startup_seconds=seconds, launch_plan=plan, launch_env=process.env,
         )  # fmt: skip
 
+    def _record(self, teardown: Teardown) -> None:
+        """Keep how a stop went (the report lists the ones that did not finish) and say it."""
+        self.teardowns.append(teardown)
+        if self.progress and (teardown.gpu or teardown.stuck):
+            self.progress(teardown.line())
+
+    @property
+    def teardown_problems(self) -> list[str]:
+        """One line per stop that left a process or GPU memory behind."""
+        return [t.line() for t in self.teardowns if not t.ok]
+
     def _forget(self, name: str) -> None:
         server = self._alive.pop(name, None)
         if server is not None:
@@ -211,8 +224,8 @@ class ServerPool:
 
     def _stop(self, server: RunningServer) -> None:
         if server.process is not None:
-            server.process.stop(timeout=self.config.stop_timeout)
+            self._record(server.process.stop(timeout=self.config.stop_timeout))
         elif server.pid is not None:
-            terminate_tree(server.pid, self.config.stop_timeout)
+            self._record(terminate_tree(server.pid, self.config.stop_timeout, server=server.name))
         if self.registry is not None and not server.config.is_attached:
             self.registry.remove(server.name)
