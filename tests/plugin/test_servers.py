@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
@@ -331,3 +332,28 @@ def test_startup_progress_is_visible_under_xdist(make_suite) -> None:
     result.assert_outcomes(passed=1)
     output = result.stdout.str() + result.stderr.str()
     assert "[specperf gw0] starting plain:" in output and "[specperf gw0] plain ready after" in output
+
+
+def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeypatch, tmp_path) -> None:
+    """The next server would die of OOM: a stop that did not free the GPUs must be in the night's report."""
+    from pytest_specperf.servers import launch
+
+    calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n'
+        '[ "$n" -lt 1 ] && echo "0, 500" || echo "0, 70000"\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(launch, "GPU_RELEASE_TIMEOUT_S", 0.0)
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{sys.executable} -m pytest_specperf.sim {{args}}"\n',
+    )
+    report = tmp_path / "night.json"
+    result = suite.run("--specperf-launcher=sglang", f"--specperf-json={report}")
+    result.assert_outcomes(passed=1)
+    expected = "teardown: stopped plain, GPU 0 not released after 0 s: GPU 0 holds 69500 MiB more than before the start"
+    assert expected in json.loads(report.read_text())["warnings"]
+    result.stdout.fnmatch_lines(["*teardown: stopped plain, GPU 0 not released*"])
