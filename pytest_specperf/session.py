@@ -75,7 +75,7 @@ class SpecperfSession:
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
-    _absorbed_teardowns: list[str] = field(default_factory=list)
+    _absorbed_pool_warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client only when a suite is configured
@@ -292,7 +292,7 @@ class SpecperfSession:
         )
         # ERROR: nothing was measured, so there is no row; the night's artifacts still say why
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in sorted(self.errors().items())]
-        report.warnings += [f"teardown: {line}" for line in self.teardown_problems()]
+        report.warnings += self.pool_warnings()
         return report
 
     def errors(self) -> dict[MeasurementKey, str]:
@@ -304,9 +304,9 @@ class SpecperfSession:
         own = {key: str(exc).splitlines()[0] for key, exc in failed.items() if key not in self.measurements}
         return {**self._absorbed_errors, **own}
 
-    def teardown_problems(self) -> list[str]:
-        """Stops that left a process or GPU memory behind (this process's and absorbed workers')."""
-        return [*self._absorbed_teardowns, *self.pool.teardown_problems]
+    def pool_warnings(self) -> list[str]:
+        """Restarts, and stops that left a process or GPU memory behind (ours and absorbed workers')."""
+        return [*self._absorbed_pool_warnings, *self.pool.report_lines]
 
     def planned_keys(self) -> list[MeasurementKey]:
         """Every measurement the plan needs: the tests' own and the reference's."""
@@ -325,7 +325,7 @@ class SpecperfSession:
                 [k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()
             ],
             "errors": [[k.server, k.workload, k.concurrency, message] for k, message in self.errors().items()],
-            "teardowns": self.pool.teardown_problems,
+            "pool_warnings": self.pool.report_lines,
             "saved": [
                 [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
                 for k, s in self.saved.items()
@@ -342,7 +342,7 @@ class SpecperfSession:
                 self.measurements[measurement.key] = measurement
         for server, workload, level, message in payload.get("errors", []):
             self._absorbed_errors[MeasurementKey(server, workload, level)] = message
-        self._absorbed_teardowns += payload.get("teardowns", [])
+        self._absorbed_pool_warnings += payload.get("pool_warnings", [])
         for server, workload, level, values in payload["verdicts"]:
             self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
         for server, workload, level, path, old, new in payload["saved"]:

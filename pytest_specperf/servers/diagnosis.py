@@ -13,6 +13,8 @@ from pathlib import Path
 
 #: Known causes of a failed SGLang start: (log pattern, one-line diagnosis with the usual fix).
 #: Order matters: the first pattern of the first matching line wins.
+PORT_IN_USE = "address already in use: another process took the server's port"
+
 # fmt: off
 SGLANG_STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), diagnosis)
@@ -20,7 +22,7 @@ SGLANG_STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"error: unrecognized arguments", "SGLang does not know a flag in the launch arguments (check `args`)"),
         (r"error: ambiguous option", "an abbreviated flag matches several SGLang flags (write it in full)"),
         (r"error: argument --", "SGLang refused a flag's value (check `args`)"),
-        (r"address already in use|errno 98\b", "address already in use: another process took the server's port"),
+        (r"address already in use|errno 98\b", PORT_IN_USE),
         (
             r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory",
             "GPU out of memory: another process holds GPU memory, or lower --mem-fraction-static / "
@@ -62,6 +64,11 @@ class Diagnosis:
     first_error: str | None  # the first error line of the first failing rank, as logged
     rank: str | None  # `TP3`, or None for a single-process server
     log_path: Path
+
+    @property
+    def port_taken(self) -> bool:
+        """The server could not bind its port: a fresh port may be all a restart needs."""
+        return self.cause == PORT_IN_USE
 
     def one_line(self) -> str:
         where = f" ({self.rank})" if self.rank else ""

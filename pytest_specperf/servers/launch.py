@@ -28,7 +28,7 @@ import requests
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.errors import ServerError
-from pytest_specperf.servers.diagnosis import diagnose
+from pytest_specperf.servers.diagnosis import Diagnosis, diagnose
 from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
 #: Speculative servers cap running requests at this unless told otherwise (contract §0).
@@ -227,6 +227,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] = {}  # what the server was really started with (fingerprints read it)
         self.gpus: GpuWatch | None = None  # the devices it uses and their memory before the start
+        self.failure: Diagnosis | None = None  # why the start failed, once it has
 
     @property
     def pid(self) -> int | None:
@@ -305,7 +306,8 @@ class ServerProcess:
 
         It is the first line of the error, so the terminal summary, JSON and Markdown reports,
         which keep only that line, all carry it."""
-        return self.plan.redact(diagnose(self.plan.log_path).one_line())
+        self.failure = diagnose(self.plan.log_path)
+        return self.plan.redact(self.failure.one_line())
 
     def describe(self) -> str:
         """Command, log path and log tail: what a person needs to see why a server failed."""

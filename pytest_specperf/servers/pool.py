@@ -89,6 +89,7 @@ class ServerPool:
         self._failed: dict[str, ServerError] = {}
         self.starts: list[str] = []
         self.teardowns: list[Teardown] = []
+        self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
 
     def acquire(self, name: str) -> RunningServer:
         """The running server for config `name`, started (once) if needed."""
@@ -181,7 +182,12 @@ class ServerPool:
             _, oldest = self._alive.popitem(last=False)
             self._stop(oldest)
 
-    def _start(self, server: ServerConfig) -> RunningServer:
+    def _start(self, server: ServerConfig, *, port_retry: bool = True) -> RunningServer:
+        """Start `server` and wait until it is ready; once more on a fresh port if its port was taken.
+
+        The port is chosen when the launch is planned, and a real server binds it only after
+        loading its weights (15-30 minutes later): another process may take it meanwhile.
+        """
         plan = build_launch(
             server,
             self.config,
@@ -196,6 +202,15 @@ class ServerPool:
             self.registry.started(server.name, process.pid)
         try:
             seconds = process.wait_ready(self.progress)
+        except ServerError:
+            self._record(process.stop(timeout=self.config.stop_timeout))
+            if port_retry and process.failure is not None and process.failure.port_taken:
+                self._note(
+                    f"{server.name}: port {plan.port} was taken by another process before the server bound it "
+                    f"(log: {plan.log_path}); restarted once on a fresh port"
+                )
+                return self._start(server, port_retry=False)
+            raise
         except BaseException:
             self._record(process.stop(timeout=self.config.stop_timeout))
             raise
@@ -212,10 +227,15 @@ class ServerPool:
         if self.progress and (teardown.gpu or teardown.stuck):
             self.progress(teardown.line())
 
+    def _note(self, message: str) -> None:
+        self.notices.append(message)
+        if self.progress:
+            self.progress(message)
+
     @property
-    def teardown_problems(self) -> list[str]:
-        """One line per stop that left a process or GPU memory behind."""
-        return [t.line() for t in self.teardowns if not t.ok]
+    def report_lines(self) -> list[str]:
+        """For the report's warnings: restarts, and stops that left a process or GPU memory behind."""
+        return [*self.notices, *(f"teardown: {t.line()}" for t in self.teardowns if not t.ok)]
 
     def _forget(self, name: str) -> None:
         server = self._alive.pop(name, None)

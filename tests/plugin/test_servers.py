@@ -357,3 +357,31 @@ def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeyp
     expected = "teardown: stopped plain, GPU 0 not released after 0 s: GPU 0 holds 69500 MiB more than before the start"
     assert expected in json.loads(report.read_text())["warnings"]
     result.stdout.fnmatch_lines(["*teardown: stopped plain, GPU 0 not released*"])
+
+
+def test_a_port_taken_before_the_server_binds_it_gets_one_restart_on_a_fresh_port(make_suite, monkeypatch) -> None:
+    """The port is chosen long before a real server binds it; another process may take it meanwhile."""
+    import socket
+
+    from pytest_specperf.servers import launch
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    ports = iter([taken])
+    real_free_port = launch.free_port
+    monkeypatch.setattr(launch, "free_port", lambda host="127.0.0.1": next(ports, None) or real_free_port(host))
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers="[specperf.servers.plain]\n",
+    )
+    try:
+        result = suite.run(f"--specperf-json={suite.pytester.path / 'night.json'}")
+    finally:
+        squatter.close()
+    result.assert_outcomes(passed=1)
+    notice = f"plain: port {taken} was taken by another process before the server bound it"
+    result.stdout.fnmatch_lines([f"*{notice}*restarted once on a fresh port*"])
+    assert any(notice in w for w in json.loads((suite.pytester.path / "night.json").read_text())["warnings"])
+    assert suite.starts() == ["plain", "plain"]
