@@ -21,7 +21,7 @@ from pytest_specperf import __version__
 from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.servers.launch import terminate_tree
+from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates, terminate_tree
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.session import Options, PlannedTest, SpecperfSession
@@ -123,7 +123,7 @@ def _load(config: pytest.Config) -> SpecperfConfig | None:
     if found is None:
         return None
     only = config.getoption("specperf_servers")
-    return apply_overrides(
+    specperf_config = apply_overrides(
         load_config(*found),
         launcher=config.getoption("specperf_launcher"),
         rounds=config.getoption("specperf_rounds"),
@@ -131,6 +131,8 @@ def _load(config: pytest.Config) -> SpecperfConfig | None:
         only_servers=[s for s in only.split(",") if s] if only else None,
         sim_time_scale=config.getoption("specperf_sim_time_scale"),
     )
+    check_command_templates(specperf_config)
+    return specperf_config
 
 
 @dataclass
@@ -270,6 +272,12 @@ class SpecperfPlugin:
                 f"specperf: SIMULATED servers (pytest_specperf.sim, profile {c.sim_profile or 'default'}, "
                 f"time scale {c.sim_time_scale:g}): numbers model a GPU server, they are not one"
             )
+            templates = sorted(s.name for s in c.servers.values() if s.command and not s.is_attached)
+            if templates:
+                lines.append(
+                    f"specperf: dry run: the `command` templates of {', '.join(templates)} were rendered and their "
+                    f"programs found; {DRY_RUN_LIMITS}"
+                )
         if self.session:
             lines.append(f"specperf: server logs in {self.session.run_dir}")
         return lines

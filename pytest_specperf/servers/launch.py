@@ -27,7 +27,7 @@ import psutil
 import requests
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.errors import ServerError
+from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.servers.diagnosis import Diagnosis, diagnose
 from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
@@ -57,6 +57,7 @@ class LaunchPlan:
     api_key: str | None = field(default=None, repr=False)
     launcher: str = "sglang"
     remote: bool = False  # a `command` template that runs the server on another host (srun): no local GPU checks
+    template_argv: tuple[str, ...] | None = field(default=None, repr=False)  # a dry run's rendered `command`
 
     @property
     def url(self) -> str:
@@ -147,15 +148,11 @@ def build_launch(
     """The launch plan of `server`: `python -m sglang.launch_server ...`, a cluster command, or the simulator."""
     port = port or free_port(server.host)
     args = server_args(server, config, port, needed_max_running_requests(server, max_concurrency))
+    rendered = render_command(server, config, args, port) if server.command else None
     if config.launcher == "sim":
         argv = [*SIM_PROGRAM, *args, *sim_args(server, config)]
-    elif server.command:
-        argv = shlex.split(
-            server.command.format(
-                python=config.python, args=shlex.join(args), host=server.host, port=port,
-                model=shlex.quote(config.model_of(server) or ""), name=server.name,
-            )
-        )  # fmt: skip
+    elif rendered is not None:
+        argv = rendered
     else:
         argv = [*shlex.split(config.python), "-m", "sglang.launch_server", *args]
     return LaunchPlan(
@@ -169,7 +166,60 @@ def build_launch(
         api_key=api_key_for(server, config),
         launcher=config.launcher,
         remote=config.launcher != "sim" and server.command is not None and server.host not in LOCAL_HOSTS,
+        template_argv=tuple(rendered) if rendered is not None and config.launcher == "sim" else None,
     )
+
+
+def render_command(server: ServerConfig, config: SpecperfConfig, args: list[str], port: int) -> list[str]:
+    """A server's `command` template with its placeholders filled, split into words.
+
+    Raises ConfigError naming the server when the template cannot be rendered or split (an
+    unbalanced quote), so a dry run finds what would otherwise fail on the cluster.
+    """
+    assert server.command is not None
+    where = f"server {server.name!r} command"
+    try:
+        text = server.command.format(
+            python=config.python, args=shlex.join(args), host=server.host, port=port,
+            model=shlex.quote(config.model_of(server) or ""), name=server.name,
+        )  # fmt: skip
+    except (KeyError, IndexError, AttributeError, ValueError) as exc:
+        raise ConfigError(where, f"cannot be rendered: {exc!r}") from None
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(where, f"does not split into words ({exc}): {text}") from None
+    if not argv:
+        raise ConfigError(where, "renders to an empty command")
+    return argv
+
+
+#: What a dry run (`--specperf-launcher sim`) cannot check about a `command` template.
+DRY_RUN_LIMITS = (
+    "the simulator ran in its place, so the allocation (srun/sbatch limits), the remote node, its GPUs, "
+    "its network to this machine and the model files are not checked"
+)
+
+
+def check_command_templates(config: SpecperfConfig) -> None:
+    """Render every `command` template and check that its program exists here, before any start.
+
+    In a dry run (`launcher = "sim"`) the simulator runs instead of the template, so a broken
+    wrapper (a misspelt `srun`, an unbalanced quote) would otherwise pass the dry run and fail
+    the first night on the cluster; with the real launcher it fails now instead of at its turn.
+    """
+    for server in config.servers.values():
+        if server.command is None or server.is_attached:
+            continue
+        if config.model_of(server) is None:
+            continue  # reported when the server starts
+        argv = render_command(server, config, server_args(server, config, 30000), 30000)
+        if shutil.which(argv[0]) is None:
+            raise ConfigError(
+                f"server {server.name!r} command",
+                f"program {argv[0]!r} is not found on PATH here; a dry run renders every `command` template and "
+                "checks its program (run the dry run where the program exists, e.g. the cluster's login node)",
+            )
 
 
 def reserve_log_path(run_dir: Path, name: str) -> Path:
@@ -237,6 +287,10 @@ class ServerProcess:
         self.plan.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.plan.log_path.open("wb") as log:
             log.write(f"# specperf: {self.plan.display_command}\n".encode())
+            if self.plan.template_argv is not None:
+                template = self.plan.redact(shlex.join(redact_args(self.plan.template_argv)))
+                log.write(f"# specperf: dry run of the command template: {template}\n".encode())
+                log.write(f"# specperf: {DRY_RUN_LIMITS}\n".encode())
             log.flush()
             self.env = self.plan.child_env()
             self.gpus = GpuWatch.before_start(self.plan, self.env)

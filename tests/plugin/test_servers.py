@@ -385,3 +385,38 @@ def test_a_port_taken_before_the_server_binds_it_gets_one_restart_on_a_fresh_por
     result.stdout.fnmatch_lines([f"*{notice}*restarted once on a fresh port*"])
     assert any(notice in w for w in json.loads((suite.pytester.path / "night.json").read_text())["warnings"])
     assert suite.starts() == ["plain", "plain"]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("sruun -N1 --gres=gpu:8 {python} -m sglang.launch_server {args}", "program 'sruun' is not found on PATH"),
+        ("bash -c '{python} -m sglang.launch_server {args}", "does not split into words (No closing quotation)"),
+    ],
+)
+def test_a_dry_run_renders_and_checks_every_command_template(make_suite, command: str, expected: str) -> None:
+    """`--specperf-launcher sim` runs the simulator in the template's place: a broken srun wrapper must still fail."""
+    suite = make_suite(
+        'import pytest\n\n@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{command}"\n',
+    )
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: pytest-specperf: server 'plain' command: {expected}" in result.stderr.str()
+    assert suite.starts() == []
+
+
+def test_a_dry_run_says_what_it_rendered_and_what_it_cannot_check(make_suite) -> None:
+    suite = make_suite(
+        "import pytest\n\n"
+        '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n",
+        servers='[specperf.servers.plain]\ncommand = "env NCCL_DEBUG=INFO {python} -m sglang.launch_server {args}"\n',
+    )
+    result = suite.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specperf: dry run: the `command` templates of plain were rendered*not checked*"])
+    log = suite.log_files()[0].read_text()
+    assert "# specperf: dry run of the command template: env NCCL_DEBUG=INFO python3 -m sglang.launch_server" in log
+    assert "--model-path sim/kimi-k2.5-" in log.splitlines()[1]  # the same launch arguments the simulator got
