@@ -64,10 +64,12 @@ def _names_of(field: str, meta: ast.expr) -> list[str]:
         no_cli = keywords.get("no_cli")
         if isinstance(no_cli, ast.Constant) and no_cli.value is True:
             return []
-        if isinstance(keywords.get("cli_name"), ast.Constant):
-            cli_name = keywords["cli_name"].value  # type: ignore[union-attr]
-        if isinstance(keywords.get("aliases"), ast.List | ast.Tuple):
-            aliases = [e.value for e in keywords["aliases"].elts if isinstance(e, ast.Constant)]  # type: ignore[union-attr]
+        name = keywords.get("cli_name")
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            cli_name = name.value
+        listed = keywords.get("aliases")
+        if isinstance(listed, ast.List | ast.Tuple):
+            aliases = [e.value for e in listed.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return [cli_name, *aliases]
 
 
@@ -77,7 +79,10 @@ def manual_actions(tree: ast.Module) -> list[list[str]]:
     for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args"):
         for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):
             if isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
-                names = [a.value for a in call.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
+                names = [
+                    a.value for a in call.args
+                    if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")
+                ]  # fmt: skip
                 if names:
                     actions.append(names)
     return actions
