@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import sys
 import uuid
 import warnings
 from collections.abc import Generator
@@ -20,7 +21,7 @@ from pytest_specperf import __version__
 from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.servers.launch import terminate_tree
+from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates, terminate_tree
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.session import Options, PlannedTest, SpecperfSession
@@ -122,7 +123,7 @@ def _load(config: pytest.Config) -> SpecperfConfig | None:
     if found is None:
         return None
     only = config.getoption("specperf_servers")
-    return apply_overrides(
+    specperf_config = apply_overrides(
         load_config(*found),
         launcher=config.getoption("specperf_launcher"),
         rounds=config.getoption("specperf_rounds"),
@@ -130,6 +131,8 @@ def _load(config: pytest.Config) -> SpecperfConfig | None:
         only_servers=[s for s in only.split(",") if s] if only else None,
         sim_time_scale=config.getoption("specperf_sim_time_scale"),
     )
+    check_command_templates(specperf_config)
+    return specperf_config
 
 
 @dataclass
@@ -219,9 +222,19 @@ class SpecperfPlugin:
         return self.run_dir / f".xdist-{self.session_id}"
 
     def progress(self, message: str) -> None:
-        """A progress line on the terminal, even while pytest captures output."""
+        """A progress line on the terminal, even while pytest captures output.
+
+        An xdist worker's terminal output never reaches the user; its stderr (inherited from
+        the controller) does, so a worker writes there, naming itself.
+        """
+        workerinput = getattr(self.pytest_config, "workerinput", None)
         reporter = self.pytest_config.pluginmanager.get_plugin("terminalreporter")
         capman = self.pytest_config.pluginmanager.get_plugin("capturemanager")
+        if workerinput and sys.__stderr__ is not None:
+            with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+                sys.__stderr__.write(f"[specperf {workerinput['workerid']}] {message}\n")
+                sys.__stderr__.flush()
+            return
         if reporter is None:
             return
         if capman is not None:
@@ -259,6 +272,12 @@ class SpecperfPlugin:
                 f"specperf: SIMULATED servers (pytest_specperf.sim, profile {c.sim_profile or 'default'}, "
                 f"time scale {c.sim_time_scale:g}): numbers model a GPU server, they are not one"
             )
+            templates = sorted(s.name for s in c.servers.values() if s.command and not s.is_attached)
+            if templates:
+                lines.append(
+                    f"specperf: dry run: the `command` templates of {', '.join(templates)} were rendered and their "
+                    f"programs found; {DRY_RUN_LIMITS}"
+                )
         if self.session:
             lines.append(f"specperf: server logs in {self.session.run_dir}")
         return lines

@@ -76,6 +76,7 @@ class SpecperfSession:
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
     _test_errors: dict[MeasurementKey, str] = field(default_factory=dict)
+    _absorbed_pool_warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client only when a suite is configured
@@ -294,6 +295,7 @@ class SpecperfSession:
         )
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
+        report.warnings += self.pool_warnings()
         return report
 
     def errors(self) -> dict[MeasurementKey, str]:
@@ -304,6 +306,10 @@ class SpecperfSession:
                 failed[key] = self.pool.failed[key.server]  # the server never came up for it
         own = {key: str(exc).splitlines()[0] for key, exc in failed.items() if key not in self.measurements}
         return {**self._absorbed_errors, **self._test_errors, **own}
+
+    def pool_warnings(self) -> list[str]:
+        """Restarts, and stops that left a process or GPU memory behind (ours and absorbed workers')."""
+        return [*self._absorbed_pool_warnings, *self.pool.report_lines]
 
     def planned_keys(self) -> list[MeasurementKey]:
         """Every measurement the plan needs: the tests' own and the reference's."""
@@ -322,6 +328,7 @@ class SpecperfSession:
                 [k.server, k.workload, k.concurrency, [v.value for v in vs]] for k, vs in self.verdicts.items()
             ],
             "errors": [[k.server, k.workload, k.concurrency, message] for k, message in self.errors().items()],
+            "pool_warnings": self.pool.report_lines,
             "saved": [
                 [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
                 for k, s in self.saved.items()
@@ -338,6 +345,7 @@ class SpecperfSession:
                 self.measurements[measurement.key] = measurement
         for server, workload, level, message in payload.get("errors", []):
             self._absorbed_errors[MeasurementKey(server, workload, level)] = message
+        self._absorbed_pool_warnings += payload.get("pool_warnings", [])
         for server, workload, level, values in payload["verdicts"]:
             self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
         for server, workload, level, path, old, new in payload["saved"]:

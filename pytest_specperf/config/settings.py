@@ -20,6 +20,7 @@ from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, l
 from pytest_specperf.engines.base import engine_for, engine_names
 from pytest_specperf.engines.sglang import KNOWN_ALGORITHMS, NEEDS_DRAFT_MODEL, RESERVED_FLAGS
 from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.sim.sglang_flags import ambiguous_message, sglang_flags
 from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
 #: "sim" starts the built-in simulator (SGLang's contract); any other value starts the real engine.
@@ -296,6 +297,8 @@ def parse_server(name: str, table: dict[str, Any], where: str, engine: str = "sg
     )
     runs_on = engine_for(own_engine or engine)
     runs_on.check_server(server, where)
+    if runs_on.name == "sglang":
+        server = replace(server, args=spell_out_sglang_flags(server.args, f"{where} args"))
     check_args(server, where, runs_on.reserved_flags)
     check_attach(server, table, where)
     check_command(server, where)
@@ -346,6 +349,32 @@ def check_speculative_rules(server: ServerConfig, where: str) -> None:
             f"{where} num_draft_tokens",
             f"{draft} is more than num_steps * eagle_topk + 1 = {steps * topk + 1}",
         )
+
+
+def spell_out_sglang_flags(args: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """`args` with every abbreviated flag written in full, as SGLang's argparse reads it.
+
+    SGLang keeps argparse's prefix matching: `--tp 8` is `--tp-size 8`, `--po 1` is `--port 1`.
+    Checks and identities compare whole flags, so an abbreviation would slip past the reserved
+    flags or count a TP8 server as `tp_size = 1`. A reserved flag is reported as written, an
+    ambiguous prefix is refused with the candidates (SGLang exits 2 on it), and a flag SGLang
+    0.5.23 does not know is left as it is (a newer SGLang may know it; a dry run refuses it).
+    """
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or flag in RESERVED_FLAGS:
+            out.append(arg)
+            continue
+        resolved = sglang_flags().resolve(flag)
+        if isinstance(resolved, list):
+            raise ConfigError(where, f"{ambiguous_message(flag, resolved)} (SGLang exits 2); write the flag in full")
+        if resolved is not None and resolved in RESERVED_FLAGS and resolved != flag:
+            raise ConfigError(
+                where, f"{flag} (SGLang reads it as {resolved}) is not allowed here: {RESERVED_FLAGS[resolved]}"
+            )
+        out.append((resolved or flag) + eq + value)
+    return tuple(out)
 
 
 def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str] = RESERVED_FLAGS) -> None:

@@ -50,7 +50,7 @@ def summarise_round(
     verified = [r for r in ok if r.verify_ct]
     accept = sum(r.verified_tokens for r in verified) / sum(r.verify_ct or 0 for r in verified) if verified else None
     per_request = float(np.mean([r.accept_length for r in verified])) if verified else None
-    rate = (accept - 1) / num_steps if accept is not None and num_steps and eagle_topk == 1 else None
+    rate = acceptance_rate(verified, accept, num_steps, eagle_topk)
     return RoundSample(
         index=index,
         duration_s=span,
@@ -87,6 +87,27 @@ def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfCon
         server.url, server.api_key, request_timeout=workload.effective_request_timeout,
         engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
     )  # fmt: skip
+
+def acceptance_rate(
+    verified: Sequence[RequestRecord], accept: float | None, num_steps: int | None, eagle_topk: int | None
+) -> float | None:
+    """Accepted over proposed draft tokens: the server's own counts (`spec_num_correct_drafts` /
+    `spec_num_proposed_drafts`), which hold for trees too; else the chain formula (tau - 1) / steps,
+    which only a chain (topk = 1) satisfies."""
+    counted = [r for r in verified if r.accepted_drafts is not None and r.proposed_drafts]
+    if counted and len(counted) == len(verified):
+        return sum(r.accepted_drafts or 0 for r in counted) / sum(r.proposed_drafts or 0 for r in counted)
+    if accept is not None and num_steps and eagle_topk == 1:
+        return (accept - 1) / num_steps
+    return None
+
+
+def accept_length_ceiling(num_steps: int, num_draft_tokens: int | None) -> int:
+    """The most tokens one verify step can yield: the accepted path (no deeper than the draft's
+    steps, no longer than its draft tokens minus the root) plus the bonus token. `steps * topk + 1`
+    counts every node of a tree, which no single path reaches."""
+    depth = num_steps if num_draft_tokens is None else min(num_steps, num_draft_tokens - 1)
+    return depth + 1
 
 
 class Measurer:
@@ -245,10 +266,12 @@ def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) ->
         warnings.append(f"{errors} of {total} requests failed; first: {first}")
     accept = [a for a in measurement.samples("accept_length")]
     if measurement.num_steps is not None and accept:
-        ceiling = measurement.num_steps * (measurement.eagle_topk or 1) + 1
+        ceiling = accept_length_ceiling(measurement.num_steps, measurement.num_draft_tokens)
         outside = [a for a in accept if not 1.0 <= a <= ceiling]
         if outside:
-            warnings.append(f"accept length {outside[0]:.2f} outside [1, steps*topk+1 = {ceiling}]")
+            warnings.append(
+                f"accept length {outside[0]:.2f} outside [1, min(steps, draft_tokens - 1) + 1 = {ceiling}]"
+            )
     if measurement.algorithm is None and accept:
         warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
     level = measurement.key.concurrency

@@ -18,6 +18,7 @@ from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.launch import (
     LaunchPlan,
     ServerProcess,
+    Teardown,
     api_key_for,
     build_launch,
     pid_alive,
@@ -87,6 +88,8 @@ class ServerPool:
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self.starts: list[str] = []
+        self.teardowns: list[Teardown] = []
+        self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
 
     def acquire(self, name: str) -> RunningServer:
         """The running server for config `name`, started (once) if needed."""
@@ -200,7 +203,12 @@ class ServerPool:
             _, oldest = self._alive.popitem(last=False)
             self._stop(oldest)
 
-    def _start(self, server: ServerConfig) -> RunningServer:
+    def _start(self, server: ServerConfig, *, port_retry: bool = True) -> RunningServer:
+        """Start `server` and wait until it is ready; once more on a fresh port if its port was taken.
+
+        The port is chosen when the launch is planned, and a real server binds it only after
+        loading its weights (15-30 minutes later): another process may take it meanwhile.
+        """
         plan = build_launch(
             server,
             self.config,
@@ -215,8 +223,17 @@ class ServerPool:
             self.registry.started(server.name, process.pid)
         try:
             seconds = process.wait_ready(self.progress)
+        except ServerError:
+            self._record(process.stop(timeout=self.config.stop_timeout))
+            if port_retry and process.failure is not None and process.failure.port_taken:
+                self._note(
+                    f"{server.name}: port {plan.port} was taken by another process before the server bound it "
+                    f"(log: {plan.log_path}); restarted once on a fresh port"
+                )
+                return self._start(server, port_retry=False)
+            raise
         except BaseException:
-            process.stop(timeout=self.config.stop_timeout)
+            self._record(process.stop(timeout=self.config.stop_timeout))
             raise
         if self.progress:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
@@ -225,6 +242,22 @@ class ServerPool:
             process=process, startup_seconds=seconds, launch_plan=plan, launch_env=process.env,
         )  # fmt: skip
 
+    def _record(self, teardown: Teardown) -> None:
+        """Keep how a stop went (the report lists the ones that did not finish) and say it."""
+        self.teardowns.append(teardown)
+        if self.progress and (teardown.gpu or teardown.stuck):
+            self.progress(teardown.line())
+
+    def _note(self, message: str) -> None:
+        self.notices.append(message)
+        if self.progress:
+            self.progress(message)
+
+    @property
+    def report_lines(self) -> list[str]:
+        """For the report's warnings: restarts, and stops that left a process or GPU memory behind."""
+        return [*self.notices, *(f"teardown: {t.line()}" for t in self.teardowns if not t.ok)]
+
     def _forget(self, name: str) -> None:
         server = self._alive.pop(name, None)
         if server is not None:
@@ -232,8 +265,8 @@ class ServerPool:
 
     def _stop(self, server: RunningServer) -> None:
         if server.process is not None:
-            server.process.stop(timeout=self.config.stop_timeout)
+            self._record(server.process.stop(timeout=self.config.stop_timeout))
         elif server.pid is not None:
-            terminate_tree(server.pid, self.config.stop_timeout)
+            self._record(terminate_tree(server.pid, self.config.stop_timeout, server=server.name))
         if self.registry is not None and not server.config.is_attached:
             self.registry.remove(server.name)

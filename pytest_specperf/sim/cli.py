@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig, load_profile
+from .sglang_flags import ambiguous_message, parse_flag_lines, sglang_flags
 
 PROG = "pytest_specperf.sim"
 
@@ -89,7 +90,9 @@ class ServerConfig:
 def build_parser() -> argparse.ArgumentParser:
     """The known flags. Defining both ``--cuda-graph-max-bs-*`` makes the removed ``--cuda-graph-max-bs``
     an ambiguous abbreviation, so argparse exits 2 exactly as SGLang 0.5.23 does."""
-    p = argparse.ArgumentParser(prog=PROG, description="SGLang-compatible simulator of pytest-specperf")
+    p = argparse.ArgumentParser(
+        prog=PROG, description="SGLang-compatible simulator of pytest-specperf", allow_abbrev=False
+    )  # abbreviations are resolved first, against all of SGLang's flags (`resolve_flags`)
     p.add_argument("--model-path", "--model", dest="model_path", required=True)
     p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
@@ -141,9 +144,38 @@ def _slow_draft(profile: Profile, factor: float) -> Profile:
     return dataclasses.replace(profile, cost=cost)
 
 
+def resolve_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with every flag spelled out in full, as SGLang 0.5.23's argparse reads it.
+
+    An abbreviation is resolved against all of SGLang's flags, not only the modelled ones (`--mo`
+    is ambiguous in SGLang although the simulator models just `--model`), and `--sim-*` ones
+    against the simulator's own. A flag neither knows exits 2 with argparse's "unrecognized
+    arguments", as SGLang does: a typo must fail the dry run, not the first night on a GPU.
+    """
+    sim_flags = parse_flag_lines(
+        [" ".join(a.option_strings) for a in parser._actions if a.option_strings[0].startswith("--sim-")]
+    )
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
+        if not token.startswith("--"):
+            out.append(token)
+            continue
+        flag, eq, value = token.partition("=")
+        resolved = (sim_flags if flag.startswith("--sim-") else sglang_flags()).resolve(flag)
+        if resolved is None:
+            parser.error(f"unrecognized arguments: {token}")
+        if isinstance(resolved, list):
+            parser.error(ambiguous_message(flag, resolved))
+        out.append(resolved + eq + value)
+    return out
+
+
 def parse_config(argv: list[str]) -> ServerConfig:
     """Parse and validate a launch; raises ConfigError (argparse itself exits 2 on syntax errors)."""
-    args, extra = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(resolve_flags(parser, argv))
     try:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -279,3 +282,141 @@ def test_keep_servers_leaves_them_running_and_says_how_to_attach(make_suite) -> 
         for proc in suite.processes():
             proc.kill()
         psutil.wait_procs(suite.processes(), timeout=10)
+
+
+FAKE_TP8_SERVER = """\
+import os, sys
+print("unbuffered=" + os.environ.get("PYTHONUNBUFFERED", "unset"))
+for rank in range(8):
+    print(f"[2026-12-01 01:00:00 TP{rank}] Load weight begin. avail mem=78.10 GB")
+print("[2026-12-01 01:00:09 TP3] Scheduler hit an exception: Traceback (most recent call last):")
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB. GPU 3 has 2.06 GiB free.")
+for rank in (0, 1, 2, 4, 5, 6, 7):
+    print(f"[2026-12-01 01:00:10 TP{rank}] RuntimeError: NCCL communicator was aborted on rank {rank}")
+print("shutdown noise\\n" * 60, end="")
+sys.exit(1)
+"""
+
+
+def test_a_failed_start_is_diagnosed_in_the_error_summary_json_and_markdown(make_suite) -> None:
+    """On TP8 the cause scrolls away under seven ranks' shutdown noise: the first error of the first failing rank,
+    a one-line diagnosis and the log path must reach every place a failed night is read."""
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{sys.executable} fake_tp8.py {{args}}"\n',
+    )
+    (suite.pytester.path / "fake_tp8.py").write_text(FAKE_TP8_SERVER)
+    json_path, md_path = suite.pytester.path / "night.json", suite.pytester.path / "night.md"
+    result = suite.run("--specperf-launcher=sglang", f"--specperf-json={json_path}", f"--specperf-markdown={md_path}")
+    result.assert_outcomes(errors=1)
+    diagnosis = "GPU out of memory: another process holds GPU memory"
+    first_error = "first error (TP3): torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.00 GiB"
+    result.stdout.fnmatch_lines([f"server 'plain' exited with code 1 *{diagnosis}*{first_error}*; log: *plain.log"])
+    result.stdout.fnmatch_lines(["*ERROR plain/default/c1: server 'plain' exited with code 1 *: GPU out of memory*"])
+    warnings = json.loads(json_path.read_text())["warnings"]
+    assert any(diagnosis in w and first_error in w and "plain.log" in w for w in warnings), warnings
+    assert diagnosis in md_path.read_text() and first_error in md_path.read_text()
+    log = next(p for p in suite.log_files() if p.name == "plain.log").read_text()
+    assert "unbuffered=1" in log  # a crash loses no buffered line
+
+
+def test_startup_progress_is_visible_under_xdist(make_suite) -> None:
+    """A 20-minute start without a line of output looks like a hang: xdist workers' progress must reach the user."""
+    pytest.importorskip("xdist")
+    suite = make_suite(
+        "import pytest\n\n"
+        '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n"
+    )
+    result = suite.run("-n", "1", subprocess=True)
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str() + result.stderr.str()
+    assert "[specperf gw0] starting plain:" in output and "[specperf gw0] plain ready after" in output
+
+
+def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeypatch, tmp_path) -> None:
+    """The next server would die of OOM: a stop that did not free the GPUs must be in the night's report."""
+    from pytest_specperf.servers import launch
+
+    calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n'
+        '[ "$n" -lt 1 ] && echo "0, 500" || echo "0, 70000"\n'
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(launch, "GPU_RELEASE_TIMEOUT_S", 0.0)
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{sys.executable} -m pytest_specperf.sim {{args}}"\n',
+    )
+    report = tmp_path / "night.json"
+    result = suite.run("--specperf-launcher=sglang", f"--specperf-json={report}")
+    result.assert_outcomes(passed=1)
+    expected = "teardown: stopped plain, GPU 0 not released after 0 s: GPU 0 holds 69500 MiB more than before the start"
+    assert expected in json.loads(report.read_text())["warnings"]
+    result.stdout.fnmatch_lines(["*teardown: stopped plain, GPU 0 not released*"])
+
+
+def test_a_port_taken_before_the_server_binds_it_gets_one_restart_on_a_fresh_port(make_suite, monkeypatch) -> None:
+    """The port is chosen long before a real server binds it; another process may take it meanwhile."""
+    import socket
+
+    from pytest_specperf.servers import launch
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    ports = iter([taken])
+    real_free_port = launch.free_port
+    monkeypatch.setattr(launch, "free_port", lambda host="127.0.0.1": next(ports, None) or real_free_port(host))
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
+        servers="[specperf.servers.plain]\n",
+    )
+    try:
+        result = suite.run(f"--specperf-json={suite.pytester.path / 'night.json'}")
+    finally:
+        squatter.close()
+    result.assert_outcomes(passed=1)
+    notice = f"plain: port {taken} was taken by another process before the server bound it"
+    result.stdout.fnmatch_lines([f"*{notice}*restarted once on a fresh port*"])
+    assert any(notice in w for w in json.loads((suite.pytester.path / "night.json").read_text())["warnings"])
+    assert suite.starts() == ["plain", "plain"]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("sruun -N1 --gres=gpu:8 {python} -m sglang.launch_server {args}", "program 'sruun' is not found on PATH"),
+        ("bash -c '{python} -m sglang.launch_server {args}", "does not split into words (No closing quotation)"),
+    ],
+)
+def test_a_dry_run_renders_and_checks_every_command_template(make_suite, command: str, expected: str) -> None:
+    """`--specperf-launcher sim` runs the simulator in the template's place: a broken srun wrapper must still fail."""
+    suite = make_suite(
+        'import pytest\n\n@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n",
+        servers=f'[specperf.servers.plain]\ncommand = "{command}"\n',
+    )
+    result = suite.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: pytest-specperf: server 'plain' command: {expected}" in result.stderr.str()
+    assert suite.starts() == []
+
+
+def test_a_dry_run_says_what_it_rendered_and_what_it_cannot_check(make_suite) -> None:
+    suite = make_suite(
+        "import pytest\n\n"
+        '@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)\n'
+        "def test_x(specperf_server):\n    pass\n",
+        servers='[specperf.servers.plain]\ncommand = "env NCCL_DEBUG=INFO {python} -m sglang.launch_server {args}"\n',
+    )
+    result = suite.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["specperf: dry run: the `command` templates of plain were rendered*not checked*"])
+    log = suite.log_files()[0].read_text()
+    assert "# specperf: dry run of the command template: env NCCL_DEBUG=INFO python3 -m sglang.launch_server" in log
+    assert "--model-path sim/kimi-k2.5-" in log.splitlines()[1]  # the same launch arguments the simulator got

@@ -171,3 +171,34 @@ def test_draft_slowdown_scales_drafting_only() -> None:
 def test_draft_slowdown_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="--sim-draft-slowdown must be > 0"):
         parse_config(["--model-path", "m", "--sim-draft-slowdown", "0"])
+
+
+UNRECOGNIZED = {
+    "unknown-sglang-flag": (["--no-such-flag"], "--no-such-flag"),
+    "unknown-sglang-flag-with-value": (["--no-such-flag=3"], "--no-such-flag=3"),
+    "misspelt-sim-flag": (["--sim-draft-slowdonw", "2"], "--sim-draft-slowdonw"),
+    "unknown-sim-flag": (["--sim-nothing"], "--sim-nothing"),
+}
+
+
+@pytest.mark.parametrize("args,flag", UNRECOGNIZED.values(), ids=UNRECOGNIZED.keys())
+def test_flags_sglang_does_not_know_exit_2_unrecognized(run_sim_cli, args, flag):
+    """SGLang's argparse ends a launch with an unknown flag: a dry run must fail the same way, not on the GPU."""
+    res = run_sim_cli(args)
+    assert res.returncode == 2, res.stderr
+    assert f"error: unrecognized arguments: {flag}" in res.stderr
+
+
+def test_abbreviations_resolve_against_all_of_sglangs_flags(run_sim_cli):
+    """`--tp` is `--tp-size` and `--speculative-algo` is `--speculative-algorithm`, as SGLang reads them;
+    `--mo` could be six SGLang flags, so it is ambiguous even though the simulator models one of them."""
+    c = cfg("--tp", "8", "--speculative-algo", "EAGLE", "--po", "31001")
+    assert (c.tp_size, c.speculative_algorithm, c.port) == (8, "EAGLE", 31001)
+    res = run_sim_cli(["--mo", "x"])
+    assert res.returncode == 2
+    assert "ambiguous option: --mo could match --model, --model-checksum" in res.stderr
+
+
+def test_real_sglang_flags_the_simulator_does_not_model_are_accepted():
+    c = cfg("--schedule-conservativeness", "1.3", "--enable-torch-compile", "--sidecar")
+    assert c.unmodelled_args == {"schedule_conservativeness": "1.3", "enable_torch_compile": True, "sidecar": True}

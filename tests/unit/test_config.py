@@ -181,3 +181,29 @@ def test_command_line_overrides(tmp_path: Path) -> None:
         apply_overrides(config, rounds=1)
     with pytest.raises(ConfigError, match="expected NAME=URL"):
         parse_attach(["plain"])
+
+
+def _plain_args(args: str) -> str:
+    return BASE.replace("[specperf.servers.plain]", f"[specperf.servers.plain]\nargs = {args}")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('["--po", "30999"]', "args: --po (SGLang reads it as --port) is not allowed here: the plugin picks"),
+        ('["--speculative-algo", "EAGLE"]', "--speculative-algo (SGLang reads it as --speculative-algorithm)"),
+        ('["--api=k"]', "--api (SGLang reads it as --api-key) is not allowed here"),
+        ('["--mo", "x"]', "ambiguous option: --mo could match --model, --model-checksum, --model-config-parser"),
+    ],
+)
+def test_abbreviated_flags_are_read_as_sglang_reads_them(tmp_path: Path, args: str, expected: str) -> None:
+    """SGLang's argparse accepts unique prefixes: a check that compares whole flags would let them through."""
+    message = error(tmp_path, _plain_args(args))
+    assert "[specperf.servers.plain] args" in message
+    assert expected in message
+
+
+def test_abbreviations_are_spelled_out_so_identity_and_tp_size_see_them(tmp_path: Path) -> None:
+    server = load(tmp_path, _plain_args('["--tp", "8", "--mem-fraction=0.8", "--trust-remote-code"]')).servers["plain"]
+    assert server.args == ("--tp-size", "8", "--mem-fraction-static=0.8", "--trust-remote-code")
+    assert server.tp_size == 8

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.servers.launch import build_launch, gpu_pids, wait_for_gpu_release
+from pytest_specperf.servers import launch as launch_module
+from pytest_specperf.servers.launch import (
+    LaunchPlan,
+    ServerProcess,
+    Teardown,
+    build_launch,
+    gpu_memory_used,
+    server_gpus,
+)
 
 EAGLE = ServerConfig(
     name="eagle3-5step",
@@ -112,22 +122,106 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
 
-def test_gpu_release_waits_for_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the first query still lists pid 4242, later ones do not: the driver freed its memory
-    counter = tmp_path / "calls"
-    fake_nvidia_smi(tmp_path, monkeypatch, f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
-                    f'[ "$n" -lt 1 ] && echo 4242; echo 77\n')  # fmt: skip
-    assert gpu_pids() == {4242, 77}
-    assert wait_for_gpu_release({4242}, timeout=30) is True
-    assert int(counter.read_text()) >= 2
+GPU_MEMORY = """\
+mem=$(cat "{file}")
+n=$(cat "{file}.calls" 2>/dev/null || echo 0); echo $((n+1)) > "{file}.calls"
+case "$*" in
+  *--query-compute-apps*) echo 987654 ;;  # host pids, as the driver reports them inside a container
+  *) i=0; for m in $mem; do echo "$i, $m"; i=$((i+1)); done ;;
+esac
+"""
 
 
-def test_gpu_release_gives_up_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_nvidia_smi(tmp_path, monkeypatch, "echo 4242\n")
-    assert wait_for_gpu_release({4242}, timeout=0) is False
+def gpu_memory_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, used: str) -> Path:
+    """A fake nvidia-smi whose `memory.used` per GPU (MiB, space-separated) the test writes to a file."""
+    file = tmp_path / "memory"
+    file.write_text(used)
+    fake_nvidia_smi(tmp_path, monkeypatch, GPU_MEMORY.format(file=file))
+    return file
 
 
-def test_no_gpu_no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_memory_is_read_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu_memory_file(tmp_path, monkeypatch, "1000 500 0")
+    assert gpu_memory_used() == {0: 1000, 1: 500, 2: 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {}, [0]),
+        (("--tp-size", "4"), {}, [0, 1, 2, 3]),
+        (("--tp-size=2", "--base-gpu-id", "2"), {}, [2, 3]),
+        (("--tp-size", "2"), {"CUDA_VISIBLE_DEVICES": "6,7"}, [6, 7]),
+        (("--tp-size", "2", "--pp-size", "2"), {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, [4, 5, 6, 7]),
+        (("--tp-size", "2"), {"CUDA_VISIBLE_DEVICES": "GPU-1a2b,GPU-3c4d"}, []),
+    ],
+)
+def test_the_devices_a_server_uses(args: tuple[str, ...], env: dict[str, str], expected: list[int]) -> None:
+    assert server_gpus(["python", "-m", "sglang.launch_server", *args], env) == expected
+
+
+def _sleeper(tmp_path: Path, args: tuple[str, ...] = ("--tp-size", "2"), **env: str) -> ServerProcess:
+    """A 'server' (a sleeping Python) launched like SGLang, so its devices come from its argv."""
+    launch = LaunchPlan(
+        server="big", argv=(sys.executable, "-c", "import time; time.sleep(600)", *args), env_overrides=env,
+        host="127.0.0.1", port=1, log_path=tmp_path / "big.log", startup_timeout=10,
+    )  # fmt: skip
+    return ServerProcess(launch, parent_death_signal=True)
+
+
+def test_teardown_waits_for_the_devices_memory_not_for_pids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a container nvidia-smi reports host pids: a wait on pids ends at once while 70 GB are still held."""
+    memory = gpu_memory_file(tmp_path, monkeypatch, "500 500 9000")
+    proc = _sleeper(tmp_path)
+    proc.start()
+    memory.write_text("70000 70000 9000")  # loaded; GPU 2 belongs to somebody else
+    calls = tmp_path / "memory.calls"
+    script = GPU_MEMORY.format(file=memory).replace(
+        f'mem=$(cat "{memory}")',
+        f'mem=$(cat "{memory}"); [ "$(cat {calls})" -ge 3 ] && mem="600 520 30000"',
+    )
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\n" + script)
+    result = proc.stop(timeout=5)
+    assert result.ok and result.gpu is not None and result.gpu.startswith("GPU 0,1 released after"), result
+    assert int(calls.read_text()) >= 4  # it polled until the memory came back, not until the pids were gone
+
+
+def test_teardown_reports_memory_that_is_never_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = gpu_memory_file(tmp_path, monkeypatch, "500 500")
+    monkeypatch.setattr(launch_module, "GPU_RELEASE_TIMEOUT_S", 0.0)
+    proc = _sleeper(tmp_path)
+    proc.start()
+    memory.write_text("70000 500")
+    result = proc.stop(timeout=5)
+    assert not result.ok
+    assert "GPU 0,1 not released after 0 s: GPU 0 holds 69500 MiB more than before the start" in result.line()
+
+
+def test_no_gpu_no_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert gpu_pids() is None
-    assert wait_for_gpu_release({1}, timeout=60) is True
+    assert gpu_memory_used() is None
+    proc = _sleeper(tmp_path)
+    proc.start()
+    assert proc.stop(timeout=5) == Teardown("big")
+
+
+def test_a_process_that_will_not_be_reaped_is_reported_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process in uninterruptible sleep survives SIGKILL: an unbounded wait would hang the night."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    proc = _sleeper(tmp_path)
+    proc.start()
+    real_wait = subprocess.Popen.wait
+
+    def stuck_wait(self: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+        if timeout is None:
+            raise AssertionError("an unbounded wait in teardown")
+        raise subprocess.TimeoutExpired(self.args, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", stuck_wait)
+    result = proc.stop(timeout=5)
+    monkeypatch.setattr(subprocess.Popen, "wait", real_wait)
+    assert proc.proc is not None
+    proc.proc.wait(timeout=10)
+    assert not result.ok and result.stuck == [f"pid {proc.pid}"]
