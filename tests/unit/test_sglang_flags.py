@@ -87,5 +87,9 @@ def test_the_generator_reads_flags_from_source(tmp_path: Path):
         "        parser.add_argument('--config', type=str)\n"
     )
     assert gen.collect(tmp_path) == [
-        ["--config"], ["-h", "--help"], ["--other-name"], ["--port"], ["--tp-size", "--tensor-parallel-size"]
+        ["--config"],
+        ["-h", "--help"],
+        ["--other-name"],
+        ["--port"],
+        ["--tp-size", "--tensor-parallel-size"],
     ]
