@@ -29,7 +29,8 @@ def test_every_flag_the_plugin_emits_is_an_sglang_flag():
         name="eagle", algorithm="EAGLE3", draft_model="d", num_steps=3, eagle_topk=1, num_draft_tokens=4,
         api_key="k",
     )  # fmt: skip
-    argv = server_args(server, SpecperfConfig(model="m"), 30000, max_running_requests=64)
+    argv = server_args(server, SpecperfConfig(model="m"), 30000, max_concurrency=64)
+    assert "--max-running-requests" in argv  # concurrency above SGLang's speculative cap of 48
     for flag in (token for token in argv if token.startswith("--")):
         assert sglang_flags().resolve(flag) == flag, flag
 
