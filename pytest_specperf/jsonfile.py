@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.verdict.fingerprint import redact_text
+from pytest_specperf.redact import redact_text
 
 
 def _umask() -> int:

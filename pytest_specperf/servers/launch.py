@@ -29,8 +29,8 @@ import requests
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ConfigError, ServerError
+from pytest_specperf.redact import redact_args, redact_text
 from pytest_specperf.servers.diagnosis import Diagnosis, diagnose
-from pytest_specperf.verdict.fingerprint import redact_args, redact_text
 
 LOG_TAIL_LINES = 40
 GPU_RELEASE_TIMEOUT_S = 60.0

@@ -24,15 +24,22 @@ import platform
 import re
 import shlex
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest_specperf
+from pytest_specperf.redact import (  # noqa: F401  (re-exported: the fingerprint's users redact with it)
+    REDACTED,
+    SECRET_FLAGS,
+    is_secret_name,
+    redact_args,
+    redact_env,
+    redact_text,
+    redact_url,
+)
 
 UNSET = "unset"
-REDACTED = "<redacted>"
 
 DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
     "NCCL_*",
@@ -85,90 +92,8 @@ SERVER_INFO_FIELDS: tuple[str, ...] = (
     "speculative_draft_model_revision",
 )
 
-# Flags whose value is a secret; the value after them is never kept.
-SECRET_FLAGS: frozenset[str] = frozenset({"--api-key", "--admin-api-key"})
 # Flags whose value changes every run and says nothing about performance.
 _VOLATILE_FLAGS: frozenset[str] = frozenset({"--host", "--port"})
-
-# Names that hold secrets. "TOKENS"/"TOKENIZER" are counts and paths, not credentials.
-_SECRET_NAME = re.compile(r"TOKEN(?!S|IZER)|KEY|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
-_SECRET_QUERY_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^SIG$|SIGNATURE|^AUTH|^CODE$", re.IGNORECASE)
-# Well-known credential shapes, caught wherever they appear (values, args, free text).
-_SECRET_VALUE = re.compile(
-    r"\bsk-[A-Za-z0-9_\-]{16,}"
-    r"|\bhf_[A-Za-z0-9]{30,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{30,}"
-    r"|\bgithub_pat_[A-Za-z0-9_]{30,}"
-    r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
-)
-_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]+@")
-_URL_SECRET_PARAM = re.compile(
-    r"([?&](?:[A-Za-z0-9_\-]*(?:token|key|secret|passw|credential)[A-Za-z0-9_\-]*|sig|signature|auth)=)"
-    r"[^&#\s\"']+",
-    re.IGNORECASE,
-)
-_SECRET_FLAG_IN_TEXT = re.compile(r"(--(?:admin-)?api-key(?:=|\s+))(\"[^\"]*\"|'[^']*'|\S+)")
-
-
-# --------------------------------------------------------------------------------------------
-# Redaction
-
-
-def is_secret_name(name: str) -> bool:
-    """True for names like HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD."""
-    return bool(_SECRET_NAME.search(name))
-
-
-def redact_text(text: str) -> str:
-    """Scrub secrets out of free text: URL credentials, `--api-key X`, known token shapes.
-
-    Used on every string that is stored, as the last line of defence: a secret can hide in a
-    warning, an error message or a launch command as well as in a named variable.
-    """
-    text = _URL_USERINFO.sub(r"\1", text)
-    text = _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
-    text = _SECRET_FLAG_IN_TEXT.sub(rf"\1{REDACTED}", text)
-    return _SECRET_VALUE.sub(REDACTED, text)
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Copy of `env` with secret-named values replaced by "<redacted>" and the rest scrubbed."""
-    return {name: REDACTED if is_secret_name(name) else redact_text(str(value)) for name, value in env.items()}
-
-
-def redact_url(url: str) -> str:
-    """`url` without userinfo credentials and with token-like query parameters hidden."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if _SECRET_QUERY_NAME.search(k) else v) for k, v in pairs], safe="<>")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def redact_args(args: Iterable[str]) -> list[str]:
-    """Copy of a command line with the values of `--api-key`/`--admin-api-key` hidden.
-
-    Both `--api-key X` and `--api-key=X` forms; other tokens get the free-text scrub.
-    """
-    out: list[str] = []
-    hide_next = False
-    for arg in map(str, args):
-        flag, eq, _ = arg.partition("=")
-        if hide_next:
-            out.append(REDACTED)
-        elif eq and flag in SECRET_FLAGS:
-            out.append(f"{flag}={REDACTED}")
-        else:
-            out.append(redact_text(arg))
-        hide_next = not eq and arg in SECRET_FLAGS
-    return out
-
 
 # --------------------------------------------------------------------------------------------
 # Normalisation

@@ -1,0 +1,217 @@
+"""Fault matrix, store and secret cases: a corrupt, newer-schema or unwritable store, two sessions at once.
+
+Each case asserts the error text, the exit code, the report row (terminal table and JSON), the
+stored files and that no simulator process is left (the `make_suite` fixture checks the last).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+WORKLOAD = """
+[specperf.workloads.default]
+prompts = "builtin:qa"
+num_requests = 4
+max_new_tokens = 32
+ignore_eos = true
+warmup = 1
+"""
+
+ONE_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step")
+def test_perf(specperf):
+    pass
+"""
+
+
+def store_suite(make_suite, tests: str = ONE_TEST, extra: str = ""):
+    return make_suite(tests, extra=extra, workloads=WORKLOAD)
+
+
+def stored(suite) -> dict[str, str]:
+    root = suite.pytester.path / ".specperf"
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.json"))}
+
+
+def json_rows(path: Path) -> dict[str, str]:
+    data = json.loads(path.read_text())
+    return {m["label"]: m["verdict"] for m in data["measurements"]}
+
+
+def table_verdict(result: pytest.RunResult, label_start: str) -> str:
+    """The verdict column of the terminal table row whose server is `label_start`."""
+    for line in result.outlines:
+        cells = line.split()
+        if cells and cells[0] == label_start and cells[-1].isupper():
+            return cells[-1]
+    raise AssertionError(f"no table row for {label_start}:\n" + result.stdout.str())
+
+
+def assert_one_line_error(result: pytest.RunResult, *needles: str) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "raise " not in text, text
+    for needle in needles:
+        assert needle in text, (needle, text)
+
+
+@pytest.fixture
+def immutable() -> Iterator[list[Path]]:
+    """Directories made immutable (`chattr +i`): writes fail with EPERM even for root.
+
+    The suite runs as root, so `chmod` cannot make a store read-only; an immutable attribute can,
+    and it is a real file-system refusal (not a simulated one). Undone after the test so that
+    pytest can remove its temp folder.
+    """
+    made: list[Path] = []
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    yield made
+    for path in reversed(made):
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def make_immutable(made: list[Path], path: Path) -> None:
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i does not work here: {done.stderr.strip()}")
+    made.append(path)
+
+
+def test_corrupt_baseline_row_is_error(make_suite) -> None:
+    suite = store_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    broken = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    broken.write_text("{not json")
+    before = stored(suite)
+    report = suite.pytester.path / "out.json"
+    result = suite.run(f"--specperf-json={report}")
+    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert_one_line_error(result, "default-c1.json", "not valid JSON")
+    assert table_verdict(result, "eagle3-5step") == "ERROR"
+    assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
+    warnings = json.loads(report.read_text())["warnings"]
+    assert any(w.startswith("ERROR eagle3-5step/default/c1:") and "not valid JSON" in w for w in warnings), warnings
+    assert stored(suite) == before
+
+
+def test_newer_schema_baseline_row_is_error(make_suite) -> None:
+    suite = store_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    data = json.loads(path.read_text())
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data))
+    before = stored(suite)
+    report = suite.pytester.path / "out.json"
+    markdown = suite.pytester.path / "out.md"
+    result = suite.run(f"--specperf-json={report}", f"--specperf-markdown={markdown}")
+    result.assert_outcomes(errors=1)
+    assert_one_line_error(result, "schema_version 99 is newer", "upgrade pytest-specperf")
+    assert table_verdict(result, "eagle3-5step") == "ERROR"
+    assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
+    md_row = next(line for line in markdown.read_text().splitlines() if line.startswith("| eagle3-5step"))
+    assert "ERROR" in md_row and "NEW" not in md_row and "PASS" not in md_row
+    assert stored(suite) == before
+
+
+def test_read_only_store_is_a_one_line_error(make_suite, immutable) -> None:
+    suite = store_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    before = stored(suite)
+    make_immutable(immutable, suite.pytester.path / ".specperf" / "eagle3-5step")
+    report = suite.pytester.path / "out.json"
+    result = suite.run("--specperf-update", f"--specperf-json={report}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors", 0) + outcomes.get("failed", 0) == 1, outcomes
+    assert_one_line_error(result, "eagle3-5step", "cannot write the baseline", "Operation not permitted")
+    errors = [line for line in result.outlines if "default-c1.json: cannot write the baseline" in line]
+    assert len(errors) == 1 and errors[0].endswith("specperf.toml to a writable folder"), errors  # file, what, fix
+    assert table_verdict(result, "eagle3-5step") == "ERROR"
+    assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
+    after = stored(suite)
+    assert after["eagle3-5step/default-c1.json"] == before["eagle3-5step/default-c1.json"]  # untouched
+    assert after["plain/default-c1.json"] != before["plain/default-c1.json"]  # a writable folder is updated
+    assert not list((suite.pytester.path / ".specperf").rglob("*.tmp"))
+
+
+def test_two_updating_sessions_keep_every_baseline(make_suite) -> None:
+    """Two pytest sessions on one machine update the same store at once: each file is whole, none lost."""
+    suite = store_suite(
+        make_suite,
+        {
+            "test_a": ONE_TEST,
+            "test_b": ONE_TEST.replace('server="eagle3-5step"', 'server="eagle3-2step"'),
+        },
+    )
+    path = suite.pytester.path
+    lock_dir = path / "locks"
+    env_base = {"SPECPERF_LOCK_DIR": str(lock_dir)}
+    procs = []
+    for name in ("test_a.py", "test_b.py"):
+        cmd = [sys.executable, "-m", "pytest", name, "-p", "no:randomly", "-p", "no:cacheprovider",
+               f"--specperf-run-dir={path / ('run-' + name)}", "--specperf-update",
+               f"--specperf-json={path / (name + '.json')}"]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, cwd=path, env={**_env(), **env_base}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    files = stored(suite)
+    assert sorted(files) == ["eagle3-2step/default-c1.json", "eagle3-5step/default-c1.json", "plain/default-c1.json"]
+    for text in files.values():
+        assert json.loads(text)["summary"]["rounds"] >= 2
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def test_server_error_is_printed_once(make_suite) -> None:
+    """A server that cannot start: its error appears once per test, not again as "During handling ..."."""
+    suite = make_suite(
+        ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'),
+        servers='[specperf.servers.plain]\nsim_args = ["--sim-fail-at-startup"]\n',
+    )
+    result = suite.run()
+    result.assert_outcomes(errors=1)
+    text = result.stdout.str()
+    assert "During handling of the above exception" not in text
+    errors = text.split("= ERRORS =", 1)[1].split("= specperf =", 1)[0]
+    assert errors.count("plain") >= 1
+    first = next(line for line in errors.splitlines() if "plain" in line and "ERROR at" not in line)
+    assert errors.count(first) == 1, errors
+
+
+HF_VALUE = "hf_" + "Qm7RtY2uIo9PaSd4FgHj6KlZx"
+SK_VALUE = "sk-" + "e2eRandom8Key5Value"
+
+
+def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token in a variable whose name does not say so (SGLANG_HF_AUTH) is found by its shape."""
+    monkeypatch.setenv("SGLANG_HF_AUTH", HF_VALUE)
+    monkeypatch.setenv("SPECPERF_API_KEY", SK_VALUE)
+    suite = store_suite(make_suite, extra=f'env = {{ NCCL_ALGO = "Ring", SGLANG_JUDGE = "{SK_VALUE}" }}\n')
+    out = suite.pytester.path / "out"
+    result = suite.run(
+        "--specperf-update", "-v", "--specperf-report=full", f"--specperf-json={out}.json",
+        f"--specperf-markdown={out}.md", f"--specperf-bmf={out}.bmf.json", subprocess=True,
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    written = [p for p in suite.pytester.path.rglob("*") if p.is_file() and p.suffix in {".json", ".md", ".log"}]
+    assert {p.name for p in written} >= {"out.json", "out.md", "out.bmf.json", "default-c1.json"}
+    for text in [result.stdout.str(), result.stderr.str(), *(p.read_text(errors="replace") for p in written)]:
+        assert HF_VALUE not in text and SK_VALUE not in text
+    stored = json.loads((suite.pytester.path / ".specperf" / "plain" / "default-c1.json").read_text())
+    assert stored["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"

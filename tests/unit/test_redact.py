@@ -1,0 +1,73 @@
+"""Secrets are recognised by name and by the shape of their value (pytest_specperf/redact.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specperf.redact import REDACTED, looks_random, redact_args, redact_env, redact_text, redact_url
+
+HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bD1fH3j"
+SK = "sk-proj-" + "Zq8Xw2Lm4Nb6Vc8Rt0Yu"
+AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+RANDOM = "Xk9pQ2vL7mR4tW8zB3nC6fH1jD5gS0aE"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"SGLANG_HF_AUTH={HF}",
+        f"using {SK} for the judge",
+        f"aws {AWS_ID} in a log line",
+        f"Authorization: Bearer {RANDOM}",
+        "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+        "hf_topsecretvalue123 and sk-serverkey456",
+    ],
+)
+def test_known_shapes_are_redacted_in_free_text(text: str) -> None:
+    out = redact_text(text)
+    assert REDACTED in out
+    for secret in (HF, SK, AWS_ID, RANDOM, "dXNlcjpwYXNzd29yZA==", "topsecretvalue123", "serverkey456"):
+        assert secret not in out
+
+
+@pytest.mark.parametrize(
+    "name", ["SGLANG_HF_AUTH", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_CREDENTIALS", "DB_PASSWORD", "SESSION_ID"]
+)
+def test_secret_names_hide_any_value(name: str) -> None:
+    assert redact_env({name: "short"}) == {name: REDACTED}
+
+
+def test_a_random_looking_value_is_hidden_whatever_its_name() -> None:
+    assert redact_env({"SGLANG_THING": RANDOM, "SGLANG_OTHER": AWS_SECRET.replace("/", "")}) == {
+        "SGLANG_THING": REDACTED,
+        "SGLANG_OTHER": REDACTED,
+    }
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Ring",
+        "LL128",
+        "16",
+        "/models/kimi-k2.5/tokenizer.json",
+        "0123456789abcdef0123456789abcdef01234567",  # a git commit: hex is a hash, not a secret
+        "max_new_tokens_and_some_words_here",
+        "NVIDIA H200, 550.54.15",
+    ],
+)
+def test_ordinary_values_stay(value: str) -> None:
+    assert not looks_random(value)
+    assert redact_env({"NCCL_ALGO": value, "SGLANG_TOKENIZER_PATH": value, "AUTHOR": value}) == {
+        "NCCL_ALGO": value,
+        "SGLANG_TOKENIZER_PATH": value,
+        "AUTHOR": value,
+    }
+
+
+def test_args_and_urls() -> None:
+    args = redact_args(["--api-key", "k1", f"--api-key={SK}", "--hf-token", HF, "--tp-size", "8"])
+    assert args == ["--api-key", REDACTED, f"--api-key={REDACTED}", "--hf-token", REDACTED, "--tp-size", "8"]
+    url = redact_url(f"https://user:pw@example.com/v1?token=abc&x=1#{HF}")
+    assert "pw" not in url and "abc" not in url and HF not in url and "x=1" in url
