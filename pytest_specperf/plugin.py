@@ -197,6 +197,7 @@ class SpecperfPlugin:
                 progress=self.progress,
                 worker=workerinput["workerid"] if workerinput else None,
                 shared_dir=self.shared_dir,
+                session_id=self.session_id,
             )
             self._install_signal_handlers()
             atexit.register(self._shutdown)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.errors import SpecperfError, StalledServer
+from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
+from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
@@ -67,6 +69,7 @@ class SpecperfSession:
     progress: Callable[[str], None] | None = None
     worker: str | None = None
     shared_dir: Path | None = None
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     planned: dict[str, PlannedTest] = field(default_factory=dict)
     measurements: dict[MeasurementKey, Measurement] = field(default_factory=dict)
     failures: dict[MeasurementKey, SpecperfError] = field(default_factory=dict)
@@ -97,6 +100,7 @@ class SpecperfSession:
         )
         self.measurer = Measurer(self.config, self.progress)
         self.store = BaselineStore(self.config.store)
+        self.machine_lock = MachineLock(self.session_id)
 
     # ---- planning -------------------------------------------------------------------------
 
@@ -177,15 +181,18 @@ class SpecperfSession:
             return self.measurements[key]
         try:
             server = self.pool.acquire(key.server)
-            with self._measuring():
-                if not self._known(key):  # another xdist worker may have measured it meanwhile
+            with self._session_lock():
+                if self._known(key):  # another xdist worker measured it meanwhile
+                    return self.measurements[key]
+                with self.machine_lock.hold(key.label) as holding:
                     self.measurements[key] = self.measurer.measure(
                         server,
                         self.config.workloads[key.workload],
                         key.concurrency,
                         is_reference=key.server == self.config.reference,
                     )
-                    self._publish(self.measurements[key])
+                self._note(self.measurements[key], holding)
+                self._publish(self.measurements[key])
         except StalledServer as exc:  # hung: every further request would wait out the stall again
             self.failures[key] = exc
             self.pool.discard(key.server, exc)
@@ -195,14 +202,20 @@ class SpecperfSession:
             raise
         return self.measurements[key]
 
-    @contextlib.contextmanager
-    def _measuring(self) -> Iterator[None]:
-        """Hold the machine-wide measurement lock (xdist): measurements never overlap in time."""
-        if self.cache is None:
-            yield
-        else:
-            with self.cache.lock:
-                yield
+    def _session_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """Under xdist, the session's own lock: taken before the machine's (always this order, no deadlock).
+
+        It guards "did another worker measure it meanwhile?" and publishing; the machine's lock
+        (measure/machinelock.py) keeps every measurement on this machine, of any session, apart in time.
+        """
+        return self.cache.lock if self.cache is not None else contextlib.nullcontext()
+
+    def _note(self, measurement: Measurement, holding: Holding) -> None:
+        """Waits and overlaps become warnings of the measurement, so its report and baseline say so."""
+        for note in holding.notes():
+            measurement.warnings.append(note)
+            if self.progress:
+                self.progress(f"{measurement.key.label}: {note}")
 
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
@@ -277,8 +290,10 @@ class SpecperfSession:
             if len(result.rounds) >= self.config.effective_max_rounds or not evaluation.more_rounds_help:
                 break  # out of rounds, or more of this server's rounds cannot decide it (e.g. a noisy baseline)
             server = self.pool.acquire(key.server)
-            with self._measuring():
-                self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
+            with self._session_lock():
+                with self.machine_lock.hold(key.label) as holding:
+                    self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
+                self._note(result, holding)
                 self._publish(result)
         self.verdicts.setdefault(key, []).append(evaluation.verdict)
         return evaluation

@@ -117,11 +117,14 @@ def config_text(token: str, *, extra: str = "", servers: str = SPEC_SERVERS, wor
 
 
 @pytest.fixture
-def make_suite(pytester: pytest.Pytester) -> Iterator[Callable[..., Suite]]:
+def make_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Suite]]:
     """Write specperf.toml (+ test files) into a fresh directory; returns the Suite.
 
-    After the test, it also proves the plugin left no simulator process behind.
+    Each suite gets its own machine measurement lock (SPECPERF_LOCK_DIR), so tests running in
+    parallel do not queue behind each other's measurements. After the test, it also proves the
+    plugin left no simulator process behind.
     """
+    monkeypatch.setenv("SPECPERF_LOCK_DIR", str(pytester.path / "machine-locks"))
     suites: list[Suite] = []
 
     def make(tests: str | dict[str, str] = "", **config: str) -> Suite:

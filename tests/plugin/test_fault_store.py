@@ -6,14 +6,19 @@ stored files and that no simulator process is left (the `make_suite` fixture che
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from pytest_specperf.measure.machinelock import MachineLock
 
 WORKLOAD = """
 [specperf.workloads.default]
@@ -145,8 +150,13 @@ def test_read_only_store_is_a_one_line_error(make_suite, immutable) -> None:
     assert not list((suite.pytester.path / ".specperf").rglob("*.tmp"))
 
 
-def test_two_updating_sessions_keep_every_baseline(make_suite) -> None:
-    """Two pytest sessions on one machine update the same store at once: each file is whole, none lost."""
+def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
+    """Two pytest sessions on one machine: the machine lock keeps their measurements apart in time,
+    the waiting is reported, and the store they both update keeps every baseline whole.
+
+    The test holds the machine's lock itself until both sessions queue for it (they append a
+    `waiting` line), so both certainly wait: no timing assumption.
+    """
     suite = store_suite(
         make_suite,
         {
@@ -155,27 +165,80 @@ def test_two_updating_sessions_keep_every_baseline(make_suite) -> None:
         },
     )
     path = suite.pytester.path
-    lock_dir = path / "locks"
-    env_base = {"SPECPERF_LOCK_DIR": str(lock_dir)}
+    lock_dir = path / "machine-locks"
+    env = {**os.environ, "SPECPERF_LOCK_DIR": str(lock_dir)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     procs = []
-    for name in ("test_a.py", "test_b.py"):
-        cmd = [sys.executable, "-m", "pytest", name, "-p", "no:randomly", "-p", "no:cacheprovider",
-               f"--specperf-run-dir={path / ('run-' + name)}", "--specperf-update",
-               f"--specperf-json={path / (name + '.json')}"]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, cwd=path, env={**_env(), **env_base}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    holder = MachineLock("the-test", lock_dir, env)
+    with holder.hold("held by the test"):
+        for name in ("a", "b"):
+            cmd = [sys.executable, "-m", "pytest", f"test_{name}.py", "-p", "no:randomly", "-p", "no:cacheprovider",
+                   f"--specperf-run-dir={path / ('run-' + name)}", "--specperf-update",
+                   f"--specperf-json={path / (name + '.json')}"]  # fmt: skip
+            procs.append(
+                subprocess.Popen(cmd, cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            )
+        try:
+            wait_for(lambda: len(waiting_sessions(lock_dir)) == 2, timeout=120, procs=procs)
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+            raise
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
+    ours = [i for i in holder.intervals() if i.session != "the-test"]
+    assert len(ours) == 4 and all(i.end is not None for i in ours), ours  # plain + one speculative, per session
+    for first, second in itertools.pairwise(ours):
+        assert first.end is not None and first.end <= second.start, (first, second)  # one at a time
+    assert len({i.session for i in ours}) == 2
+    for output, name in zip(outputs, "ab", strict=True):
+        assert "waited" in output and "held by the test" in output, output
+        warnings = json.loads((path / f"{name}.json").read_text())["warnings"]
+        assert any("waited" in w and "another session's measurement" in w for w in warnings), warnings
+        assert not any("overlapped" in w for w in warnings), warnings
     files = stored(suite)
     assert sorted(files) == ["eagle3-2step/default-c1.json", "eagle3-5step/default-c1.json", "plain/default-c1.json"]
     for text in files.values():
         assert json.loads(text)["summary"]["rounds"] >= 2
 
 
-def _env() -> dict[str, str]:
-    import os
+def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> None:
+    """A measurement recorded by another session on the same GPUs during ours (it used another
+    lock folder, or overlapping GPU sets) becomes a warning on the row and in the baseline."""
+    suite = store_suite(make_suite, ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'))
+    path = suite.pytester.path
+    lock_dir = path / "machine-locks"
+    lock_dir.mkdir()
 
-    return dict(os.environ)
+    other = {"id": "x:1:1", "session": "elsewhere", "pid": os.getpid(), "gpus": "all",
+             "label": "other/default/c1", "start": time.time()}  # fmt: skip
+    (lock_dir / "measurements.jsonl").write_text(json.dumps(other) + "\n")  # still running: this very process
+    report = path / "out.json"
+    result = suite.run("--specperf-update", f"--specperf-json={report}")
+    result.assert_outcomes(passed=1)
+    warnings = json.loads(report.read_text())["warnings"]
+    assert any("another measurement overlapped" in w and "other/default/c1" in w for w in warnings), warnings
+    stored_plain = json.loads((path / ".specperf" / "plain" / "default-c1.json").read_text())
+    assert any("overlapped" in w for w in stored_plain["measurement"]["warnings"])
+
+
+def waiting_sessions(lock_dir: Path) -> set[str]:
+    path = lock_dir / "measurements.jsonl"
+    if not path.exists():
+        return set()
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {line["session"] for line in lines if "waiting" in line}
+
+
+def wait_for(condition, *, timeout: float, procs) -> None:
+    """Poll `condition` until it holds; fail early if a process already ended."""
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        ended = [p for p in procs if p.poll() is not None]
+        assert not ended, [p.communicate()[0] for p in ended]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
 
 
 def test_server_error_is_printed_once(make_suite) -> None:
