@@ -359,7 +359,7 @@ class ServerProcess:
 
     def last_log_line(self) -> str:
         tail = [line for line in self.log_tail(5) if line.strip()]
-        return self.plan.redact(tail[-1])[-120:] if tail else "(no output yet)"
+        return progress_line(self.plan.redact(tail[-1])) if tail else "(no output yet)"
 
     def stop(self, timeout: float = 60.0) -> Teardown:
         """SIGTERM the process group, wait up to `timeout`, then SIGKILL the whole tree; then wait
@@ -577,3 +577,37 @@ def pid_alive(pid: int) -> bool:
         return _is_running(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return False
+
+
+#: flags a progress line keeps when it shortens a launch command: what tells two configs apart
+_KEPT_FLAGS = ("--model-path", "--speculative-", "--tp-size", "--tp")
+PROGRESS_WIDTH = 120
+
+
+def progress_line(line: str, width: int = PROGRESS_WIDTH) -> str:
+    """A log line short enough for a progress line.
+
+    The first lines of a log are the launch command; cutting it at a width hides exactly the
+    speculative flags that tell configs apart. So a long command keeps its program, the model and
+    every `--speculative-*` flag with its value (dropped parts become "…"); any other long line
+    keeps its end, where the news is.
+    """
+    if len(line) <= width:
+        return line
+    words = line.split()
+    if not any(w.startswith("--speculative-") or w == "--model-path" for w in words):
+        return "…" + line[-(width - 1) :]
+    kept: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        takes_value = i + 1 < len(words) and not words[i + 1].startswith("--")
+        if word.startswith("--") and word.split("=")[0].startswith(_KEPT_FLAGS):
+            kept += words[i : i + 2] if takes_value else [word]
+        elif kept and kept[-1] != "…" and not (word == "#" or word.endswith(":")):
+            kept.append("…")
+        elif not kept:
+            kept.append(word)
+        i += 2 if word.startswith("--") and takes_value else 1
+    return " ".join(kept)
+

@@ -225,3 +225,23 @@ def test_a_process_that_will_not_be_reaped_is_reported_not_waited_for(
     assert proc.proc is not None
     proc.proc.wait(timeout=10)
     assert not result.ok and result.stuck == [f"pid {proc.pid}"]
+
+
+def test_progress_line_keeps_the_speculative_flags_of_a_long_command() -> None:
+    from pytest_specperf.servers.launch import progress_line
+
+    command = (
+        "# specperf: /very/long/path/to/a/virtualenv/bin/python3 -m sglang.launch_server --model-path "
+        "moonshotai/Kimi-K2.5 --host 127.0.0.1 --port 31234 --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3 --speculative-num-steps 5 "
+        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 6 --tp-size 8 --mem-fraction-static 0.85 "
+        "--cuda-graph-max-bs-decode 48 --max-running-requests 48 --api-key <redacted>"
+    )
+    line = progress_line(command)
+    for flag in ("--speculative-algorithm EAGLE3", "--speculative-num-steps 5", "--speculative-eagle-topk 1",
+                 "--speculative-num-draft-tokens 6", "--model-path moonshotai/Kimi-K2.5"):  # fmt: skip
+        assert flag in line, line
+    assert len(line) < len(command)
+    assert progress_line("Loading weights: 45%") == "Loading weights: 45%"
+    long_plain = "x" * 300
+    assert progress_line(long_plain).startswith("…") and len(progress_line(long_plain)) <= 121
