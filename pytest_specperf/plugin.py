@@ -120,6 +120,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _load(config: pytest.Config) -> SpecperfConfig | None:
     found = find_config_file(Path(config.rootpath), config.getoption("specperf_config"))
+    invoked = Path(config.invocation_params.dir)
+    if found is None and invoked != Path(config.rootpath):
+        # pytest picks its rootdir before it knows this plugin's options, so the PATH of
+        # `--specperf-json PATH` (with a space) counts as a test path and can pull the rootdir
+        # away from the suite: the directory pytest was run from is the suite's then
+        found = find_config_file(invoked, None)
     if found is None:
         return None
     only = config.getoption("specperf_servers")
@@ -295,7 +301,7 @@ class SpecperfPlugin:
             self.usage_errors.append(
                 f"{nodeid}: uses @pytest.mark.specperf or specperf_server, but no config was found: add "
                 f"specperf.toml (or [tool.specperf] in pyproject.toml) to {metafunc.config.rootpath}, "
-                "or pass --specperf-config PATH"
+                "or pass --specperf-config PATH" + _spaced_path_hint(metafunc.config)
             )
             return
         try:
@@ -442,6 +448,20 @@ def _fail(message: str) -> NoReturn:
     print the same error a second time ("During handling of the above exception...")."""
     __tracebackhide__ = True
     raise pytest.fail.Exception(message, pytrace=False) from None
+
+PATH_OPTIONS = ("--specperf-json", "--specperf-markdown", "--specperf-bmf", "--specperf-plot", "--specperf-run-dir")
+
+
+def _spaced_path_hint(config: pytest.Config) -> str:
+    """How to fix a rootdir that a path option's value (given after a space) moved."""
+    args = [str(a) for a in config.invocation_params.args]
+    spaced = [a for a in args if a in PATH_OPTIONS]
+    if not spaced:
+        return ""
+    return (
+        f" (pytest chose rootdir {config.rootpath} counting the value after {spaced[0]} as a test path: "
+        f"write {spaced[0]}=PATH, with '=', or pass --rootdir)"
+    )
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -278,3 +278,14 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
         assert HF_VALUE not in text and SK_VALUE not in text
     stored = json.loads((suite.pytester.path / ".specperf" / "plain" / "default-c1.json").read_text())
     assert stored["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
+
+
+def test_json_path_after_a_space_outside_the_suite_keeps_the_config(make_suite, tmp_path_factory) -> None:
+    """`--specperf-json PATH` (space, existing file elsewhere): pytest takes PATH for its rootdir
+    before the plugin's options are known; the plugin still finds the suite's config."""
+    suite = store_suite(make_suite, ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'))
+    outside = tmp_path_factory.mktemp("elsewhere") / "out.json"
+    outside.write_text("{}")
+    result = suite.run("--specperf-json", str(outside))
+    result.assert_outcomes(passed=1)
+    assert json_rows(outside) == {"plain/default/c1": "NEW"}
