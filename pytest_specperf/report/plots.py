@@ -251,8 +251,9 @@ def cycle_figure(report: Report, suffix: str) -> Any:
     ax.set_xticks(range(len(rows)), labels, fontsize=9)
     ax.set_ylabel("time per draft-and-verify cycle (ms)")
     ax.set_ylim(bottom=0)
-    _title(ax, "Cycle time vs plain decoding: speculation wins where the bar ends below the red line", suffix)
-    _legend(figure, ax, columns=2)
+    # with few bars the figure is narrow: the title breaks after its colon, the legend stacks
+    _title(ax, "Cycle time vs plain decoding:\nspeculation wins where the bar ends below the red line", suffix)
+    _legend(figure, ax, columns=2 if len(rows) > 2 else 1)
     return figure
 
 

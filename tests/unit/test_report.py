@@ -323,3 +323,28 @@ def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Pat
     lines = write_outputs(story_report(), fake_session(tmp_path))
     assert lines == [f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})"]
     assert "eagle3-5step" in step_summary.read_text()
+
+
+def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
+    """With one bar the figure is narrow: its title and legend must still be inside the picture."""
+    pytest.importorskip("matplotlib")
+    from report_samples import CONFIG, story_measurements
+
+    from pytest_specperf.report.analysis import build_report
+    from pytest_specperf.report.plots import cycle_figure
+
+    measurements = {k: v for k, v in story_measurements().items() if k.server in ("plain", "eagle3-5step")}
+    report = build_report(CONFIG, measurements, {}, {}, {}, updating=False)
+    figure = cycle_figure(report, "SIMULATED (pytest_specperf.sim, time scale 0.1)")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()  # layout happens on draw, as when the PNG is saved
+    renderer = canvas.get_renderer()
+    width, height = canvas.get_width_height()
+    boxes = [
+        figure.axes[0].title.get_window_extent(renderer),
+        *(lg.get_window_extent(renderer) for lg in figure.legends),
+    ]
+    for box in boxes:
+        assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height, (box, width, height)
