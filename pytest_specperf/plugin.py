@@ -449,6 +449,7 @@ def _fail(message: str) -> NoReturn:
     __tracebackhide__ = True
     raise pytest.fail.Exception(message, pytrace=False) from None
 
+
 PATH_OPTIONS = ("--specperf-json", "--specperf-markdown", "--specperf-bmf", "--specperf-plot", "--specperf-run-dir")
 
 

@@ -32,7 +32,6 @@ HTTP_URL = re.compile(r"^https?://[^/]+")
 COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
 
 
-
 @dataclass(frozen=True)
 class ServerConfig:
     """A named way to get one SGLang server: launch settings, or a URL to attach to."""

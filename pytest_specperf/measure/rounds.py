@@ -88,6 +88,7 @@ def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfCon
         engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
     )  # fmt: skip
 
+
 def acceptance_rate(
     verified: Sequence[RequestRecord], accept: float | None, num_steps: int | None, eagle_topk: int | None
 ) -> float | None:
@@ -269,9 +270,7 @@ def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) ->
         ceiling = accept_length_ceiling(measurement.num_steps, measurement.num_draft_tokens)
         outside = [a for a in accept if not 1.0 <= a <= ceiling]
         if outside:
-            warnings.append(
-                f"accept length {outside[0]:.2f} outside [1, min(steps, draft_tokens - 1) + 1 = {ceiling}]"
-            )
+            warnings.append(f"accept length {outside[0]:.2f} outside [1, min(steps, draft_tokens - 1) + 1 = {ceiling}]")
     if measurement.algorithm is None and accept:
         warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
     level = measurement.key.concurrency

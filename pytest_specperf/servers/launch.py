@@ -99,9 +99,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise ServerError(f"no free port to bind on {host} or 127.0.0.1")
 
 
-def server_args(
-    server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1
-) -> list[str]:
+def server_args(server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1) -> list[str]:
     """The engine's launch arguments for a server config (for SGLang, the same for the simulator)."""
     return engine_for(config.engine_of(server)).launch_args(server, config, port, max_concurrency)
 
@@ -610,4 +608,3 @@ def progress_line(line: str, width: int = PROGRESS_WIDTH) -> str:
             kept.append(word)
         i += 2 if word.startswith("--") and takes_value else 1
     return " ".join(kept)
-

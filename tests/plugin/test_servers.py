@@ -341,7 +341,7 @@ def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeyp
     calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(
-        f'#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n'
+        f"#!/bin/sh\nn=$(cat {calls} 2>/dev/null || echo 0); echo $((n+1)) > {calls}\n"
         '[ "$n" -lt 1 ] && echo "0, 500" || echo "0, 70000"\n'
     )
     (bin_dir / "nvidia-smi").chmod(0o755)
