@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +45,14 @@ def vllm_models_dir() -> Path:
     return root
 
 
-def vllm_processes() -> list[psutil.Process]:
-    """Live processes of a vLLM server: the API server, its engine core, worker and resource tracker."""
+def vllm_processes(token: str) -> list[psutil.Process]:
+    """Live processes of the vLLM servers one suite started: the API server, its engine core, worker
+    and resource tracker all inherit the suite's `SPECPERF_LANE_TOKEN` (other vLLM servers on the
+    machine do not count)."""
     found = []
-    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+    for proc in psutil.process_iter(["status"]):
         try:
-            text = " ".join(proc.info["cmdline"] or []) + " " + (proc.info["name"] or "")
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and ("vllm.entrypoints" in text or "VLLM::" in text):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("SPECPERF_LANE_TOKEN") == token:
                 found.append(proc)
         except psutil.Error:
             continue
@@ -60,6 +62,10 @@ def vllm_processes() -> list[psutil.Process]:
 @dataclass
 class VllmSuite:
     pytester: pytest.Pytester
+    token: str
+
+    def processes(self) -> list[psutil.Process]:
+        return vllm_processes(self.token)
 
     @property
     def run_dir(self) -> Path:
@@ -97,7 +103,7 @@ args = ["--enforce-eager"]
 @pytest.fixture
 def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Callable[..., VllmSuite]]:
     """Write a vLLM suite (specperf.toml + tests); after the test, prove no vLLM process is left."""
-    before = {p.pid for p in vllm_processes()}
+    token = uuid.uuid4().hex
 
     def make(tests: str, *, servers: str | None = None, extra: str = "") -> VllmSuite:
         paths = vllm_models.model_paths(vllm_models_dir)
@@ -109,7 +115,7 @@ def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Cal
             rounds = 2
             startup_timeout = 240
             stop_timeout = 20
-            env = {{ VLLM_CPU_KVCACHE_SPACE = "1", VLLM_HOST_IP = "127.0.0.1" }}
+            env = {{ VLLM_CPU_KVCACHE_SPACE = "1", VLLM_HOST_IP = "127.0.0.1", SPECPERF_LANE_TOKEN = "{token}" }}
             {extra}
             [specperf.workloads.default]
             prompts = "builtin:chat"
@@ -120,11 +126,11 @@ def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Cal
         body = servers if servers is not None else SERVERS
         pytester.makefile(".toml", specperf=config + body.format(draft=paths["draft-noisy"], target=paths["target"]))
         pytester.makepyfile(test_suite=textwrap.dedent(tests))
-        return VllmSuite(pytester)
+        return VllmSuite(pytester, token)
 
     yield make
     # a process the plugin just killed may still be exiting (or a zombie until its parent reaps it)
-    _, left = psutil.wait_procs([p for p in vllm_processes() if p.pid not in before], timeout=10)
+    _, left = psutil.wait_procs(vllm_processes(token), timeout=10)
     left = [p for p in left if _is_running(p)]
     for proc in left:
         proc.kill()

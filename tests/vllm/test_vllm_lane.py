@@ -9,7 +9,6 @@ import time
 
 import psutil
 import pytest
-from conftest import vllm_processes
 
 SUITE = """
 import re
@@ -115,7 +114,7 @@ def test_a_signal_to_pytest_stops_the_whole_server_tree(vllm_suite, sig: signal.
         for line in proc.stdout:
             if b"SERVER-UP" in line:
                 break
-        tree = vllm_processes()
+        tree = suite.processes()
         assert len(tree) >= 3  # API server, engine core, worker (and a resource tracker)
         proc.send_signal(sig)
         proc.wait(timeout=120)
