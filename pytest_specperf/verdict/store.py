@@ -229,8 +229,9 @@ class BaselineStore:
                     atomic_write(self.root / ".gitignore", GITIGNORE)
         except OSError as exc:
             raise StoreError(
-                f"{exc.filename or path}: cannot write the baseline ({exc.strerror or exc}); make the store "
-                f"{self.root} writable, or point `store` (config) at a writable directory"
+                f"{path}: cannot write the baseline ({exc.strerror or exc}"
+                + (f": {exc.filename}" if exc.filename and str(exc.filename) != str(path) else "")
+                + f"); make the store {self.root} writable, or point `store` (config) at a writable directory"
             ) from None
         return SaveResult(path=path, old=old, new=new, replaced_error=error, kept_as=kept)
 

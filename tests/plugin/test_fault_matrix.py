@@ -113,7 +113,7 @@ def test_unwritable_store_is_one_line_and_the_row_says_error(make_suite) -> None
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(errors=1)
     text = " ".join(result.stdout.str().split())  # the summary wraps long lines
-    assert "cannot write the baseline (File exists); make the store" in text
+    assert "cannot write the baseline (File exists: " in text and "); make the store" in text
     assert text.count("cannot write the baseline") == 2  # the test error and the ERROR line of the summary
     assert "Traceback" not in text and "PermissionError" not in text and "NotADirectoryError" not in text
     assert report_rows(report)["plain/default/c1"]["verdict"] == "ERROR"
