@@ -14,11 +14,11 @@ import sys
 import threading
 import time
 
-from .cli import PROG, ConfigError, ServerConfig, parse_config
-from .engine import Engine, EngineSettings, SamplingParams
+from .cli import PROG, SimConfigError, SimServerConfig, parse_config
+from .engine import Engine, EngineSettings, SimSamplingParams
 from .server import ServerState, SimHTTPServer
 from .status import VERSION
-from .text import Prompt
+from .text import SimPrompt
 
 log = logging.getLogger("specperf.sim")
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         config = parse_config(argv)
-    except ConfigError as exc:
+    except SimConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _banner(cfg: ServerConfig, tuned: bool, missing: tuple[str, ...]) -> None:
+def _banner(cfg: SimServerConfig, tuned: bool, missing: tuple[str, ...]) -> None:
     """The first line says plainly what this is, so nobody mistakes its numbers for a GPU's."""
     nccl = cfg.profile.nccl
     if not nccl.env:
@@ -129,7 +129,7 @@ def _banner(cfg: ServerConfig, tuned: bool, missing: tuple[str, ...]) -> None:
         log.log(logging.getLevelName(level.upper()), message)
 
 
-def _startup(cfg: ServerConfig, state: ServerState, stop: threading.Event) -> bool:
+def _startup(cfg: SimServerConfig, state: ServerState, stop: threading.Event) -> bool:
     """Fake weight loading and graph capture (wall time, not scaled), warm up, then turn ready."""
     total = cfg.sim.startup_seconds
     t0 = time.time()
@@ -159,7 +159,7 @@ def _startup(cfg: ServerConfig, state: ServerState, stop: threading.Event) -> bo
         )
         return True
     req = state.engine.submit(
-        Prompt.from_text(WARMUP_PROMPT), SamplingParams(max_new_tokens=8, temperature=0.0), rid="warmup"
+        SimPrompt.from_text(WARMUP_PROMPT), SimSamplingParams(max_new_tokens=8, temperature=0.0), rid="warmup"
     )
     while not req.wait().finished:
         pass

@@ -39,7 +39,7 @@ _SIZE_FLAGS = {
 }
 
 
-class ConfigError(Exception):
+class SimConfigError(Exception):
     """A launch the simulator refuses; the message is printed as one line and the process exits 2."""
 
 
@@ -60,7 +60,7 @@ class SimOptions:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class SimServerConfig:
     """Resolved server arguments (what ``/server_info`` reports) plus simulator options."""
 
     model_path: str
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _slow_draft(profile: Profile, factor: float) -> Profile:
     """The profile with drafting `factor` times slower: what a heavier draft model does to a cycle."""
     if factor <= 0:
-        raise ConfigError(f"--sim-draft-slowdown must be > 0, got {factor}")
+        raise SimConfigError(f"--sim-draft-slowdown must be > 0, got {factor}")
     if factor == 1.0:
         return profile
     cost = dataclasses.replace(
@@ -172,20 +172,20 @@ def resolve_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     return out
 
 
-def parse_config(argv: list[str]) -> ServerConfig:
-    """Parse and validate a launch; raises ConfigError (argparse itself exits 2 on syntax errors)."""
+def parse_config(argv: list[str]) -> SimServerConfig:
+    """Parse and validate a launch; raises SimConfigError (argparse itself exits 2 on syntax errors)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(resolve_flags(parser, argv))
     try:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:
-        raise ConfigError(f"--sim-profile: {exc}") from None
+        raise SimConfigError(f"--sim-profile: {exc}") from None
     profile = _slow_draft(profile, args.sim_draft_slowdown)
     notices: list[tuple[str, str]] = []
     sim = _sim_options(args)
     spec, algorithm, draft = _resolve_spec(args, profile, notices)
     if sim.lossy_rate > 0 and spec is None:
-        raise ConfigError(
+        raise SimConfigError(
             "--sim-lossy-rate needs a speculative server (--speculative-algorithm): plain decoding "
             "is the lossless reference"
         )
@@ -211,7 +211,7 @@ def parse_config(argv: list[str]) -> ServerConfig:
         }
     )
     if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port {args.port} is not a TCP port (0-65535)")
+        raise SimConfigError(f"--port {args.port} is not a TCP port (0-65535)")
     if args.tp_size != profile.server.tp_size:
         notices.append(
             (
@@ -223,7 +223,7 @@ def parse_config(argv: list[str]) -> ServerConfig:
     unmodelled = _unmodelled(extra)
     if extra:
         notices.append(("warning", f"not modelled by the simulator (accepted and ignored): {shlex.join(extra)}"))
-    return ServerConfig(
+    return SimServerConfig(
         model_path=args.model_path,
         served_model_name=args.served_model_name or args.model_path,
         host=args.host,
@@ -252,18 +252,18 @@ def parse_config(argv: list[str]) -> ServerConfig:
 
 def _sim_options(args: argparse.Namespace) -> SimOptions:
     if args.sim_time_scale < 0:
-        raise ConfigError(f"--sim-time-scale must be >= 0 (got {args.sim_time_scale})")
+        raise SimConfigError(f"--sim-time-scale must be >= 0 (got {args.sim_time_scale})")
     if args.sim_startup_seconds < 0:
-        raise ConfigError(f"--sim-startup-seconds must be >= 0 (got {args.sim_startup_seconds})")
+        raise SimConfigError(f"--sim-startup-seconds must be >= 0 (got {args.sim_startup_seconds})")
     for flag, value in (("--sim-error-rate", args.sim_error_rate), ("--sim-lossy-rate", args.sim_lossy_rate)):
         if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{flag} must be a share in [0, 1] (got {value})")
+            raise SimConfigError(f"{flag} must be a share in [0, 1] (got {value})")
     for flag, count in (
         ("--sim-exit-after-requests", args.sim_exit_after_requests),
         ("--sim-stop-after-requests", args.sim_stop_after_requests),
     ):
         if count is not None and count < 1:
-            raise ConfigError(f"{flag} must be >= 1 (got {count})")
+            raise SimConfigError(f"{flag} must be >= 1 (got {count})")
     seed = args.sim_seed if args.sim_seed is not None else (args.random_seed or 0)
     return SimOptions(
         profile=args.sim_profile,
@@ -290,26 +290,28 @@ def _resolve_spec(
         if args.speculative_draft_model_path is not None:
             stray.append("--speculative-draft-model-path")
         if stray:
-            raise ConfigError(
+            raise SimConfigError(
                 f"{', '.join(stray)} given without --speculative-algorithm: speculative flags need an "
                 "algorithm (SGLang would silently run without speculation)"
             )
         return None, None, None
     algorithm = raw.upper()
     if algorithm not in KNOWN_ALGORITHMS:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-algorithm {raw!r} is unknown (SGLang 0.5.23 raises 'Unknown speculative "
             f"algorithm name'; known: {', '.join(KNOWN_ALGORITHMS)})"
         )
     if algorithm not in MODELLED_ALGORITHMS:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-algorithm {algorithm} is known to SGLang but not modelled by the simulator "
             f"(modelled: {', '.join(MODELLED_ALGORITHMS)})"
         )
     resolved = "EAGLE" if algorithm == "NEXTN" else algorithm
     draft = args.speculative_draft_model_path
     if algorithm in NEEDS_DRAFT_MODEL and draft is None:
-        raise ConfigError(f"--speculative-algorithm {algorithm} needs --speculative-draft-model-path (the draft model)")
+        raise SimConfigError(
+            f"--speculative-algorithm {algorithm} needs --speculative-draft-model-path (the draft model)"
+        )
     if draft is None:
         draft = args.model_path  # EAGLE/NEXTN (MTP) draft with the target's own layers; NGRAM has no draft model
     if algorithm == "NGRAM":
@@ -336,7 +338,7 @@ def _eagle_sizes(
     if len(given) < 3:
         have = [flag for name, flag in _SIZE_FLAGS.items() if name in given]
         missing = [flag for name, flag in _SIZE_FLAGS.items() if name not in given]
-        raise ConfigError(
+        raise SimConfigError(
             f"{', '.join(_SIZE_FLAGS.values())} must be given all three or none: got {', '.join(have)} "
             f"without {', '.join(missing)} (SGLang 0.5.23 fails with an AssertionError or TypeError)"
         )
@@ -345,17 +347,17 @@ def _eagle_sizes(
 
 def _check_eagle_sizes(steps: int, topk: int, tokens: int) -> None:
     if steps < 1 or topk < 1 or tokens < 2:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-num-steps {steps} / --speculative-eagle-topk {topk} / "
             f"--speculative-num-draft-tokens {tokens}: need steps >= 1, topk >= 1, draft tokens >= 2"
         )
     if tokens > steps * topk + 1:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-num-draft-tokens {tokens} exceeds --speculative-num-steps x "
             f"--speculative-eagle-topk + 1 = {steps * topk + 1}: the draft tree has no room for them"
         )
     if topk == 1 and tokens != steps + 1:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-eagle-topk 1 requires --speculative-num-draft-tokens = "
             f"--speculative-num-steps + 1 = {steps + 1} (got {tokens}; SGLang silently corrects it)"
         )
@@ -365,7 +367,7 @@ def _resolve_ngram(given: dict[str, int], notices: list[tuple[str, str]]) -> Spe
     """NGRAM: topk is always the BFS breadth (10), draft tokens default to 12, steps to tokens // topk."""
     topk = given.get("speculative_eagle_topk")
     if topk is not None and topk != NGRAM_BFS_BREADTH:
-        raise ConfigError(
+        raise SimConfigError(
             f"--speculative-eagle-topk {topk} with NGRAM: SGLang silently overwrites it with "
             f"--speculative-ngram-max-bfs-breadth ({NGRAM_BFS_BREADTH}); drop the flag"
         )
@@ -374,7 +376,7 @@ def _resolve_ngram(given: dict[str, int], notices: list[tuple[str, str]]) -> Spe
         tokens = NGRAM_DEFAULT_DRAFT_TOKENS
         notices.append(("warning", f"speculative_num_draft_tokens is set to {tokens} for NGRAM"))
     if tokens < 2:
-        raise ConfigError(f"--speculative-num-draft-tokens {tokens}: NGRAM needs at least 2")
+        raise SimConfigError(f"--speculative-num-draft-tokens {tokens}: NGRAM needs at least 2")
     steps = given.get("speculative_num_steps", max(1, tokens // NGRAM_BFS_BREADTH))
     return SpecConfig("NGRAM", steps, NGRAM_BFS_BREADTH, tokens)
 
@@ -382,7 +384,7 @@ def _resolve_ngram(given: dict[str, int], notices: list[tuple[str, str]]) -> Spe
 def _check_positive(values: dict[str, int | None]) -> None:
     for flag, value in values.items():
         if value is not None and value < 1:
-            raise ConfigError(f"{flag} must be >= 1 (got {value})")
+            raise SimConfigError(f"{flag} must be >= 1 (got {value})")
 
 
 def _unmodelled(extra: list[str]) -> dict[str, object]:

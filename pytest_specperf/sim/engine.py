@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .profile import Profile, SpecConfig
-from .text import EOS_TOKEN_ID, OutputTokens, Prompt, render
+from .text import EOS_TOKEN_ID, OutputTokens, SimPrompt, render
 
 log = logging.getLogger("specperf.sim")
 
@@ -31,7 +31,7 @@ _MAX_LAG_S = 0.2
 
 
 @dataclass(frozen=True)
-class SamplingParams:
+class SimSamplingParams:
     """The sampling parameters the simulator acts on (others are accepted and ignored)."""
 
     max_new_tokens: int = 128
@@ -57,8 +57,8 @@ class Request:
     event first, which orders the writes before the reads."""
 
     rid: str
-    prompt: Prompt
-    params: SamplingParams
+    prompt: SimPrompt
+    params: SimSamplingParams
     stream: bool
     log_metrics: bool
     arrival: float
@@ -175,8 +175,8 @@ class Engine:
 
     def submit(
         self,
-        prompt: Prompt,
-        params: SamplingParams,
+        prompt: SimPrompt,
+        params: SimSamplingParams,
         *,
         stream: bool = False,
         log_metrics: bool = True,
@@ -210,7 +210,7 @@ class Engine:
 
     # ---- request construction -------------------------------------------------------------------
     def _new_request(
-        self, rid: str, prompt: Prompt, params: SamplingParams, stream: bool, log_metrics: bool, n: int
+        self, rid: str, prompt: SimPrompt, params: SimSamplingParams, stream: bool, log_metrics: bool, n: int
     ) -> Request:
         s = self.settings
         greedy = params.temperature <= 0.0

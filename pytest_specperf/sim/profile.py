@@ -139,7 +139,7 @@ class RequestPrediction:
 
 
 @dataclass(frozen=True)
-class CostModel:
+class StepCostModel:
     """Step costs in ms at time scale 1.0 (see the profile TOML for where each number comes from)."""
 
     plain_step_ms: float
@@ -281,7 +281,7 @@ class Profile:
     description: str
     source: str
     server: ServerDefaults
-    cost: CostModel
+    cost: StepCostModel
     nccl: NcclTuning
     acceptance: Mapping[str, AcceptanceModel] = field(repr=False)
     output: OutputModel = field(default_factory=lambda: OutputModel((64, 256)))
@@ -654,9 +654,9 @@ def _parse_server(t: _Table) -> ServerDefaults:
     return s
 
 
-def _parse_cost(t: _Table) -> CostModel:
+def _parse_cost(t: _Table) -> StepCostModel:
     share = {"hi": 1.0}
-    c = CostModel(
+    c = StepCostModel(
         plain_step_ms=t.number("plain_step_ms"),
         plain_per_request_ms=t.number("plain_per_request_ms"),
         draft_step_ms=t.number("draft_step_ms"),

@@ -11,9 +11,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from .engine import Request, SamplingParams
+from .engine import Request, SimSamplingParams
 from .profile import SpecConfig
-from .text import Prompt, chat_prompt
+from .text import SimPrompt, chat_prompt
 
 #: ``api/v1/api_types.py:177-207``: any other key inside sampling_params is a 400.
 ALLOWED_SAMPLING_KEYS = (
@@ -59,8 +59,8 @@ class BadRequest(Exception):
 class Job:
     """A parsed generation request: what to generate and how the answer is shaped."""
 
-    prompt: Prompt
-    params: SamplingParams
+    prompt: SimPrompt
+    params: SimSamplingParams
     stream: bool
     rid: str | None = None
     include_usage: bool = False
@@ -88,7 +88,7 @@ def parse_generate(body: object) -> Job:
     return Job(_prompt(text, ids, "text", "input_ids"), params, _flag(body, "stream"), rid=_rid(body))
 
 
-def parse_sampling_params(sp: object) -> SamplingParams:
+def parse_sampling_params(sp: object) -> SimSamplingParams:
     """Validate sampling_params like SGLang's generated schema does (serde-style messages)."""
     if not isinstance(sp, dict):
         raise BadRequest("invalid type for `sampling_params`: expected a JSON object")
@@ -109,7 +109,7 @@ def parse_sampling_params(sp: object) -> SamplingParams:
     stop_ids = sp.get("stop_token_ids") or []
     if not isinstance(stop_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
         raise BadRequest("invalid type for `stop_token_ids`: expected a list of integers")
-    return SamplingParams(
+    return SimSamplingParams(
         max_new_tokens=128 if max_new is None else max_new,
         temperature=1.0 if temperature is None else float(temperature),
         ignore_eos=bool(sp.get("ignore_eos") or False),
@@ -129,7 +129,7 @@ def parse_completion(body: object, default_model: str) -> Job:
             raise BadRequest("a list of several prompts (a batch) is not simulated; send one request per prompt")
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return _openai_job(body, Prompt.from_text(prompt), 16, default_model)
+        return _openai_job(body, SimPrompt.from_text(prompt), 16, default_model)
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return _openai_job(body, _prompt(None, prompt, "prompt", "prompt"), 16, default_model)
     raise BadRequest("`prompt` must be a string, a list with one string, or a list of token ids")
@@ -144,7 +144,7 @@ def parse_chat(body: object, default_model: str, max_tokens_default: int) -> Job
     for m in messages:
         if not isinstance(m.get("role"), str):
             raise BadRequest("every message needs a string `role`")
-    return _openai_job(body, Prompt.from_text(chat_prompt(messages)), max_tokens_default, default_model)
+    return _openai_job(body, SimPrompt.from_text(chat_prompt(messages)), max_tokens_default, default_model)
 
 
 def _openai_body(body: object) -> dict:
@@ -153,7 +153,7 @@ def _openai_body(body: object) -> dict:
     return body
 
 
-def _openai_job(body: dict, prompt: Prompt, max_tokens_default: int, default_model: str) -> Job:
+def _openai_job(body: dict, prompt: SimPrompt, max_tokens_default: int, default_model: str) -> Job:
     for key in ("max_tokens", "max_completion_tokens", "min_tokens", "n", "seed", "top_k"):
         _check_type(key, body.get(key), int)
     for key in ("temperature", "top_p"):
@@ -170,7 +170,7 @@ def _openai_job(body: dict, prompt: Prompt, max_tokens_default: int, default_mod
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise BadRequest("`stream_options` must be an object")
-    params = SamplingParams(
+    params = SimSamplingParams(
         max_new_tokens=max_tokens_default if max_tokens is None else max_tokens,
         temperature=1.0 if temperature is None else float(temperature),
         ignore_eos=bool(body.get("ignore_eos") or False),
@@ -216,15 +216,15 @@ def _stops(stop: object) -> tuple[str, ...]:
     raise BadRequest("`stop` must be a string or a list of strings")
 
 
-def _prompt(text: object, ids: object, text_key: str, ids_key: str) -> Prompt:
+def _prompt(text: object, ids: object, text_key: str, ids_key: str) -> SimPrompt:
     if text is not None:
         if not isinstance(text, str):
             raise BadRequest(f"invalid type for `{text_key}`: expected a string")
-        prompt = Prompt.from_text(text)
+        prompt = SimPrompt.from_text(text)
     else:
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
             raise BadRequest(f"invalid type for `{ids_key}`: expected a list of non-negative integers")
-        prompt = Prompt.from_ids(ids)
+        prompt = SimPrompt.from_ids(ids)
     if prompt.num_tokens == 0:
         raise BadRequest("The input is empty: the prompt has no tokens.")
     return prompt

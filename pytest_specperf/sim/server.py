@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from .cli import ServerConfig
-from .engine import Engine, Request, SamplingParams
+from .cli import SimServerConfig
+from .engine import Engine, Request, SimSamplingParams
 from .protocol import BadRequest, Job, OpenAIRenderer, generate_chunk, parse_chat, parse_completion, parse_generate
 from .status import ServerStatus, loads, metrics_text, model_info, models, server_info
-from .text import Prompt
+from .text import SimPrompt
 
 log = logging.getLogger("specperf.sim")
 
@@ -41,7 +41,7 @@ _FLUSH_TEXT = (
 class ServerState:
     """Mutable server-wide state shared by handler threads."""
 
-    config: ServerConfig
+    config: SimServerConfig
     engine: Engine
     tuned: bool
     nccl_missing: tuple[str, ...]
@@ -272,8 +272,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self.state.ready.is_set():
             return self._send(503, b"", "text/plain")
         req = self.state.engine.submit(
-            Prompt.from_ids([0]),
-            SamplingParams(max_new_tokens=1, temperature=0.0),
+            SimPrompt.from_ids([0]),
+            SimSamplingParams(max_new_tokens=1, temperature=0.0),
             log_metrics=False,
             rid=f"HEALTH_CHECK_{time.time_ns()}",
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from .cli import ServerConfig
+from .cli import SimServerConfig
 from .engine import Snapshot
 
 SGLANG_VERSION = "0.5.23"
@@ -20,7 +20,7 @@ VERSION = f"{SGLANG_VERSION}+specperf-sim"
 class ServerStatus:
     """What status documents need besides the config: tuning, readiness and engine counters."""
 
-    config: ServerConfig
+    config: SimServerConfig
     tuned: bool
     nccl_missing: tuple[str, ...]
     ready: bool
@@ -28,7 +28,7 @@ class ServerStatus:
     snapshot: Snapshot
 
 
-def model_info(cfg: ServerConfig) -> dict:
+def model_info(cfg: SimServerConfig) -> dict:
     return {
         "model_path": cfg.model_path,
         "served_model_name": cfg.served_model_name,
@@ -70,7 +70,7 @@ def simulator_block(st: ServerStatus) -> dict:
     }
 
 
-def resolved_args(cfg: ServerConfig) -> dict:
+def resolved_args(cfg: SimServerConfig) -> dict:
     """The ServerArgs-like flat dict (unmodelled flags included, so fingerprints still see them)."""
     spec = cfg.spec
     prof = cfg.profile.server
@@ -187,7 +187,7 @@ def loads(st: ServerStatus) -> dict:
     }
 
 
-def models(cfg: ServerConfig, created: int) -> dict:
+def models(cfg: SimServerConfig, created: int) -> dict:
     return {
         "object": "list",
         "data": [

@@ -68,18 +68,18 @@ def render(ids: Sequence[int]) -> str:
 
 
 @dataclass(frozen=True)
-class Prompt:
+class SimPrompt:
     """What the engine needs to know about a prompt: its identity and length."""
 
     digest: bytes
     num_tokens: int
 
     @classmethod
-    def from_text(cls, text: str) -> Prompt:
+    def from_text(cls, text: str) -> SimPrompt:
         return cls(_digest(b"text", text.encode("utf-8")), len(tokenize(text)))
 
     @classmethod
-    def from_ids(cls, ids: Sequence[int]) -> Prompt:
+    def from_ids(cls, ids: Sequence[int]) -> SimPrompt:
         return cls(_digest(b"ids", ",".join(map(str, ids)).encode()), len(ids))
 
     def unit(self, purpose: str) -> float:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_specperf.sim.cli import ConfigError, build_parser, parse_config
+from pytest_specperf.sim.cli import SimConfigError, build_parser, parse_config
 
 EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d"]
 
@@ -69,7 +69,7 @@ def test_eagle_without_draft_drafts_with_the_target_like_nextn():
 
 @pytest.mark.parametrize("algorithm", ["EAGLE3", "STANDALONE"])
 def test_eagle3_and_standalone_still_need_a_draft_path(algorithm):
-    with pytest.raises(ConfigError, match=f"{algorithm} needs --speculative-draft-model-path"):
+    with pytest.raises(SimConfigError, match=f"{algorithm} needs --speculative-draft-model-path"):
         cfg("--speculative-algorithm", algorithm)
 
 
@@ -77,7 +77,7 @@ def test_ngram_resolution():
     c = cfg("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "16")
     assert (c.spec.algorithm, c.spec.topk, c.spec.draft_tokens, c.spec.steps) == ("NGRAM", 10, 16, 1)
     assert cfg("--speculative-algorithm", "NGRAM").spec.draft_tokens == 12
-    with pytest.raises(ConfigError, match="overwrites"):
+    with pytest.raises(SimConfigError, match="overwrites"):
         cfg("--speculative-algorithm", "NGRAM", "--speculative-eagle-topk", "4")
 
 
@@ -169,7 +169,7 @@ def test_draft_slowdown_scales_drafting_only() -> None:
 
 
 def test_draft_slowdown_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="--sim-draft-slowdown must be > 0"):
+    with pytest.raises(SimConfigError, match="--sim-draft-slowdown must be > 0"):
         parse_config(["--model-path", "m", "--sim-draft-slowdown", "0"])
 
 
