@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import requests
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.redact import redact_args, redact_text
 from pytest_specperf.servers.diagnosis import Diagnosis, diagnose
+from pytest_specperf.transport import probe
 
 LOG_TAIL_LINES = 40
 GPU_RELEASE_TIMEOUT_S = 60.0
@@ -295,27 +295,23 @@ class ServerProcess:
         started = time.monotonic()
         deadline = started + self.plan.startup_timeout
         next_probe = next_progress = started
-        session = requests.Session()
-        try:
-            while True:
-                now = time.monotonic()
-                self._check_alive(now - started)
-                if now >= next_probe:
-                    if self._probe(session):
-                        return now - started
-                    next_probe = time.monotonic() + _PROBE_INTERVAL_S
-                if progress and now >= next_progress:
-                    progress(f"starting {self.plan.server}: {now - started:.0f} s | {self.last_log_line()}")
-                    next_progress = now + PROGRESS_INTERVAL_S
-                if now >= deadline:
-                    self.stop(timeout=10)
-                    raise ServerError(
-                        f"server {self.plan.server!r} was not ready after its startup_timeout of "
-                        f"{self.plan.startup_timeout:g} s; it was stopped: {self.diagnosis()}\n{self.describe()}"
-                    )
-                time.sleep(_POLL_INTERVAL_S)
-        finally:
-            session.close()
+        while True:
+            now = time.monotonic()
+            self._check_alive(now - started)
+            if now >= next_probe:
+                if probe(self.plan.url, self.plan.readiness_path, timeout=5):
+                    return now - started
+                next_probe = time.monotonic() + _PROBE_INTERVAL_S
+            if progress and now >= next_progress:
+                progress(f"starting {self.plan.server}: {now - started:.0f} s | {self.last_log_line()}")
+                next_progress = now + PROGRESS_INTERVAL_S
+            if now >= deadline:
+                self.stop(timeout=10)
+                raise ServerError(
+                    f"server {self.plan.server!r} was not ready after its startup_timeout of "
+                    f"{self.plan.startup_timeout:g} s; it was stopped: {self.diagnosis()}\n{self.describe()}"
+                )
+            time.sleep(_POLL_INTERVAL_S)
 
     def _check_alive(self, elapsed: float) -> None:
         code = self.exit_code()
@@ -324,13 +320,6 @@ class ServerProcess:
                 f"server {self.plan.server!r} exited with code {code} after {elapsed:.1f} s, "
                 f"before it was ready: {self.diagnosis()}\n{self.describe()}"
             )
-
-    def _probe(self, session: requests.Session) -> bool:
-        try:
-            response = session.get(f"{self.plan.url}{self.plan.readiness_path}", timeout=5)
-        except requests.RequestException:
-            return False
-        return response.status_code == 200
 
     def diagnosis(self) -> str:
         """One line: the likely cause, the first error of the first failing rank, and the log path.
