@@ -206,7 +206,12 @@ class MachineLock:
 
     def _write_holder(self, interval: Interval) -> None:
         with contextlib.suppress(OSError):
-            self._holder_path().write_text(json.dumps(interval.__dict__))
+            fd = os.open(self._holder_path(), os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o666)
+            try:
+                _share(fd)
+                os.write(fd, json.dumps(interval.__dict__).encode())
+            finally:
+                os.close(fd)
 
     def _holder(self) -> dict[str, Any]:
         try:
@@ -229,6 +234,7 @@ class MachineLock:
                 self._prune(path)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
+                _share(fd)
                 os.write(fd, (json.dumps(record) + "\n").encode())
             finally:
                 os.close(fd)
@@ -240,6 +246,13 @@ class MachineLock:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text("".join(json.dumps(i.__dict__) + "\n" for i in kept))
         os.replace(tmp, path)
+
+
+def _share(fd: int) -> None:
+    """Files every user's sessions write (despite the umask); only the owner can change the mode."""
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o666)
 
 
 def _alive(pid: int) -> bool:

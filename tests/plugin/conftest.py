@@ -116,6 +116,12 @@ def config_text(token: str, *, extra: str = "", servers: str = SPEC_SERVERS, wor
     )
 
 
+@pytest.fixture(autouse=True)
+def _private_machine_lock(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions run by these tests take a measurement lock of their own, not the machine's in /tmp."""
+    monkeypatch.setenv("SPECPERF_LOCK_DIR", str(tmp_path_factory.mktemp("machine-locks")))
+
+
 @pytest.fixture
 def make_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Suite]]:
     """Write specperf.toml (+ test files) into a fresh directory; returns the Suite.
