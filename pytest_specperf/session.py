@@ -262,7 +262,15 @@ class SpecperfSession:
     def baseline(self, key: MeasurementKey) -> StoredBaseline | None:
         """The stored baseline of a measurement (read once; StoreError names a bad file)."""
         if key not in self._baselines:
-            self._baselines[key] = self.store.load(key)
+            try:
+                self._baselines[key] = self.store.load(key)
+            except StoreError as exc:
+                if "upgrade" in str(exc):  # a newer schema already says what to do
+                    raise
+                raise StoreError(
+                    f"{exc}; restore it from version control (git checkout -- FILE) or delete it to store a new "
+                    "baseline with --specperf-update"
+                ) from None
         return self._baselines[key]
 
     def _readable_baseline(self, key: MeasurementKey) -> StoredBaseline | None:

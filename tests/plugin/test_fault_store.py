@@ -101,7 +101,7 @@ def test_corrupt_baseline_row_is_error(make_suite) -> None:
     result = suite.run(f"--specperf-json={report}")
     result.assert_outcomes(errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert_one_line_error(result, "default-c1.json", "not valid JSON")
+    assert_one_line_error(result, "default-c1.json", "not valid JSON", "restore it from version control")
     assert table_verdict(result, "eagle3-5step") == "ERROR"
     assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
     warnings = json.loads(report.read_text())["warnings"]
