@@ -91,14 +91,17 @@ def make_immutable(made: list[Path], path: Path) -> None:
     made.append(path)
 
 
-def test_corrupt_baseline_row_is_error(make_suite) -> None:
+@pytest.mark.parametrize("xdist", [False, True], ids=["serial", "xdist"])
+def test_corrupt_baseline_row_is_error(make_suite, xdist: bool) -> None:
+    if xdist:
+        pytest.importorskip("xdist")
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
     broken = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
     broken.write_text("{not json")
     before = stored(suite)
     report = suite.pytester.path / "out.json"
-    result = suite.run(f"--specperf-json={report}")
+    result = suite.run(f"--specperf-json={report}", *(["-n", "2"] if xdist else []), subprocess=xdist)
     result.assert_outcomes(errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert_one_line_error(result, "default-c1.json", "not valid JSON", "restore it from version control")
