@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.errors import SpecperfError, StalledServer
+from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
 from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
