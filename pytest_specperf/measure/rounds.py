@@ -247,6 +247,9 @@ class Measurer:
             flushed = client.flush_cache(stall_timeout=workload.stall_timeout)
         except StalledServer as exc:
             raise _stalled(exc, server, workload, client) from None
+        except ServerError:
+            server.check_alive(grace=2.0)  # refused because it died? then say so
+            raise
         if not flushed:
             raise ServerError(
                 f"server {server.name!r}: /flush_cache did not succeed before a round (the server stayed busy); "

@@ -7,7 +7,9 @@ needs it (that would cost 15 minutes each); its error is raised again at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +48,16 @@ class RunningServer:
         """Attached by URL (never started or stopped by the plugin)."""
         return self.config.is_attached
 
-    def check_alive(self) -> None:
-        """Raise if a launched server has died since it became ready."""
+    def check_alive(self, grace: float = 0.0) -> None:
+        """Raise if a launched server has died since it became ready.
+
+        `grace`: seconds to wait for a dying process to exit, after a request failed in a way a dead
+        server explains (refused, reset): the error then says it died, not "connection refused".
+        """
         if self.process is not None:
+            if grace and self.process.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.proc.wait(timeout=grace)
             code = self.process.exit_code()
             if code is not None:
                 raise ServerError(

@@ -4,10 +4,15 @@ report row (JSON), the stored files and an empty process table afterwards (`make
 from __future__ import annotations
 
 import json
+import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
+from test_servers import pytest_blocked_in_a_test
 
 SPEC_TEST = """
 import pytest
@@ -220,3 +225,150 @@ max_new_tokens = 24
 warmup = 1
 stall_timeout = 2
 """
+
+
+def json_report(suite: Any, *args: str, subprocess: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Run the suite with a JSON report; the report must exist whatever happened."""
+    path = Path(suite.pytester.path) / "report.json"
+    result = suite.run(f"--specperf-json={path}", *args, subprocess=subprocess)
+    assert path.exists(), result.stdout.str()[-3000:]
+    return result, json.loads(path.read_text())
+
+
+def error_lines(report: dict[str, Any]) -> list[str]:
+    return [w for w in report.get("warnings", []) if str(w).startswith("ERROR ")]
+
+
+# ---- server faults: one case per row of the matrix -------------------------------------------------
+
+MATRIX_TESTS = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step")
+def test_perf(specperf):
+    pass
+
+@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+def test_plain(specperf_server):
+    assert specperf_server.url
+"""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault switch on the speculative server and what the session must show for it."""
+
+    sim_args: tuple[str, ...] = ()
+    server_keys: str = ""
+    pytest_args: tuple[str, ...] = ()
+    exit_code: int = pytest.ExitCode.TESTS_FAILED
+    outcomes: dict[str, int] = field(default_factory=dict)
+    text: str = ""  # fnmatch pattern of a line in pytest's output
+    error: str | None = None  # start of the report's "ERROR <label>: ..." line for eagle3-5step
+    verdict: str | None = None  # the eagle3-5step row's verdict (None: no row, nothing was measured)
+    stored: tuple[str, ...] | None = ("plain",)  # servers with a stored baseline after --specperf-update
+
+
+FAULTS = {
+    "startup-crash": Fault(
+        sim_args=("--sim-fail-at-startup",),
+        outcomes={"passed": 1, "errors": 1},
+        text="*server 'eagle3-5step' exited with code 1 after * s, before it was ready*",
+        error="server 'eagle3-5step' exited with code 1 after",
+    ),
+    "never-ready": Fault(
+        sim_args=("--sim-never-ready",),
+        server_keys="startup_timeout = 3",
+        outcomes={"passed": 1, "errors": 1},
+        text="*server 'eagle3-5step' was not ready after its startup_timeout of 3 s; it was stopped*",
+        error="server 'eagle3-5step' was not ready after its startup_timeout of 3 s",
+    ),
+    "exit-mid-run": Fault(
+        sim_args=("--sim-exit-after-requests", "3"),
+        outcomes={"passed": 1, "errors": 1},
+        text="*server 'eagle3-5step' died during the session*",
+        error="server 'eagle3-5step' died during the session",
+    ),
+    "http-500-share": Fault(
+        sim_args=("--sim-error-rate", "0.5", "--sim-seed", "3"),
+        outcomes={"passed": 1, "failed": 1},
+        text="*errors: * of 8 requests failed (*%), allowed 0.0%; first error: HTTP 500*",
+        verdict="REGRESSION",  # a failed check; its reason is the text above
+        stored=None,  # whether a run with failed requests is stored is the update policy's business
+    ),
+    "exitfirst": Fault(
+        sim_args=("--sim-fail-at-startup",),
+        pytest_args=("-x",),
+        outcomes={"passed": 1, "errors": 1},
+        text="*stopping after 1 failures*",
+        error="server 'eagle3-5step' exited with code 1 after",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
+def test_server_fault(make_suite, one_spec_server, fault: Fault) -> None:
+    """Error text, exit code, report row, stored files; `make_suite` then checks the process table."""
+    keys = "\n".join(filter(None, [f"sim_args = {json.dumps(list(fault.sim_args))}", fault.server_keys]))
+    suite = make_suite(MATRIX_TESTS, servers=one_spec_server(keys))
+    result, report = json_report(suite, "--specperf-update", *fault.pytest_args)
+    output = result.stdout.str()
+    assert result.ret == fault.exit_code, output[-3000:]
+    result.assert_outcomes(**fault.outcomes)
+    result.stdout.fnmatch_lines([fault.text])
+    errors = [e for e in error_lines(report) if e.startswith("ERROR eagle3-5step/")]
+    if fault.error is None:
+        assert errors == []
+    else:
+        assert errors and errors[0].startswith(f"ERROR eagle3-5step/default/c1: {fault.error}"), errors
+    rows = {m["server"]: m["verdict"] for m in report["measurements"]}
+    assert rows.get("eagle3-5step") == fault.verdict
+    if fault.stored is not None:
+        store = suite.pytester.path / ".specperf"
+        stored = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
+        assert stored == sorted(fault.stored)
+    assert suite.processes() == []
+
+
+# ---- pytest itself interrupted or killed -----------------------------------------------------------
+
+
+#: a measured test whose body blocks (BLOCKING_TEST's handshake): measurements exist when the signal comes
+MEASURED_BLOCKING_TEST = """
+import pytest, threading
+
+@pytest.mark.specperf(server="eagle3-5step")
+def test_block(specperf):
+    print("SERVER-UP", flush=True)
+    threading.Event().wait(120)
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "exit_code", "reported"),
+    [
+        (signal.SIGINT, pytest.ExitCode.INTERRUPTED, True),
+        (signal.SIGTERM, pytest.ExitCode.INTERRUPTED, True),  # turned into KeyboardInterrupt by the plugin
+        (signal.SIGKILL, -signal.SIGKILL, False),  # no code of pytest runs
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGKILL"],
+)
+def test_signal_to_pytest(make_suite, sig: signal.Signals, exit_code: int, reported: bool) -> None:
+    """A signal while a test holds a server: exit code, report, store, and no server left behind."""
+    suite = make_suite(MEASURED_BLOCKING_TEST)
+    report_path = suite.pytester.path / "report.json"
+    with pytest_blocked_in_a_test(suite, f"--specperf-json={report_path}", "--specperf-update") as proc:
+        servers = suite.processes()
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        _, alive = psutil.wait_procs(servers, timeout=30)
+    assert alive == []
+    assert proc.returncode == exit_code
+    assert report_path.exists() == reported
+    if reported:
+        report = json.loads(report_path.read_text())
+        assert {m["server"] for m in report["measurements"]} == {"plain", "eagle3-5step"}
+    store = suite.pytester.path / ".specperf"
+    stored = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
+    assert stored == ["eagle3-5step", "plain"]  # measured before the signal: nothing lost
+    assert suite.processes() == []

@@ -158,10 +158,10 @@ def test_block(specperf_server):
 
 
 @contextlib.contextmanager
-def pytest_blocked_in_a_test(suite) -> Iterator[subprocess.Popen[bytes]]:
+def pytest_blocked_in_a_test(suite, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """A pytest process whose test body waits with a ready server; killed at the end if still alive."""
     proc = suite.pytester.popen(
-        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", str(suite.pytester.path)],
+        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", *args, str(suite.pytester.path)],
         stdout=-1,
         stderr=-2,
     )
