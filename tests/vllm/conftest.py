@@ -46,15 +46,23 @@ def vllm_models_dir() -> Path:
 
 
 def vllm_processes(token: str) -> list[psutil.Process]:
-    """Live processes of the vLLM servers one suite started: the API server, its engine core, worker
-    and resource tracker all inherit the suite's `SPECPERF_LANE_TOKEN` (other vLLM servers on the
-    machine do not count)."""
+    """Live processes of the vLLM servers one suite started: the API server and the resource tracker
+    carry the suite's `SPECPERF_LANE_TOKEN` in their environment; the engine core and worker rename
+    themselves (which clobbers what /proc shows of their environment) but stay in the API server's
+    session, which the plugin started for it. Other vLLM servers on the machine do not count."""
+    sessions = set()
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SPECPERF_LANE_TOKEN") == token:
+                sessions.add(os.getsid(proc.pid))
+        except (psutil.Error, OSError):
+            continue
     found = []
     for proc in psutil.process_iter(["status"]):
         try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("SPECPERF_LANE_TOKEN") == token:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) in sessions:
                 found.append(proc)
-        except psutil.Error:
+        except (psutil.Error, OSError):
             continue
     return found
 

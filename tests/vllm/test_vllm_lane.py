@@ -115,7 +115,7 @@ def test_a_signal_to_pytest_stops_the_whole_server_tree(vllm_suite, sig: signal.
             if b"SERVER-UP" in line:
                 break
         tree = suite.processes()
-        assert len(tree) >= 3  # API server, engine core, worker (and a resource tracker)
+        assert len(tree) >= 3, tree  # API server, engine core, worker (and a resource tracker)
         proc.send_signal(sig)
         proc.wait(timeout=120)
     finally:
