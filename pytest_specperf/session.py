@@ -7,7 +7,6 @@ owns the middle of that flow so the pytest hooks in `plugin.py` stay thin.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ class Options:
     """Command-line switches that change behaviour (not the config)."""
 
     update: bool = False
+    record: bool = False
+    update_force: bool = False
     strict: bool = False
     keep_servers: bool = False
     on_incomparable: str = "fail"
@@ -72,6 +73,8 @@ class SpecperfSession:
     failures: dict[MeasurementKey, SpecperfError] = field(default_factory=dict)
     verdicts: dict[MeasurementKey, list[Verdict]] = field(default_factory=dict)
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
+    not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
+    _measured_here: set[MeasurementKey] = field(default_factory=set)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
@@ -206,15 +209,58 @@ class SpecperfSession:
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
             self.cache.put(measurement)
-        if self.options.update:
-            suite_dir = self.config.source.parent if self.config.source else None
-            saved = self.store.save(measurement, suite_dir=suite_dir)
-            first = self.saved.get(measurement.key)
-            if first is not None:  # saved again after adaptive rounds: "old" is still last night's number
-                saved = dataclasses.replace(
-                    saved, old=first.old, replaced_error=first.replaced_error, kept_as=first.kept_as
+        self._measured_here.add(measurement.key)  # stored at the end, after every check of it
+
+    @property
+    def storing(self) -> bool:
+        return self.options.update or self.options.record or self.options.update_force
+
+    def store_results(self) -> None:
+        """Append this process's measurements to their histories, after all their checks ran.
+
+        `--specperf-update` starts a new segment ("this run is the new normal"), `--specperf-record`
+        appends to the current one. A run with a failed check (REGRESSION), a test error, an
+        INCOMPARABLE baseline (record only), request errors or sanity warnings is not stored, and
+        `not_stored` says why; `--specperf-update-force` stores it anyway. A store error is kept as
+        the reason too: the tests have run, and their verdicts stand.
+        """
+        if not self.storing:
+            return
+        suite_dir = self.config.source.parent if self.config.source else None
+        for key in sorted(self._measured_here, key=lambda k: k.label):
+            measurement = self.measurements.get(key)
+            if measurement is None:
+                continue
+            reason = None if self.options.update_force else self._unfit_to_store(key, measurement)
+            if reason is not None:
+                self.not_stored[key] = reason
+                continue
+            try:
+                self.saved[key] = self.store.save(
+                    measurement,
+                    suite_dir=suite_dir,
+                    new_segment=self.options.update,
+                    history=self.config.history,
                 )
-            self.saved[measurement.key] = saved
+            except SpecperfError as exc:
+                self.not_stored[key] = str(exc).splitlines()[0]
+
+    def _unfit_to_store(self, key: MeasurementKey, measurement: Measurement) -> str | None:
+        """Why this run must not enter the history (None: it may)."""
+        verdicts = self.verdicts.get(key, [])
+        for bad, why in (
+            (Verdict.ERROR, "a test of it errored"),
+            (Verdict.REGRESSION, "a check MISSED (REGRESSION)"),
+        ):
+            if bad in verdicts:
+                return why
+        if Verdict.INCOMPARABLE in verdicts and not self.options.update:
+            return "its baseline is INCOMPARABLE (another setup); --specperf-update starts a history for this one"
+        if measurement.error_count:
+            return f"{measurement.error_count} of {measurement.request_count} requests failed"
+        if measurement.warnings:
+            return f"sanity warning: {measurement.warnings[0]}"
+        return None
 
     def finished(self, nodeid: str) -> None:
         """A test is done: stop its server when no remaining test (on any worker) needs it."""
@@ -294,6 +340,10 @@ class SpecperfSession:
         )
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
+        report.warnings += [
+            f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
+            for key, why in sorted(self.not_stored.items(), key=lambda kv: kv[0].label)
+        ]
         return report
 
     def errors(self) -> dict[MeasurementKey, str]:
@@ -323,9 +373,13 @@ class SpecperfSession:
             ],
             "errors": [[k.server, k.workload, k.concurrency, message] for k, message in self.errors().items()],
             "saved": [
-                [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
+                [
+                    k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None,
+                    s.new.to_dict(), s.segment, s.runs, s.new_segment,
+                ]
                 for k, s in self.saved.items()
             ],
+            "not_stored": [[k.server, k.workload, k.concurrency, why] for k, why in self.not_stored.items()],
         }
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -340,10 +394,13 @@ class SpecperfSession:
             self._absorbed_errors[MeasurementKey(server, workload, level)] = message
         for server, workload, level, values in payload["verdicts"]:
             self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
-        for server, workload, level, path, old, new in payload["saved"]:
+        for server, workload, level, path, old, new, segment, runs, new_segment in payload["saved"]:
             self.saved[MeasurementKey(server, workload, level)] = SaveResult(
-                Path(path), Summary(**old) if old else None, Summary(**new)
-            )
+                Path(path), Summary(**old) if old else None, Summary(**new),
+                segment=segment, runs=runs, new_segment=new_segment,
+            )  # fmt: skip
+        for server, workload, level, why in payload.get("not_stored", []):
+            self.not_stored[MeasurementKey(server, workload, level)] = why
 
     def shutdown(self) -> list[RunningServer]:
         return self.pool.shutdown()

@@ -16,6 +16,7 @@ from enum import Enum
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
+from pytest_specperf.verdict.history import HistoryComparison, advise_history, compare_with_history
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.stats import (
     DEFAULT_MAX_ROUNDS,
@@ -23,11 +24,10 @@ from pytest_specperf.verdict.stats import (
     Direction,
     Estimate,
     RoundsAdvice,
-    advise_regression,
     advise_rounds,
+    classify_ratio,
     coefficient_of_variation,
     decide_range,
-    decide_regression,
     decide_threshold,
     mean_estimate,
     ratio_estimate,
@@ -225,27 +225,46 @@ def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestReco
 # ---- stored-baseline comparison ---------------------------------------------------------------
 
 
+def history_comparison(
+    result: Measurement, baseline: StoredBaseline, metric: str, prior_cv: float
+) -> HistoryComparison | None:
+    """Tonight's `metric` against the current segment of the stored history (verdict/history.py);
+    None when either side lacks the metric (or has a non-positive sample, e.g. a broken round)."""
+    current = result.samples(metric)
+    runs = [r.measurement.samples(metric) for r in baseline.current_segment] or [baseline.measurement.samples(metric)]
+    runs = [r for r in runs if r]
+    if not current or not runs or min(current + [x for r in runs for x in r]) <= 0.0:
+        return None
+    return compare_with_history(current, runs, prior_cv)
+
+
 def check_regression(
     result: Measurement,
     baseline: StoredBaseline,
     metric: str,
     max_regression: float,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
+    prior_cv: float = 0.0,
 ) -> CheckResult | None:
-    current, stored = result.samples(metric), baseline.measurement.samples(metric)
-    if not current or not stored:
+    """Is tonight credibly worse than the segment's level by more than `max_regression`?
+
+    The interval for tonight's ratio includes run-to-run variance (the segment's own, or the prior
+    `prior_cv` while the segment has fewer than 3 recorded runs): tonight is one more server start.
+    """
+    comparison = history_comparison(result, baseline, metric, prior_cv)
+    if comparison is None:
         return None
-    outcome = decide_regression(current, stored, max_regression, _direction(metric))
-    assert outcome.current is not None and outcome.baseline is not None
+    outcome = classify_ratio(comparison.ratio, max_regression, _direction(metric))
     change = "improved" if outcome.improved else outcome.decision.value
     if outcome.decision is Decision.MISSED:
         change = "REGRESSION"
+    current = mean_estimate(result.samples(metric))
     message = (
-        f"{metric}: {fmt(outcome.current)} {METRICS[metric].unit} ({len(current)} rounds) vs baseline "
-        f"{fmt(outcome.baseline)} ({len(stored)} rounds): ratio {fmt(outcome.ratio, 3)}, "
+        f"{metric}: {fmt(current)} {METRICS[metric].unit} ({current.n} rounds) vs baseline "
+        f"{comparison.level:.2f} ({comparison.describe()}): ratio {fmt(outcome.ratio, 3)}, "
         f"allowed {_allowed(max_regression, metric)}: {change}"
     )
-    advice = advise_regression(outcome, max_rounds=max_rounds)
+    advice = advise_history(comparison, outcome.regression_bound, outcome.decision, max_rounds=max_rounds)
     return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved, advice)
 
 
@@ -265,6 +284,8 @@ class Limits:
     max_regression_accept_length: float
     max_error_rate: float
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    run_to_run_cv: float = 0.02
+    run_to_run_cv_accept_length: float = 0.005
 
     @classmethod
     def of(cls, config: SpecperfConfig, workload: str, marker: SpecperfMarker | None = None) -> Limits:
@@ -279,6 +300,8 @@ class Limits:
             ),
             max_error_rate=_workload_error_rate(config, workload) if m.max_error_rate is None else m.max_error_rate,
             max_rounds=config.effective_max_rounds,
+            run_to_run_cv=config.run_to_run_cv,
+            run_to_run_cv_accept_length=config.run_to_run_cv_accept_length,
         )
 
 
@@ -316,11 +339,11 @@ def evaluate(
     if baseline is not None and not updating:
         evaluation.drift = drift(baseline, result)
         if evaluation.drift is None or evaluation.drift.comparable:
-            for metric, tolerance in (
-                ("output_throughput", limits.max_regression),
-                ("accept_length", limits.max_regression_accept_length),
+            for metric, tolerance, prior in (
+                ("output_throughput", limits.max_regression, limits.run_to_run_cv),
+                ("accept_length", limits.max_regression_accept_length, limits.run_to_run_cv_accept_length),
             ):
-                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds)
+                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds, prior)
                 if check is not None:
                     checks.append(check)
     return evaluation

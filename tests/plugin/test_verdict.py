@@ -77,7 +77,8 @@ def test_a_slower_simulator_is_a_regression(make_suite) -> None:
     result.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (4 rounds) vs baseline * (4 rounds): ratio 0.8*, allowed -5%: REGRESSION*",
+            "*output_throughput: * tok/s (4 rounds) vs baseline * (1 recorded run, prior*): ratio 0.8*, "
+            "allowed -5%: REGRESSION*",
         ]
     )
 
@@ -217,7 +218,7 @@ def test_xdist_update_race_loses_nothing(make_suite) -> None:
     files = stored_files(suite)
     assert [f.parent.name for f in files] == ["eagle3-2step", "eagle3-5step", "plain"]
     for f in files:
-        assert json.loads(f.read_text())["summary"]["rounds"] == 4
+        assert json.loads(f.read_text())["runs"][-1]["summary"]["rounds"] == 4
     suite.run("-n", "2", subprocess=True).assert_outcomes(passed=3)
 
 
@@ -231,7 +232,7 @@ def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyP
     for secret in ("hf_topsecretvalue123", "sk-serverkey456", "tok-789"):
         assert not any(secret in text for text in texts), secret
     stored = json.loads(stored_files(suite)[0].read_text())
-    assert stored["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
+    assert stored["runs"][-1]["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
 
 
 def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite, one_spec_server) -> None:

@@ -122,3 +122,36 @@ def test_a_row_no_test_asked_for_keeps_the_workloads_error_tolerance() -> None:
     config = SpecperfConfig(model="m", reference="plain", servers=CONFIG.servers)
     report = build_report(config, {failing.key: failing}, {}, {}, {}, updating=False)
     assert report.rows[0].verdict is Verdict.REGRESSION
+
+
+def history_of(runs: list[list[float]], path: Path):
+    """A stored history of one segment, one run per list of round throughputs."""
+    from pytest_specperf.verdict.store import StoredRun
+
+    stored = [baseline_of(spec(r), path) for r in runs]
+    entries = tuple(StoredRun(b.measurement, b.summary, b.provenance, 0) for b in stored)
+    return dataclasses.replace(stored[-1], runs=entries)
+
+
+def test_one_stored_run_uses_the_prior_and_says_so(tmp_path: Path) -> None:
+    """4% slower with a single stored run: inside what two server starts differ by (prior 2%)."""
+    stored = baseline_of(spec([700, 701, 699, 700, 700]), tmp_path / "b.json")
+    result = evaluate(spec([672, 673, 671, 672, 672]), None, None, LIMITS, stored, updating=False)
+    [check] = [c for c in result.checks if c.name == "regression:output_throughput"]
+    assert check.decision is Decision.INCONCLUSIVE
+    assert "1 recorded run, prior run-to-run CV 2.0% (config run_to_run_cv; 2 more recorded runs replace it)" in (
+        check.message
+    )
+    assert check.advice is not None and not check.advice.helps  # more rounds tonight cannot shrink a start offset
+
+
+def test_a_steady_history_decides_what_one_run_cannot(tmp_path: Path) -> None:
+    """Ten recorded nights within ±0.5% of each other: the same -4% is now a credible PASS-side
+    result (within tolerance), and -10% is a REGRESSION."""
+    nights = [[700 * (1 + 0.005 * ((i % 3) - 1))] * 5 for i in range(10)]
+    stored = history_of(nights, tmp_path / "b.json")
+    met = evaluate(spec([672, 673, 671, 672, 672]), None, None, LIMITS, stored, updating=False)
+    [check] = [c for c in met.checks if c.name == "regression:output_throughput"]
+    assert check.decision is Decision.MET and "10 recorded runs, run-to-run CV 0.4%" in check.message
+    missed = evaluate(spec([630, 631, 629, 630, 630]), None, None, LIMITS, stored, updating=False)
+    assert missed.verdict is Verdict.REGRESSION
