@@ -272,3 +272,53 @@ def test_a_plain_server_has_accept_length_one(make_suite) -> None:
         "    pass\n",
     )
     suite.run().assert_outcomes(passed=1)
+
+
+MISSING_SPEEDUP_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step", min_speedup=50)
+def test_perf(specperf):
+    pass
+"""
+
+
+def test_update_stores_only_runs_whose_checks_held(make_suite) -> None:
+    """Runs are stored after their checks: a MISSED check keeps the run out (the report says so), the
+    reference (no failed check) is stored, and --specperf-update-force stores it anyway."""
+    suite = verdict_suite(make_suite, MISSING_SPEEDUP_TEST)
+    result = suite.run("--specperf-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*not stored eagle3-5step/default/c1: a check MISSED (REGRESSION) "
+            "(--specperf-update-force stores it anyway)*",
+        ]
+    )
+    assert [p.parent.name for p in stored_files(suite)] == ["plain"]
+    forced = suite.run("--specperf-update-force")
+    forced.assert_outcomes(failed=1)
+    assert [p.parent.name for p in stored_files(suite)] == ["eagle3-5step", "plain"]
+    assert "not stored" not in forced.stdout.str()
+
+
+def test_record_appends_and_update_starts_a_segment(make_suite) -> None:
+    suite = verdict_suite(make_suite)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    for _ in range(2):
+        suite.run("--specperf-record").assert_outcomes(passed=1)
+    recorded = suite.run("--specperf-record")
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(
+        [
+            "*recorded runs (--specperf-record), last → tonight tok/s:*",
+            "*eagle3-5step/default/c1: * → *segment 0, 4 runs)*",
+        ]
+    )
+    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0]
+    checked = suite.run()
+    checked.assert_outcomes(passed=1)
+    assert len(json.loads(path.read_text())["runs"]) == 4  # a plain run stores nothing
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0, 1]
