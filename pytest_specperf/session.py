@@ -18,7 +18,7 @@ from pytest_specperf.errors import SpecperfError, StalledServer
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
-from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
+from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate, history_changes
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import SpecperfMarker, Target
 from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
@@ -340,6 +340,11 @@ class SpecperfSession:
         )
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
+        if not self.options.update:
+            for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
+                stored = self._readable_baseline(key)
+                if stored is not None:
+                    report.warnings += [f"change point: {change}" for change in history_changes(measurement, stored)]
         report.warnings += [
             f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
             for key, why in sorted(self.not_stored.items(), key=lambda kv: kv[0].label)

@@ -15,6 +15,7 @@ from enum import Enum
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
+from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
 from pytest_specperf.verdict.history import HistoryComparison, advise_history, compare_with_history
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
@@ -69,6 +70,7 @@ class Evaluation:
     baseline: StoredBaseline | None = None
     drift: FingerprintDiff | None = None
     updating: bool = False
+    changes: list[str] = field(default_factory=list)  # change points in the history, tonight appended
 
     @property
     def incomparable(self) -> bool:
@@ -346,7 +348,39 @@ def evaluate(
                 check = check_regression(result, baseline, metric, tolerance, limits.max_rounds, prior)
                 if check is not None:
                     checks.append(check)
+            evaluation.changes = history_changes(result, baseline)
     return evaluation
+
+
+#: Metrics whose run series are searched for change points.
+CHANGE_METRICS = ("output_throughput", "accept_length")
+
+
+def history_changes(result: Measurement, baseline: StoredBaseline) -> list[str]:
+    """Change points in each key metric's series (the current segment's runs, then tonight), as
+    sentences naming the run a change started with: "... throughput -8.1% [-9.5, -6.7] since the
+    run of 2026-11-12 (commit abc1234)". Only the newest change per metric: it is the one in force."""
+    runs = baseline.current_segment or ()
+    sentences = []
+    for metric in CHANGE_METRICS:
+        series = [r.summary_value(metric) for r in runs]
+        tonight = result.samples(metric)
+        if not tonight or any(v is None for v in series):
+            continue
+        values = [v for v in series if v is not None] + [sum(tonight) / len(tonight)]
+        found = change_points(values)
+        if not found:
+            continue
+        change = found[-1]
+        key = result.key
+        where = f"{key.server} {key.workload} c{key.concurrency} {metric} {change.percent}"
+        if change.index < len(runs):
+            provenance = runs[change.index].provenance
+            commit = f"commit {provenance.git_commit[:7]}" if provenance.git_commit else "no git commit"
+            sentences.append(f"{where} since the run of {provenance.created[:10]} ({commit})")
+        else:
+            sentences.append(f"{where} since tonight")
+    return sentences
 
 
 def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | None:
@@ -362,8 +396,11 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
     if evaluation.drift is not None and evaluation.drift.environment:
         lines.append("  environment drift since the baseline (the comparison was still made):")
         lines += [f"    {change}" for change in evaluation.drift.environment]
+    lines += [f"  change point: {change}" for change in evaluation.changes]
     if evaluation.baseline is not None:
-        lines.append(f"  baseline: {evaluation.baseline.path}")
+        newest = evaluation.baseline.provenance
+        commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
+        lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
     return "\n".join(lines)
 
 

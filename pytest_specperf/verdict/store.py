@@ -142,6 +142,11 @@ class StoredRun:
     provenance: Provenance
     segment: int
 
+    def summary_value(self, metric: str) -> float | None:
+        """This run's mean of `metric` over its rounds (None where no round measured it)."""
+        values = [v for v in self.measurement.samples(metric) if math.isfinite(v)]
+        return statistics.fmean(values) if values else None
+
     def to_dict(self) -> dict[str, Any]:
         body = self.measurement.to_dict()
         body.pop("fingerprint", None)  # stored once per run, at the run's top level

@@ -155,3 +155,24 @@ def test_a_steady_history_decides_what_one_run_cannot(tmp_path: Path) -> None:
     assert check.decision is Decision.MET and "10 recorded runs, run-to-run CV 0.4%" in check.message
     missed = evaluate(spec([630, 631, 629, 630, 630]), None, None, LIMITS, stored, updating=False)
     assert missed.verdict is Verdict.REGRESSION
+
+
+def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> None:
+    """Six nights at 700, then three at 644 (-8%), tonight at 644: the change point names the run it
+    started with, by date and commit."""
+    from pytest_specperf.verdict.checks import history_changes
+    from pytest_specperf.verdict.store import Provenance, StoredRun
+
+    nights = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(6)] + [[644.0] * 5] * 3
+    runs = tuple(
+        StoredRun(spec(r), baseline_of(spec(r), tmp_path).summary,
+                  Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0"), 0)
+        for i, r in enumerate(nights)
+    )  # fmt: skip
+    stored = dataclasses.replace(baseline_of(spec(nights[-1]), tmp_path / "b.json"), runs=runs)
+    tonight = spec([644.0] * 5)
+    [sentence] = history_changes(tonight, stored)
+    assert sentence.startswith("eagle3-5step chat c1 output_throughput -8.")
+    assert sentence.endswith("since the run of 2026-11-16 (commit c6aaaaa)")
+    result = evaluate(tonight, None, None, LIMITS, stored, updating=False)
+    assert result.changes == [sentence]
