@@ -74,7 +74,7 @@ class SpecperfSession:
     verdicts: dict[MeasurementKey, list[Verdict]] = field(default_factory=dict)
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
     not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
-    _measured_here: set[MeasurementKey] = field(default_factory=set)
+    _suspect: dict[MeasurementKey, str] = field(default_factory=dict)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
@@ -209,14 +209,16 @@ class SpecperfSession:
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
             self.cache.put(measurement)
-        self._measured_here.add(measurement.key)  # stored at the end, after every check of it
 
     @property
     def storing(self) -> bool:
         return self.options.update or self.options.record or self.options.update_force
 
     def store_results(self) -> None:
-        """Append this process's measurements to their histories, after all their checks ran.
+        """Append the session's measurements to their histories, after all their checks ran.
+
+        Only the process that sees every verdict stores: the controller under xdist (after every
+        worker handed in its results), else the one pytest process.
 
         `--specperf-update` starts a new segment ("this run is the new normal"), `--specperf-record`
         appends to the current one. A run with a failed check (REGRESSION), a test error, an
@@ -224,13 +226,10 @@ class SpecperfSession:
         `not_stored` says why; `--specperf-update-force` stores it anyway. A store error is kept as
         the reason too: the tests have run, and their verdicts stand.
         """
-        if not self.storing:
+        if not self.storing or self.worker is not None:
             return
         suite_dir = self.config.source.parent if self.config.source else None
-        for key in sorted(self._measured_here, key=lambda k: k.label):
-            measurement = self.measurements.get(key)
-            if measurement is None:
-                continue
+        for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
             reason = None if self.options.update_force else self._unfit_to_store(key, measurement)
             if reason is not None:
                 self.not_stored[key] = reason
@@ -256,6 +255,8 @@ class SpecperfSession:
                 return why
         if Verdict.INCOMPARABLE in verdicts and not self.options.update:
             return "its baseline is INCOMPARABLE (another setup); --specperf-update starts a history for this one"
+        if key in self._suspect and not self.options.update:
+            return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
         if measurement.warnings:
@@ -326,7 +327,24 @@ class SpecperfSession:
                 self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
                 self._publish(result)
         self.verdicts.setdefault(key, []).append(evaluation.verdict)
+        self._note_suspect(key, evaluation, limits)
         return evaluation
+
+    def _note_suspect(self, key: MeasurementKey, evaluation: Evaluation, limits: Limits) -> None:
+        """An INCONCLUSIVE regression check whose point estimate lies beyond the tolerance: not a
+        credible regression, but not a run to record as normal either (the history would absorb a
+        real change night by night)."""
+        for check in evaluation.inconclusive:
+            if not check.name.startswith("regression:") or check.estimate is None:
+                continue
+            metric = check.name.removeprefix("regression:")
+            tolerance = limits.max_regression if metric == "output_throughput" else limits.max_regression_accept_length
+            if check.estimate.value < 1.0 - tolerance:
+                self._suspect.setdefault(
+                    key,
+                    f"{metric} {check.estimate.value - 1:+.1%} against its history, beyond the tolerance "
+                    f"-{tolerance:.0%} though not credibly yet (INCONCLUSIVE)",
+                )
 
     # ---- results ------------------------------------------------------------------------------
 
@@ -384,7 +402,7 @@ class SpecperfSession:
                 ]
                 for k, s in self.saved.items()
             ],
-            "not_stored": [[k.server, k.workload, k.concurrency, why] for k, why in self.not_stored.items()],
+            "suspect": [[k.server, k.workload, k.concurrency, why] for k, why in self._suspect.items()],
         }
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -404,8 +422,8 @@ class SpecperfSession:
                 Path(path), Summary(**old) if old else None, Summary(**new),
                 segment=segment, runs=runs, new_segment=new_segment,
             )  # fmt: skip
-        for server, workload, level, why in payload.get("not_stored", []):
-            self.not_stored[MeasurementKey(server, workload, level)] = why
+        for server, workload, level, why in payload.get("suspect", []):
+            self._suspect.setdefault(MeasurementKey(server, workload, level), why)
 
     def shutdown(self) -> list[RunningServer]:
         return self.pool.shutdown()

@@ -96,7 +96,7 @@ class HistoryComparison:
         more = self.runs_to_replace_prior
         return (
             f"{runs}, prior run-to-run CV {self.run_cv:.1%} (config run_to_run_cv; "
-            f"{more} more recorded run{'s' if more != 1 else ''} replace it)"
+            f"{more} more recorded run{'s replace' if more != 1 else ' replaces'} it)"
         )
 
 

@@ -46,7 +46,7 @@ def test_with_fewer_than_min_runs_the_prior_is_used_and_said() -> None:
     assert got.runs_to_replace_prior == MIN_RUNS - 1
     assert "prior run-to-run CV 2.0% (config run_to_run_cv; 2 more recorded runs replace it)" in got.describe()
     two = compare_with_history([100.0] * 5, [[100.0] * 5, [101.0] * 5], prior_cv=0.02)
-    assert two.runs_to_replace_prior == 1 and "1 more recorded run replace" in two.describe()
+    assert two.runs_to_replace_prior == 1 and "1 more recorded run replaces it" in two.describe()
     three = compare_with_history([100.0] * 5, [[100.0] * 5, [101.0] * 5, [99.0] * 5], prior_cv=0.02)
     assert not three.prior and three.runs_to_replace_prior == 0 and "run-to-run CV 1.0%" in three.describe()
 
