@@ -392,7 +392,9 @@ class SpecperfPlugin:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._shutdown()
         if self.session is not None:
-            self.session.store_results()  # every check of this process's measurements has run
+            self.session.store_results()  # every check of the session's measurements has run
+            if self.session.store_failed:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         workeroutput = getattr(self.pytest_config, "workeroutput", None)
         if workeroutput is not None and self.session is not None:
             workeroutput["specperf"] = json.dumps(self.session.worker_payload())

@@ -74,6 +74,7 @@ class SpecperfSession:
     verdicts: dict[MeasurementKey, list[Verdict]] = field(default_factory=dict)
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
     not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
+    store_failed: bool = False
     _suspect: dict[MeasurementKey, str] = field(default_factory=dict)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
@@ -223,8 +224,9 @@ class SpecperfSession:
         `--specperf-update` starts a new segment ("this run is the new normal"), `--specperf-record`
         appends to the current one. A run with a failed check (REGRESSION), a test error, an
         INCOMPARABLE baseline (record only), request errors or sanity warnings is not stored, and
-        `not_stored` says why; `--specperf-update-force` stores it anyway. A store error is kept as
-        the reason too: the tests have run, and their verdicts stand.
+        `not_stored` says why; `--specperf-update-force` stores it anyway. A store that cannot be
+        written makes the row ERROR (one line) and the session fail: a nightly job must not go
+        green while its history silently stops growing.
         """
         if not self.storing or self.worker is not None:
             return
@@ -241,8 +243,9 @@ class SpecperfSession:
                     new_segment=self.options.update,
                     history=self.config.history,
                 )
-            except SpecperfError as exc:
-                self.not_stored[key] = str(exc).splitlines()[0]
+            except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
+                self.record_error(key, str(exc))
+                self.store_failed = True
 
     def _unfit_to_store(self, key: MeasurementKey, measurement: Measurement) -> str | None:
         """Why this run must not enter the history (None: it may)."""
