@@ -9,6 +9,7 @@ happen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -17,7 +18,12 @@ from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
-from pytest_specperf.verdict.history import HistoryComparison, advise_history, compare_with_history
+from pytest_specperf.verdict.history import (
+    HistoryComparison,
+    advise_history,
+    compare_with_history,
+    speedup_estimate,
+)
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.stats import (
     DEFAULT_MAX_ROUNDS,
@@ -145,16 +151,24 @@ def check_errors(result: Measurement, allowed: float) -> CheckResult:
 
 
 def check_speedup(
-    result: Measurement, reference: Measurement | None, minimum: float, max_rounds: int = DEFAULT_MAX_ROUNDS
+    result: Measurement,
+    reference: Measurement | None,
+    minimum: float,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
+    run_cv: float = 0.0,
 ) -> CheckResult:
+    """Speedup over the reference, measured in the same session on two server starts: the interval
+    carries both starts' offsets (prior `run_cv` each, config run_to_run_cv) besides round noise."""
     if reference is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
     current, ref = result.samples("output_throughput"), reference.samples("output_throughput")
-    ratio = ratio_estimate(current, ref)
+    ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 else ratio_estimate(current, ref)
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
+    ref_cv = coefficient_of_variation(ref) or 0.0
+    fixed_cv = math.sqrt(ref_cv * ref_cv + 2.0 * run_cv * run_cv * len(ref))  # start offsets do not shrink
     advice = advise_rounds(  # only this server's rounds can grow: the reference was measured once
         ratio, [minimum], decision, max_rounds=max_rounds,
-        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=coefficient_of_variation(ref) or 0.0,
+        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=fixed_cv,
     )  # fmt: skip
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
@@ -331,7 +345,7 @@ def evaluate(
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if minimum is not None:
-            checks.append(check_speedup(result, reference, minimum, limits.max_rounds))
+            checks.append(check_speedup(result, reference, minimum, limits.max_rounds, limits.run_to_run_cv))
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:

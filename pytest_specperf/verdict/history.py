@@ -174,3 +174,23 @@ def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
     total = math.fsum(v for v, _ in parts)
     den = math.fsum(v * v / df for v, df in parts if v > 0.0 and math.isfinite(df))
     return total * total / den if den > 0.0 else math.inf
+
+
+def speedup_estimate(
+    numerator: Sequence[float], denominator: Sequence[float], run_cv: float, confidence: float = DEFAULT_CONFIDENCE
+) -> Estimate:
+    """Ratio of two servers' round means where each side is one server start: on the log scale
+    Var = v_x + v_y + 2·run_cv² (both starts carry their own offset), Welch-Satterthwaite df.
+
+    With run_cv 0 this is the log-scale twin of the Fieller ratio interval (stats.ratio_estimate)."""
+    x, y = RunLevel.of(numerator), RunLevel.of(denominator)
+    d = x.log_mean - y.log_mean
+    n = min(x.rounds, y.rounds)
+    between = 2.0 * run_cv * run_cv
+    if n < 2 and between == 0.0:
+        return Estimate.unknown(math.exp(d), n, confidence)
+    df = _satterthwaite(
+        [(between, math.inf), (x.variance, x.rounds - 1 or math.inf), (y.variance, y.rounds - 1 or math.inf)]
+    )
+    half = _t_quantile(confidence, df) * math.sqrt(between + x.variance + y.variance)
+    return Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence)

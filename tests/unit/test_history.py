@@ -101,3 +101,22 @@ def test_advice_counts_rounds_when_round_noise_dominates() -> None:
     assert decision is Decision.INCONCLUSIVE
     advice = advise_history(got, 0.95, decision, max_rounds=10)
     assert advice.helps and advice.rounds_needed is not None and 3 <= advice.rounds_needed <= 10
+
+
+def test_speedup_interval_carries_both_start_offsets() -> None:
+    from pytest_specperf.verdict.history import speedup_estimate
+
+    got = speedup_estimate([120.0] * 5, [100.0] * 5, run_cv=0.02)
+    assert got.value == pytest.approx(1.2)
+    assert math.log(got.high / got.value) == pytest.approx(stats.norm.ppf(0.95) * 0.02 * math.sqrt(2))
+    rng = random.Random(5)
+
+    def start(level: float) -> list[float]:
+        offset = math.exp(rng.gauss(0, 0.02))
+        return [level * offset * (1 + rng.gauss(0, 0.01)) for _ in range(5)]
+
+    trials = 1500
+    covered = sum(
+        (e := speedup_estimate(start(120.0), start(100.0), run_cv=0.02)).low <= 1.2 <= e.high for _ in range(trials)
+    )
+    assert 0.86 <= covered / trials <= 0.95
