@@ -1,6 +1,8 @@
 """The `specperf` command: read stored baselines and JSON reports without running pytest.
 
     specperf show [STORE]                         stored baselines as a table (default store: .specperf)
+    specperf history [SERVER[/WORKLOAD]]          each stored history as a series of runs, with its
+                     [--store DIR]                segments and change points
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
@@ -42,6 +44,7 @@ from pytest_specperf.report.jsonreport import (
 )
 from pytest_specperf.report.schema import REPORT_SCHEMA
 from pytest_specperf.report.terminal import pm, render_text, summary_blocks, text_table
+from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.checks import Verdict, verdict_of
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
 from pytest_specperf.verdict.stats import (
@@ -77,11 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,diff,merge,schema}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,schema}")
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help="store directory (default: .specperf)")
     show.set_defaults(run=run_show)
+
+    history = commands.add_parser(
+        "history", help="stored run histories with segments and change points", epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )  # fmt: skip
+    history.add_argument("select", nargs="?", default="", metavar="SERVER[/WORKLOAD]", help="default: every key")
+    history.add_argument("--store", default=".specperf", help="store directory (default: .specperf)")
+    history.set_defaults(run=run_history)
 
     compare = commands.add_parser(
         "diff",
@@ -144,6 +155,58 @@ def run_show(args: argparse.Namespace) -> int:
     for line in text_table(SHOW_HEADERS, [show_cells(e) for e in entries], SHOW_WIDTHS):
         print(line)
     return OK
+
+
+# --- history -----------------------------------------------------------------------------------------
+
+
+HISTORY_HEADERS = ("run", "stored", "commit", "segment", "tok/s", "τ", "rounds", "change")
+
+
+def run_history(args: argparse.Namespace) -> int:
+    root = Path(args.store)
+    if not root.is_dir():
+        raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
+    server, _, workload = args.select.partition("/")
+    entries = [
+        e for e in BaselineStore(root).entries()
+        if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)
+    ]  # fmt: skip
+    if not entries:
+        print(f"no stored history{f' for {args.select}' if args.select else ''} in {root}")
+        return OK
+    for entry in entries:
+        print(f"{entry.measurement.key.label}: {len(entry.runs)} runs, {entry.path}")
+        for line in text_table(HISTORY_HEADERS, history_rows(entry)):
+            print(line)
+        print()
+    return OK
+
+
+def history_rows(entry: StoredBaseline) -> list[list[str]]:
+    """One row per run, oldest first; a run where a change point starts (within its segment) or
+    where a segment starts (--specperf-update) says so."""
+    marks: dict[int, list[str]] = {}
+    runs = list(entry.runs)
+    for index, run in enumerate(runs):
+        if index and run.segment != runs[index - 1].segment:
+            marks.setdefault(index, []).append("new segment (--specperf-update)")
+    for segment in sorted({r.segment for r in runs}):
+        members = [i for i, r in enumerate(runs) if r.segment == segment]
+        for metric, name in (("output_throughput", "tok/s"), ("accept_length", "τ")):
+            values = [runs[i].summary_value(metric) for i in members]
+            if all(v is not None for v in values):
+                for change in change_points([v for v in values if v is not None]):
+                    marks.setdefault(members[change.index], []).append(f"{name} {change.percent}")
+    rows = []
+    for index, run in enumerate(runs):
+        m = run.measurement
+        rows.append([
+            str(index + 1), run.provenance.created[:10], (run.provenance.git_commit or "-")[:7], str(run.segment),
+            _mean_pm(m, "output_throughput", 1), _mean_pm(m, "accept_length", 2), str(len(m.rounds)),
+            "; ".join(marks.get(index, [])),
+        ])  # fmt: skip
+    return rows
 
 
 def show_cells(entry: StoredBaseline) -> list[str]:

@@ -60,7 +60,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="use the running server at URL for config NAME (never started or stopped)",
     )
     add("--specperf-servers", metavar="A,B", help="run only tests of these server configs (shards on several machines)")
-    add("--specperf-update", action="store_true", help="store this session's measurements as the new baselines")
+    add(
+        "--specperf-update",
+        action="store_true",
+        help="store this session's runs as the new normal: each starts a new segment of its history",
+    )
+    add(
+        "--specperf-record",
+        action="store_true",
+        help="append this session's good runs to their histories (the nightly job passes it)",
+    )
+    add(
+        "--specperf-update-force",
+        action="store_true",
+        help="like --specperf-update, but also store runs with failed checks, request errors or sanity warnings",
+    )
     add(
         "--specperf-strict", action="store_true", help="fail INCONCLUSIVE checks instead of passing them with a warning"
     )
@@ -171,7 +185,9 @@ class SpecperfPlugin:
         self.pytest_config = config
         self.config = specperf_config
         self.options = Options(
-            update=config.getoption("specperf_update"),
+            update=config.getoption("specperf_update") or config.getoption("specperf_update_force"),
+            record=config.getoption("specperf_record"),
+            update_force=config.getoption("specperf_update_force"),
             strict=config.getoption("specperf_strict"),
             keep_servers=config.getoption("specperf_keep_servers"),
             on_incomparable=config.getoption("specperf_on_incomparable"),
@@ -401,6 +417,10 @@ class SpecperfPlugin:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._shutdown()
+        if self.session is not None:
+            self.session.store_results()  # every check of the session's measurements has run
+            if self.session.store_failed:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         workeroutput = getattr(self.pytest_config, "workeroutput", None)
         if workeroutput is not None and self.session is not None:
             workeroutput["specperf"] = json.dumps(self.session.worker_payload())

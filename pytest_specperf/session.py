@@ -7,7 +7,6 @@ owns the middle of that flow so the pytest hooks in `plugin.py` stay thin.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
-from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
+from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate, history_changes
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import SpecperfMarker, Target
 from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
@@ -35,6 +34,8 @@ class Options:
     """Command-line switches that change behaviour (not the config)."""
 
     update: bool = False
+    record: bool = False
+    update_force: bool = False
     strict: bool = False
     keep_servers: bool = False
     on_incomparable: str = "fail"
@@ -75,6 +76,9 @@ class SpecperfSession:
     failures: dict[MeasurementKey, SpecperfError] = field(default_factory=dict)
     verdicts: dict[MeasurementKey, list[Verdict]] = field(default_factory=dict)
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
+    not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
+    store_failed: bool = False
+    _suspect: dict[MeasurementKey, str] = field(default_factory=dict)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
@@ -220,15 +224,61 @@ class SpecperfSession:
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
             self.cache.put(measurement)
-        if self.options.update:
-            suite_dir = self.config.source.parent if self.config.source else None
-            saved = self.store.save(measurement, suite_dir=suite_dir)
-            first = self.saved.get(measurement.key)
-            if first is not None:  # saved again after adaptive rounds: "old" is still last night's number
-                saved = dataclasses.replace(
-                    saved, old=first.old, replaced_error=first.replaced_error, kept_as=first.kept_as
+
+    @property
+    def storing(self) -> bool:
+        return self.options.update or self.options.record or self.options.update_force
+
+    def store_results(self) -> None:
+        """Append the session's measurements to their histories, after all their checks ran.
+
+        Only the process that sees every verdict stores: the controller under xdist (after every
+        worker handed in its results), else the one pytest process.
+
+        `--specperf-update` starts a new segment ("this run is the new normal"), `--specperf-record`
+        appends to the current one. A run with a failed check (REGRESSION), a test error, an
+        INCOMPARABLE baseline (record only), request errors or sanity warnings is not stored, and
+        `not_stored` says why; `--specperf-update-force` stores it anyway. A store that cannot be
+        written makes the row ERROR (one line) and the session fail: a nightly job must not go
+        green while its history silently stops growing.
+        """
+        if not self.storing or self.worker is not None:
+            return
+        suite_dir = self.config.source.parent if self.config.source else None
+        for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
+            reason = None if self.options.update_force else self._unfit_to_store(key, measurement)
+            if reason is not None:
+                self.not_stored[key] = reason
+                continue
+            try:
+                self.saved[key] = self.store.save(
+                    measurement,
+                    suite_dir=suite_dir,
+                    new_segment=self.options.update,
+                    history=self.config.history,
                 )
-            self.saved[measurement.key] = saved
+            except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
+                self.record_error(key, str(exc))
+                self.store_failed = True
+
+    def _unfit_to_store(self, key: MeasurementKey, measurement: Measurement) -> str | None:
+        """Why this run must not enter the history (None: it may)."""
+        verdicts = self.verdicts.get(key, [])
+        for bad, why in (
+            (Verdict.ERROR, "a test of it errored"),
+            (Verdict.REGRESSION, "a check MISSED (REGRESSION)"),
+        ):
+            if bad in verdicts:
+                return why
+        if Verdict.INCOMPARABLE in verdicts and not self.options.update:
+            return "its baseline is INCOMPARABLE (another setup); --specperf-update starts a history for this one"
+        if key in self._suspect and not self.options.update:
+            return self._suspect[key]
+        if measurement.error_count:
+            return f"{measurement.error_count} of {measurement.request_count} requests failed"
+        if measurement.warnings:
+            return f"sanity warning: {measurement.warnings[0]}"
+        return None
 
     def finished(self, nodeid: str) -> None:
         """A test is done: stop its server when no remaining test (on any worker) needs it."""
@@ -304,7 +354,24 @@ class SpecperfSession:
                 self._note(result, holding)
                 self._publish(result)
         self.verdicts.setdefault(key, []).append(evaluation.verdict)
+        self._note_suspect(key, evaluation, limits)
         return evaluation
+
+    def _note_suspect(self, key: MeasurementKey, evaluation: Evaluation, limits: Limits) -> None:
+        """An INCONCLUSIVE regression check whose point estimate lies beyond the tolerance: not a
+        credible regression, but not a run to record as normal either (the history would absorb a
+        real change night by night)."""
+        for check in evaluation.inconclusive:
+            if not check.name.startswith("regression:") or check.estimate is None:
+                continue
+            metric = check.name.removeprefix("regression:")
+            tolerance = limits.max_regression if metric == "output_throughput" else limits.max_regression_accept_length
+            if check.estimate.value < 1.0 - tolerance:
+                self._suspect.setdefault(
+                    key,
+                    f"{metric} {check.estimate.value - 1:+.1%} against its history, beyond the tolerance "
+                    f"-{tolerance:.0%} though not credibly yet (INCONCLUSIVE)",
+                )
 
     # ---- results ------------------------------------------------------------------------------
 
@@ -319,6 +386,16 @@ class SpecperfSession:
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
         report.warnings += self.pool_warnings()
+
+        if not self.options.update:
+            for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
+                stored = self._readable_baseline(key)
+                if stored is not None:
+                    report.warnings += [f"change point: {change}" for change in history_changes(measurement, stored)]
+        report.warnings += [
+            f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
+            for key, why in sorted(self.not_stored.items(), key=lambda kv: kv[0].label)
+        ]
         return report
 
     def errors(self) -> dict[MeasurementKey, str]:
@@ -353,9 +430,13 @@ class SpecperfSession:
             "errors": [[k.server, k.workload, k.concurrency, message] for k, message in self.errors().items()],
             "pool_warnings": self.pool.report_lines,
             "saved": [
-                [k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None, s.new.to_dict()]
+                [
+                    k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None,
+                    s.new.to_dict(), s.segment, s.runs, s.new_segment,
+                ]
                 for k, s in self.saved.items()
             ],
+            "suspect": [[k.server, k.workload, k.concurrency, why] for k, why in self._suspect.items()],
         }
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -371,10 +452,13 @@ class SpecperfSession:
         self._absorbed_pool_warnings += payload.get("pool_warnings", [])
         for server, workload, level, values in payload["verdicts"]:
             self.verdicts.setdefault(MeasurementKey(server, workload, level), []).extend(Verdict(v) for v in values)
-        for server, workload, level, path, old, new in payload["saved"]:
+        for server, workload, level, path, old, new, segment, runs, new_segment in payload["saved"]:
             self.saved[MeasurementKey(server, workload, level)] = SaveResult(
-                Path(path), Summary(**old) if old else None, Summary(**new)
-            )
+                Path(path), Summary(**old) if old else None, Summary(**new),
+                segment=segment, runs=runs, new_segment=new_segment,
+            )  # fmt: skip
+        for server, workload, level, why in payload.get("suspect", []):
+            self._suspect.setdefault(MeasurementKey(server, workload, level), why)
 
     def shutdown(self) -> list[RunningServer]:
         return self.pool.shutdown()

@@ -96,6 +96,9 @@ class SpecperfConfig:
     max_rounds: int | None = None
     max_regression: float = 0.05
     max_regression_accept_length: float = 0.02
+    history: int = 30
+    run_to_run_cv: float = 0.02
+    run_to_run_cv_accept_length: float = 0.005
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     env_patterns: tuple[str, ...] = DEFAULT_ENV_PATTERNS
     api_key: str | None = field(default=None, repr=False)
@@ -172,7 +175,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 GLOBAL_KEYS = {
     "engine", "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
-    "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "env", "env_patterns",
+    "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
+    "run_to_run_cv", "run_to_run_cv_accept_length", "env", "env_patterns",
     "api_key", "sim_profile", "sim_time_scale", "servers", "workloads",
 }  # fmt: skip
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
@@ -209,6 +213,9 @@ class _Parser:
             "max_rounds": get.integer("max_rounds", None, minimum=2),
             "max_regression": get.number("max_regression", 0.05, minimum=0, maximum=1),
             "max_regression_accept_length": get.number("max_regression_accept_length", 0.02, 0, 1),
+            "history": get.integer("history", 30, minimum=1),
+            "run_to_run_cv": get.number("run_to_run_cv", 0.02, 0, 1),
+            "run_to_run_cv_accept_length": get.number("run_to_run_cv_accept_length", 0.005, 0, 1),
             "env": get.string_map("env"),
             "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
             "api_key": get.string("api_key", None),

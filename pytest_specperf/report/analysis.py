@@ -14,7 +14,7 @@ from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
-from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate
+from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate, history_comparison
 from pytest_specperf.verdict.fingerprint import Change
 from pytest_specperf.verdict.stats import (
     Estimate,
@@ -118,7 +118,7 @@ def build_report(
         )
         baseline = baselines.get(measurement.key)
         verdict = _verdict(config, measurement, verdicts.get(measurement.key, []), baseline, updating)
-        report.rows.append(_row(measurement, reference, baseline, verdict, updating))
+        report.rows.append(_row(measurement, reference, baseline, verdict, updating, config.run_to_run_cv))
         changes = drift(baseline, measurement) if baseline is not None and not updating else None
         if changes:
             report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
@@ -159,13 +159,13 @@ def _row(
     baseline: StoredBaseline | None,
     verdict: Verdict,
     updating: bool,
+    prior_cv: float = 0.0,
 ) -> Row:
     throughput = _estimate(measurement, "output_throughput")
     vs_baseline = None
     if baseline is not None and not updating:
-        current, stored = measurement.samples("output_throughput"), baseline.measurement.samples("output_throughput")
-        if current and stored:
-            vs_baseline = ratio_estimate(current, stored)
+        comparison = history_comparison(measurement, baseline, "output_throughput", prior_cv)
+        vs_baseline = comparison.ratio if comparison is not None else None
     speedup = cost = None
     if reference is not None and reference is not measurement and not measurement.is_reference:
         cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")

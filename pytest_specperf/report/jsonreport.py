@@ -257,6 +257,9 @@ def saved_json(key: MeasurementKey, saved: SaveResult) -> dict[str, Any]:
         "new": saved.new.to_dict(),
         "replaced_error": saved.replaced_error,
         "kept_as": None if saved.kept_as is None else str(saved.kept_as),
+        "segment": saved.segment,
+        "runs": saved.runs,
+        "new_segment": saved.new_segment,
     }
 
 
@@ -409,6 +412,9 @@ def decode_saved(data: Mapping[str, Any]) -> tuple[MeasurementKey, SaveResult]:
     old = Summary(**data["old"]) if data.get("old") else None
     kept = data.get("kept_as")
     result = SaveResult(
-        Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"), Path(kept) if kept else None
-    )
+        Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"), Path(kept) if kept else None,
+        segment=int(data.get("segment", 0)),
+        runs=int(data.get("runs", 1)),
+        new_segment=bool(data.get("new_segment", True)),
+    )  # fmt: skip
     return MeasurementKey(data["server"], data["workload"], int(data["concurrency"])), result

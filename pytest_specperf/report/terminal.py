@@ -371,11 +371,13 @@ def saved_block(report: Report) -> Block | None:
         for key, saved in report.saved:
             old = f"{saved.old.output_throughput:.1f}" if saved.old and saved.old.output_throughput else "none"
             new = f"{saved.new.output_throughput:.1f}" if saved.new.output_throughput else "-"
-            line = f"{key.label}: {old} → {new} ({_short_path(saved.path)})"
+            line = f"{key.label}: {old} → {new} ({_short_path(saved.path)}; segment {saved.segment}, {saved.runs} runs)"
             if saved.kept_as is not None:
                 line += f"; the previous file was unreadable, kept as {saved.kept_as.name}: {saved.replaced_error}"
             bullets.append(line)
-        return Block(title="stored baselines (--specperf-update), old → new tok/s:", bullets=tuple(bullets))
+        if all(saved.new_segment for _, saved in report.saved):
+            return Block(title="stored baselines (--specperf-update), old → new tok/s:", bullets=tuple(bullets))
+        return Block(title="recorded runs (--specperf-record), last → tonight tok/s:", bullets=tuple(bullets))
     if any(r.verdict.value == "NEW" for r in report.rows):
         return Block(lines=("NEW: no stored baseline yet for some measurements; store them with --specperf-update",))
     return None

@@ -66,8 +66,16 @@ def main(argv: list[str] | None = None) -> int:
             time_scale=config.sim.time_scale,
             seed=config.sim.seed,
             lossy_rate=config.sim.lossy_rate,
+            run_jitter=config.sim.run_jitter,
+            round_jitter=config.sim.round_jitter,
+            start_seed=config.port,
         )
     )
+    if config.sim.run_jitter or config.sim.round_jitter:
+        log.info(
+            "sim: run speed factor %.4f (--sim-run-jitter %g), per-round CV %g",
+            engine.run_factor, config.sim.run_jitter, config.sim.round_jitter,
+        )  # fmt: skip
     state = ServerState(config, engine, tuned, missing)
     try:
         httpd = SimHTTPServer(state)

@@ -57,6 +57,8 @@ class SimOptions:
     stop_after_requests: int | None = None
     error_rate: float = 0.0
     lossy_rate: float = 0.0
+    run_jitter: float = 0.0
+    round_jitter: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-lossy-rate", type=float, default=0.0)
     sim.add_argument(
         "--sim-draft-slowdown", type=float, default=1.0, help="multiplies drafting cost (a slower draft model)"
+    )
+    sim.add_argument(
+        "--sim-run-jitter",
+        type=float,
+        default=0.0,
+        metavar="CV",
+        help="one speed factor per server start with this CV (a GPU node's start-to-start spread); seeded "
+        "by --sim-seed and the port",
+    )
+    sim.add_argument(
+        "--sim-round-jitter", type=float, default=0.0, metavar="CV", help="a speed factor per round with this CV"
     )
     return p
 
@@ -258,6 +271,9 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
     for flag, value in (("--sim-error-rate", args.sim_error_rate), ("--sim-lossy-rate", args.sim_lossy_rate)):
         if not 0.0 <= value <= 1.0:
             raise SimConfigError(f"{flag} must be a share in [0, 1] (got {value})")
+    for flag, value in (("--sim-run-jitter", args.sim_run_jitter), ("--sim-round-jitter", args.sim_round_jitter)):
+        if not 0.0 <= value <= 0.5:
+            raise SimConfigError(f"{flag} must be a CV in [0, 0.5] (0.02 = 2%; got {value})")
     for flag, count in (
         ("--sim-exit-after-requests", args.sim_exit_after_requests),
         ("--sim-stop-after-requests", args.sim_stop_after_requests),
@@ -276,6 +292,8 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         stop_after_requests=args.sim_stop_after_requests,
         error_rate=args.sim_error_rate,
         lossy_rate=args.sim_lossy_rate,
+        run_jitter=args.sim_run_jitter,
+        round_jitter=args.sim_round_jitter,
     )
 
 

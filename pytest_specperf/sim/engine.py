@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import random
 import threading
@@ -144,6 +145,9 @@ class EngineSettings:
     time_scale: float
     seed: int = 0
     lossy_rate: float = 0.0
+    run_jitter: float = 0.0  # CV of one speed factor drawn per server start (--sim-run-jitter)
+    round_jitter: float = 0.0  # CV of a speed factor redrawn at every cache flush, i.e. per round
+    start_seed: int = 0  # tells starts apart (the port): each start draws its own run factor
 
 
 class Engine:
@@ -163,6 +167,14 @@ class Engine:
         self._last_log = 0.0
         self._interval_start = time.perf_counter()
         self._interval_tokens = 0
+        # Noise of its own RNG, so a jittery run draws the same acceptances as a deterministic one.
+        self._jitter = random.Random(f"jitter:{settings.seed}:{settings.start_seed}")
+        self.run_factor = self._speed_factor(settings.run_jitter)
+        self.round_factor = 1.0
+
+    def _speed_factor(self, cv: float) -> float:
+        """A log-normal multiplier of step times with CV ~`cv` (1.0 when 0): always positive."""
+        return math.exp(self._jitter.gauss(0.0, cv)) if cv > 0.0 else 1.0
 
     # ---- public API (any thread) ----------------------------------------------------------------
     def start(self) -> None:
@@ -201,6 +213,7 @@ class Engine:
                 return False
             self._cache.clear()
             self.counters.reset_spec()
+            self.round_factor = self._speed_factor(self.settings.round_jitter)  # the plugin flushes per round
             return True
 
     def snapshot(self) -> Snapshot:
@@ -301,7 +314,8 @@ class Engine:
         """Sleep to the end of a step that starts where the previous one ended (absolute deadlines)."""
         now = time.perf_counter()
         start = now if self._deadline is None or now - self._deadline > _MAX_LAG_S else self._deadline
-        self._deadline = start + cost_ms * self.settings.time_scale / 1000.0
+        factor = self.run_factor * self.round_factor
+        self._deadline = start + cost_ms * factor * self.settings.time_scale / 1000.0
         delay = self._deadline - time.perf_counter()
         if delay > 0:
             time.sleep(delay)

@@ -9,13 +9,21 @@ happen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
+from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
+from pytest_specperf.verdict.history import (
+    HistoryComparison,
+    advise_history,
+    compare_with_history,
+    speedup_estimate,
+)
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.stats import (
     DEFAULT_MAX_ROUNDS,
@@ -23,11 +31,10 @@ from pytest_specperf.verdict.stats import (
     Direction,
     Estimate,
     RoundsAdvice,
-    advise_regression,
     advise_rounds,
+    classify_ratio,
     coefficient_of_variation,
     decide_range,
-    decide_regression,
     decide_threshold,
     mean_estimate,
     ratio_estimate,
@@ -69,6 +76,7 @@ class Evaluation:
     baseline: StoredBaseline | None = None
     drift: FingerprintDiff | None = None
     updating: bool = False
+    changes: list[str] = field(default_factory=list)  # change points in the history, tonight appended
 
     @property
     def incomparable(self) -> bool:
@@ -143,16 +151,24 @@ def check_errors(result: Measurement, allowed: float) -> CheckResult:
 
 
 def check_speedup(
-    result: Measurement, reference: Measurement | None, minimum: float, max_rounds: int = DEFAULT_MAX_ROUNDS
+    result: Measurement,
+    reference: Measurement | None,
+    minimum: float,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
+    run_cv: float = 0.0,
 ) -> CheckResult:
+    """Speedup over the reference, measured in the same session on two server starts: the interval
+    carries both starts' offsets (prior `run_cv` each, config run_to_run_cv) besides round noise."""
     if reference is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
     current, ref = result.samples("output_throughput"), reference.samples("output_throughput")
-    ratio = ratio_estimate(current, ref)
+    ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 else ratio_estimate(current, ref)
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
+    ref_cv = coefficient_of_variation(ref) or 0.0
+    fixed_cv = math.sqrt(ref_cv * ref_cv + 2.0 * run_cv * run_cv * len(ref))  # start offsets do not shrink
     advice = advise_rounds(  # only this server's rounds can grow: the reference was measured once
         ratio, [minimum], decision, max_rounds=max_rounds,
-        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=coefficient_of_variation(ref) or 0.0,
+        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=fixed_cv,
     )  # fmt: skip
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
@@ -225,27 +241,46 @@ def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestReco
 # ---- stored-baseline comparison ---------------------------------------------------------------
 
 
+def history_comparison(
+    result: Measurement, baseline: StoredBaseline, metric: str, prior_cv: float
+) -> HistoryComparison | None:
+    """Tonight's `metric` against the current segment of the stored history (verdict/history.py);
+    None when either side lacks the metric (or has a non-positive sample, e.g. a broken round)."""
+    current = result.samples(metric)
+    runs = [r.measurement.samples(metric) for r in baseline.current_segment] or [baseline.measurement.samples(metric)]
+    runs = [r for r in runs if r]
+    if not current or not runs or min(current + [x for r in runs for x in r]) <= 0.0:
+        return None
+    return compare_with_history(current, runs, prior_cv)
+
+
 def check_regression(
     result: Measurement,
     baseline: StoredBaseline,
     metric: str,
     max_regression: float,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
+    prior_cv: float = 0.0,
 ) -> CheckResult | None:
-    current, stored = result.samples(metric), baseline.measurement.samples(metric)
-    if not current or not stored:
+    """Is tonight credibly worse than the segment's level by more than `max_regression`?
+
+    The interval for tonight's ratio includes run-to-run variance (the segment's own, or the prior
+    `prior_cv` while the segment has fewer than 3 recorded runs): tonight is one more server start.
+    """
+    comparison = history_comparison(result, baseline, metric, prior_cv)
+    if comparison is None:
         return None
-    outcome = decide_regression(current, stored, max_regression, _direction(metric))
-    assert outcome.current is not None and outcome.baseline is not None
+    outcome = classify_ratio(comparison.ratio, max_regression, _direction(metric))
     change = "improved" if outcome.improved else outcome.decision.value
     if outcome.decision is Decision.MISSED:
         change = "REGRESSION"
+    current = mean_estimate(result.samples(metric))
     message = (
-        f"{metric}: {fmt(outcome.current)} {METRICS[metric].unit} ({len(current)} rounds) vs baseline "
-        f"{fmt(outcome.baseline)} ({len(stored)} rounds): ratio {fmt(outcome.ratio, 3)}, "
+        f"{metric}: {fmt(current)} {METRICS[metric].unit} ({current.n} rounds) vs baseline "
+        f"{comparison.level:.2f} ({comparison.describe()}): ratio {fmt(outcome.ratio, 3)}, "
         f"allowed {_allowed(max_regression, metric)}: {change}"
     )
-    advice = advise_regression(outcome, max_rounds=max_rounds)
+    advice = advise_history(comparison, outcome.regression_bound, outcome.decision, max_rounds=max_rounds)
     return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved, advice)
 
 
@@ -265,6 +300,8 @@ class Limits:
     max_regression_accept_length: float
     max_error_rate: float
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    run_to_run_cv: float = 0.02
+    run_to_run_cv_accept_length: float = 0.005
 
     @classmethod
     def of(cls, config: SpecperfConfig, workload: str, marker: SpecperfMarker | None = None) -> Limits:
@@ -279,6 +316,8 @@ class Limits:
             ),
             max_error_rate=_workload_error_rate(config, workload) if m.max_error_rate is None else m.max_error_rate,
             max_rounds=config.effective_max_rounds,
+            run_to_run_cv=config.run_to_run_cv,
+            run_to_run_cv_accept_length=config.run_to_run_cv_accept_length,
         )
 
 
@@ -306,7 +345,7 @@ def evaluate(
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if minimum is not None:
-            checks.append(check_speedup(result, reference, minimum, limits.max_rounds))
+            checks.append(check_speedup(result, reference, minimum, limits.max_rounds, limits.run_to_run_cv))
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:
@@ -316,14 +355,46 @@ def evaluate(
     if baseline is not None and not updating:
         evaluation.drift = drift(baseline, result)
         if evaluation.drift is None or evaluation.drift.comparable:
-            for metric, tolerance in (
-                ("output_throughput", limits.max_regression),
-                ("accept_length", limits.max_regression_accept_length),
+            for metric, tolerance, prior in (
+                ("output_throughput", limits.max_regression, limits.run_to_run_cv),
+                ("accept_length", limits.max_regression_accept_length, limits.run_to_run_cv_accept_length),
             ):
-                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds)
+                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds, prior)
                 if check is not None:
                     checks.append(check)
+            evaluation.changes = history_changes(result, baseline)
     return evaluation
+
+
+#: Metrics whose run series are searched for change points.
+CHANGE_METRICS = ("output_throughput", "accept_length")
+
+
+def history_changes(result: Measurement, baseline: StoredBaseline) -> list[str]:
+    """Change points in each key metric's series (the current segment's runs, then tonight), as
+    sentences naming the run a change started with: "... throughput -8.1% [-9.5, -6.7] since the
+    run of 2026-11-12 (commit abc1234)". Only the newest change per metric: it is the one in force."""
+    runs = baseline.current_segment or ()
+    sentences = []
+    for metric in CHANGE_METRICS:
+        series = [r.summary_value(metric) for r in runs]
+        tonight = result.samples(metric)
+        if not tonight or any(v is None for v in series):
+            continue
+        values = [v for v in series if v is not None] + [sum(tonight) / len(tonight)]
+        found = change_points(values)
+        if not found:
+            continue
+        change = found[-1]
+        key = result.key
+        where = f"{key.server} {key.workload} c{key.concurrency} {metric} {change.percent}"
+        if change.index < len(runs):
+            provenance = runs[change.index].provenance
+            commit = f"commit {provenance.git_commit[:7]}" if provenance.git_commit else "no git commit"
+            sentences.append(f"{where} since the run of {provenance.created[:10]} ({commit})")
+        else:
+            sentences.append(f"{where} since tonight")
+    return sentences
 
 
 def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | None:
@@ -339,8 +410,11 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
     if evaluation.drift is not None and evaluation.drift.environment:
         lines.append("  environment drift since the baseline (the comparison was still made):")
         lines += [f"    {change}" for change in evaluation.drift.environment]
+    lines += [f"  change point: {change}" for change in evaluation.changes]
     if evaluation.baseline is not None:
-        lines.append(f"  baseline: {evaluation.baseline.path}")
+        newest = evaluation.baseline.provenance
+        commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
+        lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
     return "\n".join(lines)
 
 

@@ -1,8 +1,17 @@
-"""Stored baselines: one reviewable JSON file per (server, workload, concurrency).
+"""Stored baselines: one reviewable JSON file per (server, workload, concurrency), holding a history.
 
 Layout under the store directory (`store = ".specperf"` in the config)::
 
     <store>/<server>/<workload>-c<concurrency>.json
+
+A file is a *history* (schema_version 2): ``{"schema_version": 2, "kind": ..., "runs": [...]}``,
+oldest run first, newest last, at most `history` runs (config; oldest dropped). Each run keeps its
+own fingerprint, per-round samples of every metric, a summary, provenance and a ``segment``
+number: `--specperf-update` ("this run is the new normal", after an intended change) starts a new
+segment, `--specperf-record` appends to the current one. Comparisons use the current (newest)
+segment; older segments stay in the file for `specperf history`. Per-request records are kept for
+the newest run only, so the file stays small enough to review in a pull request. A schema-1 file
+(one baseline) reads as a one-run history and is rewritten as schema 2 on the next write.
 
 Names are made safe for every file system; a name that had to change gets a short hash of the
 original appended, so two names never share a file. Files are pretty-printed (indent 2) with
@@ -13,8 +22,9 @@ number never travels without its environment: docs/story.md), a summary for revi
 provenance (when, on which host, from which commit).
 
 Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one
-lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (only
-under `--specperf-update`) and short, and one lock also covers creating directories. The lock
+lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (once
+per measurement under `--specperf-update` or `--specperf-record`) and short, and one lock also
+covers creating directories. The lock
 file stays (filelock leaves it), so the first save also writes `<store>/.gitignore` naming it
 and stray temp files, unless a `.gitignore` is already there. Readers take no lock: `os.replace`
 means they see the old or the new file, never half of one.
@@ -45,7 +55,9 @@ from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.verdict.fingerprint import Fingerprint
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Runs a history keeps when the config does not say (`history`).
+DEFAULT_HISTORY = 30
 KIND = "pytest-specperf baseline"
 LOCK_NAME = ".specperf.lock"
 LOCK_TIMEOUT_S = 120.0
@@ -122,17 +134,55 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class StoredRun:
+    """One run of a history: its measurement (records only for the newest), summary, provenance, segment."""
+
+    measurement: Measurement
+    summary: Summary
+    provenance: Provenance
+    segment: int
+
+    def summary_value(self, metric: str) -> float | None:
+        """This run's mean of `metric` over its rounds (None where no round measured it)."""
+        values = [v for v in self.measurement.samples(metric) if math.isfinite(v)]
+        return statistics.fmean(values) if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = self.measurement.to_dict()
+        body.pop("fingerprint", None)  # stored once per run, at the run's top level
+        return {
+            "measurement": body,
+            "summary": self.summary.to_dict(),
+            "fingerprint": self.measurement.fingerprint.redacted().to_dict(),
+            "provenance": self.provenance.to_dict(),
+            "segment": self.segment,
+        }
+
+
+@dataclass(frozen=True)
 class StoredBaseline:
-    """A baseline read back from the store; `measurement.fingerprint` is a `Fingerprint`."""
+    """A history read back from the store. `measurement`, `summary` and `provenance` are the newest
+    run's (what a single-baseline comparison uses); `runs` is the whole history, oldest first."""
 
     measurement: Measurement
     summary: Summary
     provenance: Provenance
     path: Path
+    runs: tuple[StoredRun, ...] = ()
+    schema_version: int = SCHEMA_VERSION
 
     @property
     def fingerprint(self) -> Fingerprint:
         return self.measurement.fingerprint
+
+    @property
+    def segment(self) -> int:
+        return self.runs[-1].segment if self.runs else 0
+
+    @property
+    def current_segment(self) -> tuple[StoredRun, ...]:
+        """The runs of the newest segment: what tonight is compared with."""
+        return tuple(r for r in self.runs if r.segment == self.segment)
 
 
 @dataclass(frozen=True)
@@ -145,6 +195,9 @@ class SaveResult:
     new: Summary
     replaced_error: str | None = None
     kept_as: Path | None = None
+    segment: int = 0
+    runs: int = 1  # runs in the history after this save
+    new_segment: bool = True
 
 
 def git_commit(directory: Path) -> str | None:
@@ -203,28 +256,43 @@ class BaselineStore:
         paths = sorted(p for p in self.root.glob("*/*.json") if not p.name.startswith("."))
         return [read_baseline(p) for p in paths]
 
-    def save(self, measurement: Measurement, *, suite_dir: Path | None) -> SaveResult:
-        """Store `measurement` as the baseline of its key, replacing any previous one.
+    def save(
+        self,
+        measurement: Measurement,
+        *,
+        suite_dir: Path | None,
+        new_segment: bool = True,
+        history: int = DEFAULT_HISTORY,
+    ) -> SaveResult:
+        """Append `measurement` to the history of its key, as a new segment or into the current one.
 
-        The document is built and serialised before the lock is taken and before any file is
-        opened, so a failure there leaves the store untouched. A previous file that is corrupt is
-        moved aside (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one
-        of a newer schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in
-        this version's schema would lose data. A store that cannot be written is one StoreError line.
+        The new run is built and serialised before the lock is taken, so a failure there leaves the
+        store untouched; reading the old history, appending and writing happen under the lock, so two
+        jobs appending at once both land. A previous file that is corrupt is moved aside
+        (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one of a newer
+        schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in this version's
+        schema would lose data. A store that cannot be written is one StoreError line.
         """
         if not isinstance(measurement.fingerprint, Fingerprint):
             raise ValueError(
                 f"{measurement.key.label}: refusing to store a baseline without a fingerprint "
                 "(a number without its environment is a phantom)"
             )
+        if history < 1:
+            raise ValueError(f"history must keep at least 1 run, got {history}")
         new = Summary.of(measurement)
-        text = dumps(_document(measurement, new, Provenance.here(suite_dir)))
+        provenance = Provenance.here(suite_dir)
+        dumps({"run": StoredRun(measurement, new, provenance, 0).to_dict()})  # fail before touching the store
         path = self.path_for(measurement.key)
         try:
             with self._locked():
-                old, error = _old_summary(path)
+                previous, error = _old_history(path)
                 kept = _move_aside(path, "unreadable") if error else None
-                atomic_write(path, text)
+                runs = list(previous.runs) if previous else []
+                segment = (runs[-1].segment + (1 if new_segment else 0)) if runs else 0
+                runs.append(StoredRun(measurement, new, provenance, segment))
+                runs = runs[-history:]
+                atomic_write(path, dumps(_document(runs)))
                 if not (self.root / ".gitignore").exists():
                     atomic_write(self.root / ".gitignore", GITIGNORE)
         except OSError as exc:
@@ -233,7 +301,11 @@ class BaselineStore:
                 + (f": {exc.filename}" if exc.filename and str(exc.filename) != str(path) else "")
                 + f"); make the store {self.root} writable, or point `store` (config) at a writable directory"
             ) from None
-        return SaveResult(path=path, old=old, new=new, replaced_error=error, kept_as=kept)
+        old = previous.summary if previous else None
+        return SaveResult(
+            path=path, old=old, new=new, replaced_error=error, kept_as=kept,
+            segment=segment, runs=len(runs), new_segment=new_segment or previous is None,
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -249,17 +321,13 @@ class BaselineStore:
             ) from exc
 
 
-def _document(measurement: Measurement, summary: Summary, provenance: Provenance) -> dict[str, Any]:
-    body = measurement.to_dict()
-    body.pop("fingerprint", None)  # stored once, at the top level
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": KIND,
-        "measurement": body,
-        "summary": summary.to_dict(),
-        "fingerprint": measurement.fingerprint.redacted().to_dict(),
-        "provenance": provenance.to_dict(),
-    }
+def _document(runs: list[StoredRun]) -> dict[str, Any]:
+    """The schema-2 document; per-request records only for the newest run (the file stays reviewable)."""
+    bodies = [run.to_dict() for run in runs]
+    for body in bodies[:-1]:
+        for round_ in body["measurement"]["rounds"]:
+            round_["records"] = []
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "runs": bodies}
 
 
 def dumps(document: dict[str, Any]) -> str:
@@ -278,12 +346,12 @@ def _move_aside(path: Path, why: str) -> Path:
     return target
 
 
-def _old_summary(path: Path) -> tuple[Summary | None, str | None]:
-    """Summary of the file about to be replaced; an unreadable one is reported, not fatal."""
+def _old_history(path: Path) -> tuple[StoredBaseline | None, str | None]:
+    """The history about to be appended to; an unreadable one is reported (and moved aside), not fatal."""
     if not path.exists():
         return None, None
     try:
-        return read_baseline(path).summary, None
+        return read_baseline(path), None
     except _NewerSchemaError as exc:
         raise StoreError(
             f"{path}: refusing to overwrite a baseline of schema_version {exc.version}, newer than this "
@@ -299,27 +367,38 @@ def read_baseline(path: Path) -> StoredBaseline:
     """Parse and validate one stored file; StoreError names the file and what is wrong.
 
     The summary is recomputed from the rounds: the stored one is for reviewers, and a hand
-    edit to it must not change what the plugin compares against.
+    edit to it must not change what the plugin compares against. A schema-1 file (one baseline,
+    no history) reads as a history of one run in segment 0.
     """
     data = _read_json(path)
-    _check_header(path, data)
+    version = _check_header(path, data)
     try:
-        fingerprint = Fingerprint.from_dict(data["fingerprint"])
-        measurement = Measurement.from_dict(data["measurement"], fingerprint=fingerprint)
-        provenance = Provenance.from_dict(data["provenance"])
-        summary = Summary.of(measurement)
+        if version == 1:
+            runs = [_read_run(data, segment=0)]
+        else:
+            listed = data["runs"]
+            if not isinstance(listed, list) or not listed:
+                raise ValueError("runs must be a non-empty list")
+            runs = [_read_run(run, segment=int(run["segment"])) for run in listed]
     except KeyError as exc:
         raise StoreError(f"{path}: corrupt baseline: missing field {exc}") from exc
     except (TypeError, ValueError, AttributeError) as exc:
         raise StoreError(f"{path}: corrupt baseline: {exc}") from exc
-    return StoredBaseline(measurement, summary, provenance, path)
+    newest = runs[-1]
+    return StoredBaseline(newest.measurement, newest.summary, newest.provenance, path, tuple(runs), version)
+
+
+def _read_run(data: dict[str, Any], *, segment: int) -> StoredRun:
+    fingerprint = Fingerprint.from_dict(data["fingerprint"])
+    measurement = Measurement.from_dict(data["measurement"], fingerprint=fingerprint)
+    return StoredRun(measurement, Summary.of(measurement), Provenance.from_dict(data["provenance"]), segment)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, StoreError, "stored baseline")
 
 
-def _check_header(path: Path, data: dict[str, Any]) -> None:
+def _check_header(path: Path, data: dict[str, Any]) -> int:
     if data.get("kind") != KIND:
         raise StoreError(f"{path}: not a pytest-specperf baseline (kind={data.get('kind')!r})")
     version = data.get("schema_version")
@@ -332,3 +411,4 @@ def _check_header(path: Path, data: dict[str, Any]) -> None:
             "upgrade pytest-specperf to read it",
             version,
         )
+    return version

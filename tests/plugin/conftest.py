@@ -107,6 +107,7 @@ def config_text(token: str, *, extra: str = "", servers: str = SPEC_SERVERS, wor
         sim_profile = "kimi-k2.5-tp8"
         sim_time_scale = 0.02
         rounds = 2
+        run_to_run_cv = 0
         startup_timeout = 60
         stop_timeout = 10
         """)

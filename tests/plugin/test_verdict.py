@@ -77,7 +77,8 @@ def test_a_slower_simulator_is_a_regression(make_suite) -> None:
     result.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (4 rounds) vs baseline * (4 rounds): ratio 0.8*, allowed -5%: REGRESSION*",
+            "*output_throughput: * tok/s (4 rounds) vs baseline * (1 recorded run, prior*): ratio 0.8*, "
+            "allowed -5%: REGRESSION*",
         ]
     )
 
@@ -217,7 +218,7 @@ def test_xdist_update_race_loses_nothing(make_suite) -> None:
     files = stored_files(suite)
     assert [f.parent.name for f in files] == ["eagle3-2step", "eagle3-5step", "plain"]
     for f in files:
-        assert json.loads(f.read_text())["summary"]["rounds"] == 4
+        assert json.loads(f.read_text())["runs"][-1]["summary"]["rounds"] == 4
     suite.run("-n", "2", subprocess=True).assert_outcomes(passed=3)
 
 
@@ -231,7 +232,7 @@ def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyP
     for secret in ("hf_topsecretvalue123", "sk-serverkey456", "tok-789"):
         assert not any(secret in text for text in texts), secret
     stored = json.loads(stored_files(suite)[0].read_text())
-    assert stored["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
+    assert stored["runs"][-1]["fingerprint"]["environment"]["SGLANG_API_TOKEN"] == "<redacted>"
 
 
 def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite, one_spec_server) -> None:
@@ -271,3 +272,54 @@ def test_a_plain_server_has_accept_length_one(make_suite) -> None:
         "    pass\n",
     )
     suite.run().assert_outcomes(passed=1)
+
+
+MISSING_SPEEDUP_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step", min_speedup=50)
+def test_perf(specperf):
+    pass
+"""
+
+
+def test_update_stores_only_runs_whose_checks_held(make_suite) -> None:
+    """Runs are stored after their checks: a MISSED check keeps the run out (the report says so), the
+    reference (no failed check) is stored, and --specperf-update-force stores it anyway."""
+    suite = verdict_suite(make_suite, MISSING_SPEEDUP_TEST)
+    result = suite.run("--specperf-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*not stored eagle3-5step/default/c1: a check MISSED (REGRESSION) "
+            "(--specperf-update-force stores it anyway)*",
+        ]
+    )
+    assert [p.parent.name for p in stored_files(suite)] == ["plain"]
+    forced = suite.run("--specperf-update-force")
+    forced.assert_outcomes(failed=1)
+    assert [p.parent.name for p in stored_files(suite)] == ["eagle3-5step", "plain"]
+    assert "not stored" not in forced.stdout.str()
+
+
+def test_record_appends_and_update_starts_a_segment(make_suite) -> None:
+    """Segment mechanics (a wide tolerance: a loaded machine's slow night is not what is tested here)."""
+    suite = verdict_suite(make_suite, extra="max_regression = 0.5\nmax_regression_accept_length = 0.5\n")
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    for _ in range(2):
+        suite.run("--specperf-record").assert_outcomes(passed=1)
+    recorded = suite.run("--specperf-record")
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(
+        [
+            "*recorded runs (--specperf-record), last → tonight tok/s:*",
+            "*eagle3-5step/default/c1: * → *segment 0, 4 runs)*",
+        ]
+    )
+    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0]
+    checked = suite.run()
+    checked.assert_outcomes(passed=1)
+    assert len(json.loads(path.read_text())["runs"]) == 4  # a plain run stores nothing
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0, 1]

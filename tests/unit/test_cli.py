@@ -58,6 +58,24 @@ def test_show_lists_stored_baselines(tmp_path: Path, capsys) -> None:
     assert max(len(line) for line in lines) <= 120
 
 
+def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys) -> None:
+    store = BaselineStore(tmp_path / ".specperf")
+    store.save(plain(), suite_dir=None)
+    nights = [71.0, 71.2, 70.9, 71.1, 71.0, 71.1, 65.3, 65.2, 65.4]  # -8% from the 7th run
+    for tok_s in nights:
+        store.save(five(tok_s), suite_dir=None, new_segment=False)
+    store.save(five(80.0), suite_dir=None, new_segment=True)  # an intended change
+    code, out, _ = run(capsys, "history", "eagle3-5step", "--store", tmp_path / ".specperf")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("eagle3-5step/chat/c1: 10 runs, ") and "plain" not in out
+    assert lines[1].split()[:7] == ["run", "stored", "commit", "segment", "tok/s", "τ", "rounds"]
+    row = {line.split()[0]: line for line in lines[3:] if line.strip()}
+    assert "tok/s -8." in row["7"] and "change" not in row["6"]
+    assert "new segment (--specperf-update)" in row["10"]
+    assert run(capsys, "history", "nobody/chat", "--store", tmp_path / ".specperf")[1].startswith("no stored history")
+
+
 def test_show_defaults_to_dot_specperf(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".specperf").mkdir()

@@ -146,13 +146,16 @@ def test_file_is_pretty_key_sorted_json(store: BaselineStore) -> None:
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert data["schema_version"] == SCHEMA_VERSION == 2
     assert data["kind"] == "pytest-specperf baseline"
-    assert set(data) == {"schema_version", "kind", "measurement", "summary", "fingerprint", "provenance"}
-    assert "fingerprint" not in data["measurement"]  # stored once
-    assert len(data["measurement"]["rounds"][0]["records"]) == 2
-    assert set(data["provenance"]) == {"created", "git_commit", "host", "specperf_version"}
-    assert data["provenance"]["created"].endswith("+00:00")
+    assert set(data) == {"schema_version", "kind", "runs"}
+    [run] = data["runs"]
+    assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment"}
+    assert "fingerprint" not in run["measurement"]  # stored once per run
+    assert len(run["measurement"]["rounds"][0]["records"]) == 2
+    assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version"}
+    assert run["provenance"]["created"].endswith("+00:00")
+    assert run["segment"] == 0
 
 
 def test_git_commit_in_provenance(store: BaselineStore, tmp_path: Path) -> None:
@@ -184,7 +187,7 @@ def test_names_are_sanitised_without_collisions(store: BaselineStore) -> None:
 def test_summary_is_recomputed_not_trusted(store: BaselineStore) -> None:
     path = store.save(measurement(), suite_dir=None).path
     data = json.loads(path.read_text())
-    data["summary"]["output_throughput"] = 999.0  # a hand edit
+    data["runs"][0]["summary"]["output_throughput"] = 999.0  # a hand edit
     path.write_text(json.dumps(data))
     assert store.load(KEY).summary.output_throughput == 72.0
 
@@ -273,7 +276,9 @@ def _worker(root: str, worker: int, results: multiprocessing.Queue) -> None:
     own = MeasurementKey(f"server-{worker}", "chat", 1)
     for i in range(SAVES):
         store.save(measurement(key=own, throughputs=(float(i),)), suite_dir=None)
-        result = store.save(measurement(key=SHARED, throughputs=(worker * 100.0 + i,)), suite_dir=None)
+        result = store.save(
+            measurement(key=SHARED, throughputs=(worker * 100.0 + i,)), suite_dir=None, new_segment=False, history=1000
+        )
         old = None if result.old is None else result.old.output_throughput
         results.put((old, result.new.output_throughput))
 
@@ -301,6 +306,10 @@ def test_concurrent_saves_lose_nothing(store: BaselineStore) -> None:
     olds = sorted((old for old, _ in pairs), key=lambda v: -1 if v is None else v)
     news = sorted(new for _, new in pairs)
     assert olds[0] is None and olds[1:] == [v for v in news if v != final]
+    # Every append of the shared key is in its history, each after the one it followed.
+    history = [run.summary.output_throughput for run in store.load(SHARED).runs]
+    assert sorted(history) == news and history[-1] == final
+    assert {run.segment for run in store.load(SHARED).runs} == {0}
     assert leftovers(store.root) == []
 
 
@@ -331,13 +340,15 @@ def test_bad_json_names_the_file(store: BaselineStore) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.pop("measurement"), "missing field 'measurement'"),
-        (lambda d: d["measurement"].pop("rounds"), "missing field 'rounds'"),
-        (lambda d: d["measurement"]["rounds"][0].pop("ttft_ms"), "missing field 'ttft_ms'"),
-        (lambda d: d.pop("fingerprint"), "missing field 'fingerprint'"),
-        (lambda d: d["fingerprint"].pop("identity"), "fingerprint.identity must be an object"),
-        (lambda d: d["provenance"].pop("host"), "missing field 'host'"),
-        (lambda d: d["measurement"]["rounds"][0].update(output_throughput="fast"), "corrupt baseline"),
+        (lambda d: d.pop("runs"), "missing field 'runs'"),
+        (lambda d: d["runs"][0].pop("measurement"), "missing field 'measurement'"),
+        (lambda d: d["runs"][0].pop("segment"), "missing field 'segment'"),
+        (lambda d: d["runs"][0]["measurement"].pop("rounds"), "missing field 'rounds'"),
+        (lambda d: d["runs"][0]["measurement"]["rounds"][0].pop("ttft_ms"), "missing field 'ttft_ms'"),
+        (lambda d: d["runs"][0].pop("fingerprint"), "missing field 'fingerprint'"),
+        (lambda d: d["runs"][0]["fingerprint"].pop("identity"), "fingerprint.identity must be an object"),
+        (lambda d: d["runs"][0]["provenance"].pop("host"), "missing field 'host'"),
+        (lambda d: d["runs"][0]["measurement"]["rounds"][0].update(output_throughput="fast"), "corrupt baseline"),
         (lambda d: d.update(schema_version="1"), "bad schema_version '1'"),
         (lambda d: d.update(kind="something else"), "not a pytest-specperf baseline"),
     ],
@@ -421,3 +432,69 @@ def test_load_never_writes(store: BaselineStore) -> None:
     with pytest.raises(StoreError):
         store.load(KEY)
     assert path.read_text() == "garbage" and os.stat(path).st_mtime_ns == mtime
+
+
+# --- history ----------------------------------------------------------------------------------
+
+
+def test_record_appends_update_starts_a_segment(store: BaselineStore) -> None:
+    store.save(measurement(throughputs=(70.0,)), suite_dir=None)
+    store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False)
+    result = store.save(measurement(throughputs=(60.0,)), suite_dir=None, new_segment=True)
+    store.save(measurement(throughputs=(61.0,)), suite_dir=None, new_segment=False)
+    loaded = store.load(KEY)
+    series = [(r.segment, r.summary.output_throughput) for r in loaded.runs]
+    assert series == [(0, 70.0), (0, 71.0), (1, 60.0), (1, 61.0)]
+    assert [r.summary.output_throughput for r in loaded.current_segment] == [60.0, 61.0]
+    assert result.segment == 1 and result.runs == 3 and result.old.output_throughput == 71.0
+    assert loaded.summary.output_throughput == 61.0  # the newest run is the single baseline
+
+
+def test_history_is_capped_oldest_dropped(store: BaselineStore) -> None:
+    for value in range(1, 8):
+        result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
+    assert result.runs == 3
+    assert [r.summary.output_throughput for r in store.load(KEY).runs] == [5.0, 6.0, 7.0]
+
+
+def test_records_kept_for_newest_run_only(store: BaselineStore) -> None:
+    for value in (1.0, 2.0, 3.0):
+        path = store.save(measurement(throughputs=(value, value)), suite_dir=None, new_segment=False).path
+    runs = json.loads(path.read_text())["runs"]
+    assert [len(run["measurement"]["rounds"][0]["records"]) for run in runs] == [0, 0, 2]
+    # the older runs still carry every per-round sample
+    samples = [r.measurement.samples("output_throughput") for r in store.load(KEY).runs]
+    assert samples == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+
+
+def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: BaselineStore) -> None:
+    m = measurement(throughputs=(70.0, 72.0))
+    body = m.to_dict()
+    body.pop("fingerprint")
+    legacy = {
+        "schema_version": 1,
+        "kind": "pytest-specperf baseline",
+        "measurement": body,
+        "summary": Summary.of(m).to_dict(),
+        "fingerprint": FINGERPRINT.to_dict(),
+        "provenance": {
+            "created": "2026-11-12T01:00:00+00:00", "git_commit": "abc1234", "host": "h", "specperf_version": "0",
+        },
+    }
+    path = write_raw(store, json.dumps(legacy))
+    loaded = store.load(KEY)
+    assert loaded.schema_version == 1 and len(loaded.runs) == 1 and loaded.segment == 0
+    assert loaded.measurement == m and loaded.provenance.git_commit == "abc1234"
+    assert path.read_text() == json.dumps(legacy)  # reading never rewrites
+    result = store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 2 and result.old.output_throughput == 71.0
+    assert [run["provenance"]["git_commit"] for run in data["runs"]] == ["abc1234", None]
+    assert [r.summary.output_throughput for r in store.load(KEY).current_segment] == [71.0, 71.0]
+
+
+def test_empty_runs_is_corrupt(store: BaselineStore) -> None:
+    path = write_raw(store, json.dumps({"schema_version": 2, "kind": "pytest-specperf baseline", "runs": []}))
+    with pytest.raises(StoreError, match="corrupt baseline: runs must be a non-empty list") as info:
+        store.load(KEY)
+    assert str(path) in str(info.value)
