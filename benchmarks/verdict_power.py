@@ -223,7 +223,7 @@ def simulate_nights(cell: NightCell) -> NightResult:
             hist[column] += caught_history == 0
             hist[column + 1] += caught_history is not None
     t = cell.trials
-    return NightResult(cell, tuple(single / t), tuple(hist / t))  # type: ignore[arg-type]
+    return NightResult(cell, tuple(single / t), tuple(hist / t))
 
 
 def render_nights(results: list[NightResult], trials: int, seed: int) -> str:

@@ -190,3 +190,22 @@ def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> No
     assert sentence.endswith("since the run of 2026-11-16 (commit c6aaaaa)")
     result = evaluate(tonight, None, None, LIMITS, stored, updating=False)
     assert result.changes == [sentence]
+
+
+def test_a_night_beyond_the_tolerance_is_not_recorded_even_when_inconclusive(tmp_path: Path) -> None:
+    """-6% with one stored run (prior 2%): not a credible regression, but recording it would let the
+    history absorb a real change night by night."""
+    from pytest_specperf.session import Options, SpecperfSession
+
+    stored = baseline_of(spec([700, 701, 699, 700, 700]), tmp_path / "b.json")
+    tonight = spec([658, 659, 657, 658, 658])
+    evaluation = evaluate(tonight, None, None, LIMITS, stored, updating=False)
+    assert evaluation.verdict is Verdict.INCONCLUSIVE
+    session = SpecperfSession(CONFIG, Options(record=True), tmp_path)
+    session._note_suspect(tonight.key, evaluation, LIMITS)
+    reason = session._unfit_to_store(tonight.key, tonight)
+    assert reason is not None and reason.startswith("output_throughput -6.0% against its history, beyond the")
+    steady = spec([690, 691, 689, 690, 690])  # -1.4%: recorded
+    fresh = SpecperfSession(CONFIG, Options(record=True), tmp_path)
+    fresh._note_suspect(steady.key, evaluate(steady, None, None, LIMITS, stored, updating=False), LIMITS)
+    assert fresh._unfit_to_store(steady.key, steady) is None
