@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
-from pytest_specperf.measure.machinelock import Holding, MachineLock
+from pytest_specperf.measure.machinelock import Holding, MachineLock, is_wait_note
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
@@ -276,8 +276,9 @@ class SpecperfSession:
             return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
-        if measurement.warnings:
-            return f"sanity warning: {measurement.warnings[0]}"
+        disturbing = [w for w in measurement.warnings if not is_wait_note(w)]  # waiting disturbed nothing
+        if disturbing:
+            return f"sanity warning: {disturbing[0]}"
         return None
 
     def finished(self, nodeid: str) -> None:

@@ -103,6 +103,11 @@ class Holding:
         return out
 
 
+def is_wait_note(warning: str) -> bool:
+    """A note that this measurement waited for another session's: it was not disturbed by it."""
+    return warning.startswith("waited ") and "another session's measurement" in warning
+
+
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 

@@ -139,12 +139,12 @@ def test_read_only_store_is_a_one_line_error(make_suite, immutable) -> None:
     make_immutable(immutable, suite.pytester.path / ".specperf" / "eagle3-5step")
     report = suite.pytester.path / "out.json"
     result = suite.run("--specperf-update", f"--specperf-json={report}")
+    # the test passed; its run is stored after the checks, and a store that cannot be written fails the session
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("errors", 0) + outcomes.get("failed", 0) == 1, outcomes
-    assert_one_line_error(result, "eagle3-5step", "cannot write the baseline", "Operation not permitted")
-    errors = [line for line in result.outlines if "default-c1.json: cannot write the baseline" in line]
-    assert len(errors) == 1 and errors[0].endswith("at a writable directory"), errors  # file, what, fix
+    assert result.parseoutcomes() == {"passed": 1}
+    text = " ".join(result.stdout.str().split())
+    assert "eagle3-5step/default-c1.json: cannot write the baseline (Operation not permitted" in text
+    assert "at a writable directory" in text and "Traceback" not in text
     assert table_verdict(result, "eagle3-5step") == "ERROR"
     assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
     after = stored(suite)
@@ -202,7 +202,7 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
     files = stored(suite)
     assert sorted(files) == ["eagle3-2step/default-c1.json", "eagle3-5step/default-c1.json", "plain/default-c1.json"]
     for text in files.values():
-        assert json.loads(text)["summary"]["rounds"] >= 2
+        assert json.loads(text)["runs"][-1]["summary"]["rounds"] >= 2
 
 
 def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> None:
@@ -221,8 +221,11 @@ def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> 
     result.assert_outcomes(passed=1)
     warnings = json.loads(report.read_text())["warnings"]
     assert any("another measurement overlapped" in w and "other/default/c1" in w for w in warnings), warnings
-    stored_plain = json.loads((path / ".specperf" / "plain" / "default-c1.json").read_text())
-    assert any("overlapped" in w for w in stored_plain["measurement"]["warnings"])
+    # a disturbed run is not the new normal: it is not stored, and the report says why
+    assert not (path / ".specperf" / "plain" / "default-c1.json").exists()
+    assert any(
+        w.startswith("not stored plain/default/c1: sanity warning: another measurement overlapped") for w in warnings
+    )
 
 
 def waiting_sessions(lock_dir: Path) -> set[str]:
@@ -280,7 +283,7 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
     for text in [result.stdout.str(), result.stderr.str(), *(p.read_text(errors="replace") for p in written)]:
         assert HF_VALUE not in text and SK_VALUE not in text
     stored = json.loads((suite.pytester.path / ".specperf" / "plain" / "default-c1.json").read_text())
-    assert stored["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
+    assert stored["runs"][-1]["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
 
 
 def test_json_path_after_a_space_outside_the_suite_keeps_the_config(make_suite, tmp_path_factory) -> None:

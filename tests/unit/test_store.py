@@ -478,7 +478,10 @@ def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: Baseli
         "summary": Summary.of(m).to_dict(),
         "fingerprint": FINGERPRINT.to_dict(),
         "provenance": {
-            "created": "2026-11-12T01:00:00+00:00", "git_commit": "abc1234", "host": "h", "specperf_version": "0",
+            "created": "2026-11-12T01:00:00+00:00",
+            "git_commit": "abc1234",
+            "host": "h",
+            "specperf_version": "0",
         },
     }
     path = write_raw(store, json.dumps(legacy))
