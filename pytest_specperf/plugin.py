@@ -415,10 +415,13 @@ class SpecperfPlugin:
                 pytest.fail(message + "; --specperf-strict fails it", pytrace=False)
             warnings.warn(SpecperfWarning(message), stacklevel=1)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._shutdown()
         if self.session is not None:
-            self.session.store_results()  # every check of the session's measurements has run
+            if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, SIGTERM: checks never ran to the end
+                self.session.storing_interrupted()
+            else:
+                self.session.store_results()  # every check of the session's measurements has run
             if self.session.store_failed:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         workeroutput = getattr(self.pytest_config, "workeroutput", None)

@@ -261,6 +261,12 @@ class SpecperfSession:
                 self.record_error(key, str(exc))
                 self.store_failed = True
 
+    def storing_interrupted(self) -> None:
+        """An interrupted session stores nothing: its tests' checks did not all run."""
+        if self.storing and self.worker is None:
+            for key in self.measurements:
+                self.not_stored[key] = "the session was interrupted before every check ran"
+
     def _unfit_to_store(self, key: MeasurementKey, measurement: Measurement) -> str | None:
         """Why this run must not enter the history (None: it may)."""
         verdicts = self.verdicts.get(key, [])
