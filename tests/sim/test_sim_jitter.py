@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from pytest_specperf.sim.cli import ConfigError, parse_config
+from pytest_specperf.sim.cli import SimConfigError, parse_config
 from pytest_specperf.sim.engine import Engine, EngineSettings
 from pytest_specperf.sim.profile import load_profile
 
@@ -51,5 +51,5 @@ def test_round_factor_is_redrawn_at_every_flush() -> None:
 def test_jitter_flags_are_validated(flag: str) -> None:
     base = ["--model-path", "m", "--port", "1234"]
     assert getattr(parse_config([*base, flag, "0.02"]).sim, flag[6:].replace("-", "_")) == 0.02
-    with pytest.raises(ConfigError, match=f"{flag} must be a CV in"):
+    with pytest.raises(SimConfigError, match=f"{flag} must be a CV in"):
         parse_config([*base, flag, "-0.1"])
