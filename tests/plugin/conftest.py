@@ -62,6 +62,36 @@ warmup = 1
 """
 
 
+#: long enough answers (qa prompts, no early stop) that rounds are steady on a loaded machine
+STEADY_WORKLOAD = """
+[specperf.workloads.default]
+prompts = "builtin:qa"
+num_requests = 4
+max_new_tokens = 32
+ignore_eos = true
+warmup = 1
+"""
+
+#: the tiny workload at two concurrency levels (a sweep)
+TWO_LEVEL_WORKLOAD = """
+[specperf.workloads.default]
+prompts = "builtin:chat"
+num_requests = 4
+max_new_tokens = 24
+warmup = 1
+concurrency = [1, 2]
+"""
+
+#: one marked test of the 5-step server, with an empty body
+ONE_MEASURED_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step")
+def test_perf(specperf):
+    pass
+"""
+
+
 @dataclass
 class Suite:
     """A generated test suite and how to find what it left behind."""

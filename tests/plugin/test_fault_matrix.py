@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+from conftest import TWO_LEVEL_WORKLOAD
 from test_servers import pytest_blocked_in_a_test
 
 SPEC_TEST = """
@@ -20,15 +21,6 @@ import pytest
 @pytest.mark.specperf(server="eagle3-5step", min_speedup=0.5)
 def test_speedup(specperf):
     pass
-"""
-
-TWO_LEVELS = """
-[specperf.workloads.default]
-prompts = "builtin:chat"
-num_requests = 4
-max_new_tokens = 24
-warmup = 1
-concurrency = [1, 2]
 """
 
 
@@ -43,7 +35,9 @@ def report_rows(path: Path) -> dict[str, dict]:
 
 def test_many_failed_measurements_are_all_reported(make_suite, one_spec_server) -> None:
     """Two or more failed measurements used to crash the session end ('<' between MeasurementKeys)."""
-    suite = make_suite(SPEC_TEST, servers=one_spec_server('sim_args = ["--sim-fail-at-startup"]'), workloads=TWO_LEVELS)
+    suite = make_suite(
+        SPEC_TEST, servers=one_spec_server('sim_args = ["--sim-fail-at-startup"]'), workloads=TWO_LEVEL_WORKLOAD
+    )
     report = suite.pytester.path / "report.json"
     result = suite.run(f"--specperf-json={report}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

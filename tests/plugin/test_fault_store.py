@@ -17,29 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 from pytest_specperf.measure.machinelock import MachineLock
 
-WORKLOAD = """
-[specperf.workloads.default]
-prompts = "builtin:qa"
-num_requests = 4
-max_new_tokens = 32
-ignore_eos = true
-warmup = 1
-"""
 
-ONE_TEST = """
-import pytest
-
-@pytest.mark.specperf(server="eagle3-5step")
-def test_perf(specperf):
-    pass
-"""
-
-
-def store_suite(make_suite, tests: str = ONE_TEST, extra: str = ""):
-    return make_suite(tests, extra=extra, workloads=WORKLOAD)
+def store_suite(make_suite, tests: str = ONE_MEASURED_TEST, extra: str = ""):
+    return make_suite(tests, extra=extra, workloads=STEADY_WORKLOAD)
 
 
 def stored(suite) -> dict[str, str]:
@@ -163,8 +147,8 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
     suite = store_suite(
         make_suite,
         {
-            "test_a": ONE_TEST,
-            "test_b": ONE_TEST.replace('server="eagle3-5step"', 'server="eagle3-2step"'),
+            "test_a": ONE_MEASURED_TEST,
+            "test_b": ONE_MEASURED_TEST.replace('server="eagle3-5step"', 'server="eagle3-2step"'),
         },
     )
     path = suite.pytester.path
@@ -208,7 +192,7 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
 def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> None:
     """A measurement recorded by another session on the same GPUs during ours (it used another
     lock folder, or overlapping GPU sets) becomes a warning on the row and in the baseline."""
-    suite = store_suite(make_suite, ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'))
+    suite = store_suite(make_suite, ONE_MEASURED_TEST.replace('server="eagle3-5step"', 'server="plain"'))
     path = suite.pytester.path
     lock_dir = path / "machine-locks"
     lock_dir.mkdir()
@@ -250,7 +234,7 @@ def wait_for(condition, *, timeout: float, procs) -> None:
 def test_server_error_is_printed_once(make_suite) -> None:
     """A server that cannot start: its error appears once per test, not again as "During handling ..."."""
     suite = make_suite(
-        ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'),
+        ONE_MEASURED_TEST.replace('server="eagle3-5step"', 'server="plain"'),
         servers='[specperf.servers.plain]\nsim_args = ["--sim-fail-at-startup"]\n',
     )
     result = suite.run()
@@ -289,7 +273,7 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
 def test_json_path_after_a_space_outside_the_suite_keeps_the_config(make_suite, tmp_path_factory) -> None:
     """`--specperf-json PATH` (space, existing file elsewhere): pytest takes PATH for its rootdir
     before the plugin's options are known; the plugin still finds the suite's config."""
-    suite = store_suite(make_suite, ONE_TEST.replace('server="eagle3-5step"', 'server="plain"'))
+    suite = store_suite(make_suite, ONE_MEASURED_TEST.replace('server="eagle3-5step"', 'server="plain"'))
     outside = tmp_path_factory.mktemp("elsewhere") / "out.json"
     outside.write_text("{}")
     result = suite.run("--specperf-json", str(outside))

@@ -5,27 +5,12 @@ from __future__ import annotations
 
 import json
 
-from conftest import ONE_SPEC_SERVER
+from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 JITTER = 'sim_args = ["--sim-run-jitter", "0.02", "--sim-round-jitter", "0.01"]\n'
 SERVERS = ONE_SPEC_SERVER.replace("[specperf.servers.plain]\n", "[specperf.servers.plain]\n" + JITTER).replace(
     "num_draft_tokens = 6\n", "num_draft_tokens = 6\n" + JITTER
 )
-WORKLOAD = """
-[specperf.workloads.default]
-prompts = "builtin:qa"
-num_requests = 4
-max_new_tokens = 32
-ignore_eos = true
-warmup = 1
-"""
-TEST = """
-import pytest
-
-@pytest.mark.specperf(server="eagle3-5step")
-def test_perf(specperf):
-    pass
-"""
 
 
 def runs_of(suite) -> list[dict]:
@@ -35,7 +20,9 @@ def runs_of(suite) -> list[dict]:
 
 def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite) -> None:
     # the prior is the config's default (2%): the simulator now has run-to-run spread
-    suite = make_suite(TEST, extra="rounds = 4\nrun_to_run_cv = 0.02\n", servers=SERVERS, workloads=WORKLOAD)
+    suite = make_suite(
+        ONE_MEASURED_TEST, extra="rounds = 4\nrun_to_run_cv = 0.02\n", servers=SERVERS, workloads=STEADY_WORKLOAD
+    )
     toml = suite.pytester.path / "specperf.toml"
     # a slower modelled clock: at 0.02 a loaded CI machine's scheduling noise would swamp the jitter
     toml.write_text(

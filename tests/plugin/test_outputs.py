@@ -7,6 +7,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from conftest import TWO_LEVEL_WORKLOAD
 
 from pytest_specperf.report.schema import validate
 
@@ -16,15 +17,6 @@ import pytest
 @pytest.mark.specperf(min_speedup=1.0)
 def test_speedup(specperf):
     pass
-"""
-
-SWEEP_WORKLOAD = """
-[specperf.workloads.default]
-prompts = "builtin:chat"
-num_requests = 4
-max_new_tokens = 24
-warmup = 1
-concurrency = [1, 2]
 """
 
 
@@ -91,7 +83,9 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
 
 def test_plots_and_sweep_of_a_session(make_suite) -> None:
     pytest.importorskip("matplotlib")
-    suite = make_suite(SPEEDUP_TEST.replace("min_speedup=1.0", "accept_length=(1.0, None)"), workloads=SWEEP_WORKLOAD)
+    suite = make_suite(
+        SPEEDUP_TEST.replace("min_speedup=1.0", "accept_length=(1.0, None)"), workloads=TWO_LEVEL_WORKLOAD
+    )
     plots = suite.pytester.path / "plots"
     result = suite.run(f"--specperf-plot={plots}", f"--specperf-json={suite.pytester.path / 'r.json'}")
     result.assert_outcomes(passed=4)

@@ -7,29 +7,13 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
-VERDICT_WORKLOAD = """
-[specperf.workloads.default]
-prompts = "builtin:qa"
-num_requests = 4
-max_new_tokens = 32
-ignore_eos = true
-warmup = 1
-"""
-
-EMPTY_TEST = """
-import pytest
-
-@pytest.mark.specperf(server="eagle3-5step")
-def test_perf(specperf):
-    pass
-"""
+from conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 TUNED_ENV = 'env = { NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16" }\n'
 
 
-def verdict_suite(make_suite, tests: str = EMPTY_TEST, extra: str = "", **config: str):
-    config.setdefault("workloads", VERDICT_WORKLOAD)
+def verdict_suite(make_suite, tests: str = ONE_MEASURED_TEST, extra: str = "", **config: str):
+    config.setdefault("workloads", STEADY_WORKLOAD)
     suite = make_suite(tests, extra="rounds = 4\n" + extra, **config)
     toml = suite.pytester.path / "specperf.toml"
     toml.write_text(
