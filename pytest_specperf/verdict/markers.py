@@ -6,11 +6,11 @@ starts, never an exception 20 minutes into a night.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import ConfigError, did_you_mean
 from pytest_specperf.measure.records import MeasurementKey
@@ -174,9 +174,7 @@ def _per_level(value: Any, levels: list[int], where: str, parse: Any) -> Any:
 
 
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(where, f"must be a number > 0 (e.g. 1.1 for +10%), got {value!r}")
-    return float(value)
+    return check.number(value, where, minimum=0, exclusive_min=True, hint="1.1 for +10%")
 
 
 def _range(value: Any, where: str) -> Range:
@@ -215,12 +213,4 @@ def _lossless(value: Any, where: str) -> float | None:
 def _fraction(value: Any, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise ConfigError(where, f"must be a fraction in [0, 1) (0.05 = 5%), got {value!r}")
-    return float(value)
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(where, f"must be True or False, got {value!r}")
-    return value
+    return check.number(value, where, minimum=0, maximum=1, exclusive_max=True, hint="0.05 for 5%")
