@@ -31,23 +31,15 @@ MARKER_KEYS = (
 
 
 @dataclass(frozen=True)
-class Target:
-    """One parametrized case: a server config on a workload at one concurrency level."""
+class ServerCase:
+    """A test that needs a running server but measures nothing (the `specperf_server` fixture alone)."""
 
     server: str
-    workload: str | None = None
-    concurrency: int | None = None
 
-    @property
-    def measured(self) -> bool:
-        return self.workload is not None and self.concurrency is not None
 
-    @property
-    def key(self) -> MeasurementKey:
-        """The measurement this case is of; only for a measured case (a marked test)."""
-        if self.workload is None or self.concurrency is None:
-            raise ValueError(f"{self.server}: a server-only case has no measurement")
-        return MeasurementKey(self.server, self.workload, self.concurrency)
+#: What one parametrized test runs against: a server, or a measurement (server, workload, level).
+#: Two types, so code holding a measurement never meets a half-known one.
+Case = ServerCase | MeasurementKey
 
 
 @dataclass(frozen=True)
@@ -117,7 +109,7 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
     )
 
 
-def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target, str]]:
+def measured_cases(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[MeasurementKey, str]]:
     """Every (server, workload, level) case of a marker, with its test id."""
     cases = []
     for server in marker.servers:
@@ -129,7 +121,7 @@ def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target
                     parts.append(workload)
                 if len(levels) > 1:
                     parts.append(f"c{level}")
-                cases.append((Target(server, workload, level), "-".join(parts)))
+                cases.append((MeasurementKey(server, workload, level), "-".join(parts)))
     return cases
 
 
