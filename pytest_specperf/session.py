@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
-from pytest_specperf.measure.machinelock import Holding, MachineLock, is_wait_note
+from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
@@ -220,11 +220,14 @@ class SpecperfSession:
         return self.cache.lock if self.cache is not None else contextlib.nullcontext()
 
     def _note(self, measurement: Measurement, holding: Holding) -> None:
-        """Waits and overlaps become warnings of the measurement, so its report and baseline say so."""
-        for note in holding.notes():
-            measurement.warnings.append(note)
-            if self.progress:
-                self.progress(f"{measurement.key.label}: {note}")
+        """A wait becomes a note of the measurement, an overlap a warning: its report and baseline say so."""
+        wait = holding.wait_note()
+        if wait is not None:
+            measurement.notes.append(wait)
+        measurement.warnings += holding.disturbances()
+        if self.progress:
+            for line in [*([wait] if wait else []), *holding.disturbances()]:
+                self.progress(f"{measurement.key.label}: {line}")
 
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
@@ -287,9 +290,8 @@ class SpecperfSession:
             return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
-        disturbing = [w for w in measurement.warnings if not is_wait_note(w)]  # waiting disturbed nothing
-        if disturbing:
-            return f"sanity warning: {disturbing[0]}"
+        if measurement.warnings:
+            return f"sanity warning: {measurement.warnings[0]}"
         return None
 
     def finished(self, nodeid: str) -> None:
