@@ -25,7 +25,8 @@ from pytest_specperf.config.workloads import (
 )
 from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ServerError, StalledServer
-from pytest_specperf.measure.http import SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.load import run_requests
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.verdict.fingerprint import Fingerprint, capture
@@ -70,7 +71,7 @@ def summarise_round(
 
 
 def _stalled(
-    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: SGLangClient, concurrency: int = 0
+    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: ServerClient, concurrency: int = 0
 ) -> StalledServer:
     """The client's stall error, told about this server and workload (the session then stops it)."""
     log = f" (log: {server.log_path})" if server.log_path else ""
@@ -82,8 +83,8 @@ def _stalled(
     )
 
 
-def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> SGLangClient:
-    return SGLangClient(
+def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
+    return ServerClient(
         server.url, server.api_key, request_timeout=workload.effective_request_timeout,
         engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
     )  # fmt: skip
@@ -155,7 +156,7 @@ class Measurer:
         measurement.warnings.extend(sanity_warnings(measurement, info))
         return measurement
 
-    def _server_info(self, server: RunningServer, client: SGLangClient) -> dict[str, Any]:
+    def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
         """`/server_info` once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
         if key not in self._info:
@@ -168,7 +169,7 @@ class Measurer:
         return self._info[key]
 
     def _fingerprint(
-        self, server: RunningServer, client: SGLangClient, info: dict[str, Any], whash: str
+        self, server: RunningServer, client: ServerClient, info: dict[str, Any], whash: str
     ) -> Fingerprint:
         cfg = server.config
         try:
@@ -223,7 +224,7 @@ class Measurer:
     def _run(
         self,
         server: RunningServer,
-        client: SGLangClient,
+        client: ServerClient,
         workload: WorkloadConfig,
         plan: list[Prompt],
         concurrency: int,
@@ -239,7 +240,7 @@ class Measurer:
         server.check_alive()
         return list(result.records)
 
-    def _flush(self, server: RunningServer, client: SGLangClient, workload: WorkloadConfig) -> None:
+    def _flush(self, server: RunningServer, client: ServerClient, workload: WorkloadConfig) -> None:
         server.check_alive()
         if client.engine.flush_path is None:
             return  # the engine offers no cache reset (vLLM without dev mode): rounds may hit cached prefixes
