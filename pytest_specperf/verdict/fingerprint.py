@@ -29,15 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_specperf
-from pytest_specperf.redact import (  # noqa: F401  (re-exported: the fingerprint's users redact with it)
-    REDACTED,
-    SECRET_FLAGS,
-    is_secret_name,
-    redact_args,
-    redact_env,
-    redact_text,
-    redact_url,
-)
+from pytest_specperf.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 
 UNSET = "unset"
 
