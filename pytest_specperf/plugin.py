@@ -25,8 +25,9 @@ from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templat
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.session import Options, PlannedTest, SpecperfSession
-from pytest_specperf.verdict.checks import CheckResult, failure_message, incomparable_message
+from pytest_specperf.verdict.checks import CheckResult
 from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker, measured_cases, parse_marker
+from pytest_specperf.verdict.outcome import outcome_of
 
 SESSION_PLUGIN = "specperf-session"
 TARGET_PARAM = "specperf_server"
@@ -398,22 +399,15 @@ class SpecperfPlugin:
         item.user_properties.append(("specperf_verdict", evaluation.verdict.value))
         if result.speedup is not None:
             item.user_properties.append(("specperf_speedup", round(result.speedup, 4)))
-        if evaluation.incomparable:
-            message = incomparable_message(measurement, evaluation)
-            if self.options.on_incomparable == "fail":
-                pytest.fail(message, pytrace=False)
-            if self.options.on_incomparable == "skip":
-                pytest.skip(message)
+        outcome = outcome_of(
+            measurement, evaluation, on_incomparable=self.options.on_incomparable, strict=self.options.strict
+        )
+        for message in outcome.warnings:
             warnings.warn(SpecperfWarning(message), stacklevel=1)
-        if evaluation.missed:
-            pytest.fail(failure_message(measurement, evaluation, evaluation.missed), pytrace=False)
-        if evaluation.inconclusive:
-            message = failure_message(measurement, evaluation, evaluation.inconclusive)
-            message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
-            message += "".join(f"\n  {c.name}: {c.advice.reason}" for c in evaluation.inconclusive if c.advice)
-            if self.options.strict:
-                pytest.fail(message + "; --specperf-strict fails it", pytrace=False)
-            warnings.warn(SpecperfWarning(message), stacklevel=1)
+        if outcome.action == "fail":
+            pytest.fail(outcome.message or "", pytrace=False)
+        if outcome.action == "skip":
+            pytest.skip(outcome.message or "")
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._shutdown()
