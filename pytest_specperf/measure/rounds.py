@@ -200,7 +200,7 @@ class Measurer:
             server_env=server.launch_env,
             env_patterns=self.config.env_patterns,
             local=not server.attached,
-            engine=engine,
+            engine=engine_for(engine),
         )
 
     def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
