@@ -37,6 +37,7 @@ from pytest_specperf.engines.sglang import SGLang
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.measure.streams import ResponseStream, StreamError, short, sse_payloads
+from pytest_specperf.redact import redact_url
 
 _CONTROL_TIMEOUT = 30.0
 
@@ -136,6 +137,8 @@ class ServerClient:
         if request_timeout <= 0:
             raise ValueError("request_timeout must be > 0")
         self.base_url = base_url.rstrip("/")
+        #: the URL as messages show it: credentials and token-like query values hidden
+        self.shown_url = redact_url(self.base_url)
         self.request_timeout = request_timeout
         self.engine: Engine = engine or SGLang()
         self.model = model  # OpenAI endpoints of some engines (vLLM) route by model name
@@ -152,7 +155,7 @@ class ServerClient:
         self._local = threading.local()
 
     def __repr__(self) -> str:  # never show the key, even in a debugger or a pytest failure dump
-        return f"ServerClient({self.base_url!r}, api_key={'***' if self._api_key else None})"
+        return f"ServerClient({self.shown_url!r}, api_key={'***' if self._api_key else None})"
 
     # -- streamed generation ---------------------------------------------------------------
 
@@ -307,11 +310,11 @@ class ServerClient:
                 if isinstance(exc, TimeoutError):
                     raise StalledServer(
                         self._redact(
-                            f"POST {self.base_url}/flush_cache failed: {reason} (stall_timeout {stall_timeout:g} s); "
+                            f"POST {self.shown_url}/flush_cache failed: {reason} (stall_timeout {stall_timeout:g} s); "
                             "the server made no progress: it is hung (stopped, deadlocked, or a GPU fault)"
                         )
                     ) from None
-                raise ServerError(self._redact(f"POST {self.base_url}/flush_cache failed: {reason}")) from None
+                raise ServerError(self._redact(f"POST {self.shown_url}/flush_cache failed: {reason}")) from None
             if status == 200:
                 return True
             if status in (401, 403, 404):
@@ -343,7 +346,7 @@ class ServerClient:
         if data is None:
             data = self._json_or_none(old_path)
         if data is None:
-            raise ServerError(f"{self.base_url}: neither {path} nor {old_path} exists")
+            raise ServerError(f"{self.shown_url}: neither {path} nor {old_path} exists")
         return data
 
     def _json_or_none(self, path: str) -> dict[str, Any] | None:
@@ -362,7 +365,7 @@ class ServerClient:
         try:
             status, body = self._call(method, path, timeout=_CONTROL_TIMEOUT)
         except OSError as exc:
-            raise ServerError(self._redact(f"{method} {self.base_url}{path}: {exc}")) from None
+            raise ServerError(self._redact(f"{method} {self.shown_url}{path}: {exc}")) from None
         if status == 200 or (absent_ok and status in (404, 405)):
             return status, body
         raise ServerError(self._redact(f"{method} {path}: HTTP {status}: {short(body)}"))

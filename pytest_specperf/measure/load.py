@@ -138,7 +138,7 @@ class _Driver:
         silent = self.client.stalled_for()
         if silent > self.stall_timeout and self.failure is None:
             self.failure = StalledServer(
-                f"server at {self.client.base_url} made no progress for {silent:.0f} s (stall_timeout "
+                f"server at {self.client.shown_url} made no progress for {silent:.0f} s (stall_timeout "
                 f"{self.stall_timeout:g} s) with requests in flight: no byte of any answer arrived; it is "
                 "hung (stopped, deadlocked, or a GPU fault)"
             )

@@ -76,7 +76,7 @@ def _stalled(
     """The client's stall error, told about this server and workload (the session then stops it)."""
     log = f" (log: {server.log_path})" if server.log_path else ""
     level = f", concurrency {concurrency}" if concurrency else ""
-    what = str(exc).removeprefix(f"server at {client.base_url} ")
+    what = str(exc).removeprefix(f"server at {client.shown_url} ")
     return StalledServer(
         f"server {server.name!r} (workload {workload.name!r}{level}): {what}; "
         f"the measurement failed and the server is stopped{log}"

@@ -257,3 +257,13 @@ def test_flush_cache_waits_until_idle(sim_factory: Callable[..., SimServer]) -> 
     assert client.flush_cache(timeout=20)
     worker.join(timeout=20)
     assert records and records[0].ok
+
+
+def test_credentials_in_a_server_url_stay_out_of_messages() -> None:
+    client = ServerClient("http://alice:pw-s3cret@127.0.0.1:9/v1?token=tok-abc", request_timeout=2)
+    with pytest.raises(ServerError) as info:
+        client.server_info()
+    shown = [str(info.value), repr(client), client.generate(TEXT, FIXED, 0, time.perf_counter()).error or ""]
+    for text in shown:
+        assert "pw-s3cret" not in text and "tok-abc" not in text, text
+    assert "127.0.0.1:9" in str(info.value)
