@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             lossy_rate=config.sim.lossy_rate,
             run_jitter=config.sim.run_jitter,
             round_jitter=config.sim.round_jitter,
-            start_seed=0 if config.sim.seed_given else config.port,  # a given seed makes the start reproducible
+            start_seed=config.port if config.sim.start_seed is None else config.sim.start_seed,
             batch_acceptance=config.sim.batch_acceptance,
         )
     )

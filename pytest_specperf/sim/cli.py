@@ -60,8 +60,8 @@ class SimOptions:
     run_jitter: float = 0.0
     round_jitter: float = 0.0
     batch_acceptance: float = 0.0
-    seed_given: bool = False
-    """--sim-seed (or --random-seed) was given: a start's run factor then follows the seed alone."""
+    start_seed: int | None = None
+    """--sim-start-seed: which start this is, for the run and round factors (None: the port)."""
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="CV",
         help="one speed factor per server start with this CV (a GPU node's start-to-start spread); seeded "
-        "by --sim-seed when given (a reproducible night), else by the port (every start differs)",
+        "by --sim-seed and --sim-start-seed (default: the port, so every start differs)",
     )
     sim.add_argument(
         "--sim-round-jitter", type=float, default=0.0, metavar="CV", help="a speed factor per round with this CV"
+    )
+    sim.add_argument(
+        "--sim-start-seed",
+        type=int,
+        metavar="N",
+        help="which server start this is, for --sim-run-jitter and --sim-round-jitter only (acceptance keeps "
+        "following --sim-seed): a night given its own N is reproducible; default: the port",
     )
     sim.add_argument(
         "--sim-batch-acceptance",
@@ -310,7 +317,7 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         run_jitter=args.sim_run_jitter,
         round_jitter=args.sim_round_jitter,
         batch_acceptance=args.sim_batch_acceptance,
-        seed_given=args.sim_seed is not None or args.random_seed is not None,
+        start_seed=args.sim_start_seed,
     )
 
 

@@ -154,7 +154,7 @@ class EngineSettings:
     lossy_rate: float = 0.0
     run_jitter: float = 0.0  # CV of one speed factor drawn per server start (--sim-run-jitter)
     round_jitter: float = 0.0  # CV of a speed factor redrawn at every cache flush, i.e. per round
-    start_seed: int = 0  # tells starts apart (the port, or 0 with a given seed): one run factor per start
+    start_seed: int = 0  # tells starts apart (--sim-start-seed, else the port): one run factor per start
     batch_acceptance: float = 0.0  # CV of an acceptance factor per set of prompts sharing a decode step
 
 
