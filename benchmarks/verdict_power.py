@@ -10,18 +10,15 @@ MISSED is an alarm. Rounds are synthetic normal samples with the given coefficie
     python benchmarks/verdict_power.py --confidence 0.95    # explore another interval level
     python benchmarks/verdict_power.py --nights             # single baseline vs history, with night-to-night spread
     python benchmarks/verdict_power.py --nights --goal --trials 10000                         # goal cells only
-    python benchmarks/verdict_power.py --nights --goal --trials 10000 --history-rounds suspect  # the variant
 
 `--nights` simulates a nightly gate where every server start has its own offset (night SD): the
 single-baseline check (tonight's rounds vs one stored run's rounds, stats.decide_regression) and
 the history check (tonight vs the segment's recorded runs, verdict/history.py, prior
 run_to_run_cv 2% below 3 runs) side by side, both under the adaptive policy the plugin uses.
-`--history-rounds suspect` measures a variant of that policy: while the history check is
-INCONCLUSIVE and tonight's point estimate lies beyond the tolerance, add rounds up to max_rounds even
-when history.advise_history expects no resolution at the current point estimate (more rounds shrink
-tonight's round noise, which at round CV 3% is a third of the interval's variance, and move the point
-estimate). The full table takes ~1 min (advice) / ~3 min (suspect) at 2000 trials on 2 cores; `--goal`
-runs only the cells the detection goal is stated for.
+The history check adds rounds while INCONCLUSIVE as history.advise_history says: while rounds are
+expected to resolve it at tonight's estimate, and up to max_rounds while tonight's estimate lies
+beyond the tolerance. The full table takes ~3 min at 2000 trials on 2 cores; `--goal` runs only the
+cells the detection goal is stated for.
 
 A change equal to max_regression sits exactly on the tolerance: a MISSED there is the worst-case
 false alarm, and its rate is what the one-sided level bounds per look.
@@ -155,7 +152,6 @@ class NightCell:
     trials: int
     rounds: int = DEFAULT_ROUNDS
     max_rounds: int = DEFAULT_MAX_ROUNDS
-    policy: str = "advice"
 
 
 @dataclass(frozen=True)
@@ -181,16 +177,7 @@ def _single(current: list[float], baseline: list[float], rounds: int, max_rounds
         n += 1
 
 
-#: How the history check grows tonight's rounds while INCONCLUSIVE (`--history-rounds`):
-#: "advice" is the plugin's policy (history.advise_history: only while rounds alone are expected to
-#: resolve it at tonight's point estimate); "suspect" also keeps adding rounds, up to max_rounds, while
-#: the point estimate lies beyond the tolerance (a variant, not what the plugin does).
-HISTORY_ROUNDS = ("advice", "suspect")
-
-
-def _history(
-    current: list[float], runs: list[list[float]], rounds: int, max_rounds: int, policy: str = "advice"
-) -> tuple[bool, int, bool]:
+def _history(current: list[float], runs: list[list[float]], rounds: int, max_rounds: int) -> tuple[bool, int, bool]:
     """(alarm, rounds used, recorded): a run is recorded unless flagged or its ratio's point
     estimate lies beyond the tolerance (session.py: a suspect night does not become normal)."""
     n = rounds
@@ -202,7 +189,7 @@ def _history(
             alarm = outcome.decision is Decision.MISSED
             return alarm, n, not alarm and not suspect
         helps = advise_history(comparison, outcome.regression_bound, outcome.decision, max_rounds=max_rounds).helps
-        if not helps and not (policy == "suspect" and suspect):
+        if not helps:
             return False, n, not suspect
         n += 1
 
@@ -223,7 +210,7 @@ def simulate_nights(cell: NightCell) -> NightResult:
         alarm, n = _single(tonight, runs[-1], rounds, max_rounds)
         single[0] += alarm
         single[5] += n
-        alarm, n, _ = _history(tonight, runs, rounds, max_rounds, cell.policy)
+        alarm, n, _ = _history(tonight, runs, rounds, max_rounds)
         hist[0] += alarm
         hist[5] += n
         for column, change in ((1, 0.05), (3, 0.10)):
@@ -234,7 +221,7 @@ def simulate_nights(cell: NightCell) -> NightResult:
                 if caught_single is None and _single(current, runs[-1], rounds, max_rounds)[0]:
                     caught_single = night
                 if caught_history is None:
-                    alarm, _, recorded = _history(current, history, rounds, max_rounds, cell.policy)
+                    alarm, _, recorded = _history(current, history, rounds, max_rounds)
                     if alarm:
                         caught_history = night
                     elif recorded:
@@ -250,7 +237,7 @@ def simulate_nights(cell: NightCell) -> NightResult:
 def render_nights(results: list[NightResult], args: argparse.Namespace) -> str:
     lines = [
         f"single baseline (S) vs history (H): max_regression 5%, {args.rounds} rounds (+1 while INCONCLUSIVE, "
-        f"up to {args.max_rounds}; history rounds policy {args.history_rounds!r}), prior run_to_run_cv "
+        f"up to {args.max_rounds}; the history check as history.advise_history says), prior run_to_run_cv "
         f"{PRIOR_CV:.0%}; {args.trials} trials per cell, seed {args.seed}",
         f"FA: false REGRESSION per check; night: nights with >= 1 among {CHECKS_PER_NIGHT} independent checks",
         "",
@@ -285,7 +272,6 @@ def main_nights(args: argparse.Namespace) -> int:
                 cells.append(
                     NightCell(
                         sd, cv, recorded, int(seeds[index]), args.trials, args.rounds, args.max_rounds,
-                        args.history_rounds,
                     )
                 )  # fmt: skip
     start = time.perf_counter()
@@ -307,12 +293,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--direction", choices=[d.value for d in Direction], default="higher_is_better")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--nights", action="store_true", help="single baseline vs history under night-to-night spread")
-    p.add_argument(
-        "--history-rounds",
-        choices=HISTORY_ROUNDS,
-        default="advice",
-        help="--nights: how the history check adds rounds while INCONCLUSIVE (advice: the plugin's policy)",
-    )
     p.add_argument("--goal", action="store_true", help="--nights: only the cells of the detection goal (quick)")
     args = p.parse_args(argv)
     args.direction = Direction(args.direction)
