@@ -109,20 +109,27 @@ class Summary:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Who stored a baseline, when, and from which commit of the suite."""
+    """Who stored a baseline, when, from which commit of the suite, and in which pytest session.
+
+    `session` is the id of the session that stored the run: runs of two servers with the same id
+    were measured together (a speculative config and its reference), which is how a history of
+    speedups is paired. Runs stored before it existed have None.
+    """
 
     created: str
     git_commit: str | None
     host: str
     specperf_version: str
+    session: str | None = None
 
     @classmethod
-    def here(cls, suite_dir: Path | None) -> Provenance:
+    def here(cls, suite_dir: Path | None, session: str | None = None) -> Provenance:
         return cls(
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             git_commit=git_commit(suite_dir) if suite_dir is not None else None,
             host=socket.gethostname(),
             specperf_version=pytest_specperf.__version__,
+            session=session,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +137,8 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        optional = {"session"}
+        return cls(**{f.name: data.get(f.name) if f.name in optional else data[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -263,6 +271,7 @@ class BaselineStore:
         suite_dir: Path | None,
         new_segment: bool = True,
         history: int = DEFAULT_HISTORY,
+        session: str | None = None,
     ) -> SaveResult:
         """Append `measurement` to the history of its key, as a new segment or into the current one.
 
@@ -271,7 +280,8 @@ class BaselineStore:
         jobs appending at once both land. A previous file that is corrupt is moved aside
         (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one of a newer
         schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in this version's
-        schema would lose data. A store that cannot be written is one StoreError line.
+        schema would lose data. A store that cannot be written is one StoreError line. `session`
+        (the pytest session's id) pairs this run with the other servers' runs of the same session.
         """
         if not isinstance(measurement.fingerprint, Fingerprint):
             raise ValueError(
@@ -281,7 +291,7 @@ class BaselineStore:
         if history < 1:
             raise ValueError(f"history must keep at least 1 run, got {history}")
         new = Summary.of(measurement)
-        provenance = Provenance.here(suite_dir)
+        provenance = Provenance.here(suite_dir, session)
         dumps({"run": StoredRun(measurement, new, provenance, 0).to_dict()})  # fail before touching the store
         path = self.path_for(measurement.key)
         try:
