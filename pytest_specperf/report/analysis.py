@@ -188,7 +188,8 @@ def _row(
     history: dict[str, tuple[Point, ...]] = {}
     changes: tuple[HistoryChange, ...] = ()
     if comparable:
-        ref_history = reference_baseline if reference is not None and _comparable(reference_baseline, reference) else None
+        usable = reference is not None and _comparable(reference_baseline, reference)
+        ref_history = reference_baseline if usable else None
         for metric in KEY_METRICS:
             points = series(
                 measurement, baseline, metric, reference=reference, reference_baseline=ref_history, whole=True

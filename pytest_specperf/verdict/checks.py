@@ -361,10 +361,9 @@ def evaluate(
     evaluation = Evaluation(baseline=baseline, updating=updating)
     checks = evaluation.checks
     checks.append(check_errors(result, limits.max_error_rate))
-    if updating or not _comparable(baseline, result) or reference is None:
-        reference_baseline = None
-    elif not _comparable(reference_baseline, reference):
-        reference_baseline = None
+    usable = not updating and reference is not None and _comparable(baseline, result)
+    if not usable or reference is None or not _comparable(reference_baseline, reference):
+        reference_baseline = None  # recorded speedups need both histories, of this setup
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if minimum is not None:

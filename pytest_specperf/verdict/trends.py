@@ -90,7 +90,9 @@ def _throughputs(run: StoredRun) -> list[float]:
     return run.measurement.samples("output_throughput")
 
 
-def speedup_spread(baseline: StoredBaseline | None, reference: StoredBaseline | None) -> tuple[SpeedupSpread | None, int]:
+def speedup_spread(
+    baseline: StoredBaseline | None, reference: StoredBaseline | None
+) -> tuple[SpeedupSpread | None, int]:
     """The recorded speedups' start-to-start spread (None below history.MIN_RUNS pairs) and the
     number of pairs: the current segments' runs of both servers stored by the same sessions."""
     if baseline is None or reference is None:
@@ -160,10 +162,6 @@ def history_changes(
             continue
         change = changes[-1]
         first = points[change.index]
-        found.append(
-            HistoryChange(
-                tonight.key, metric, change.index, len(points), first.created, first.commit, change.change,
-                change.p_value,
-            )  # fmt: skip
-        )
+        where = (change.index, len(points), first.created, first.commit)
+        found.append(HistoryChange(tonight.key, metric, *where, change.change, change.p_value))
     return found

@@ -111,9 +111,7 @@ def test_a_speedup_that_moves_forms_a_change_point_of_its_own(tmp_path: Path) ->
     ref_runs = [[610.0 * (1 + 0.002 * ((i % 3) - 1))] * 5 for i in range(5)] + [[660.0] * 5] * 3
     stored = paired_history(spec_runs, tmp_path / "s.json", nights)
     ref_stored = paired_history(ref_runs, tmp_path / "r.json", nights, make=plain)
-    changes = history_changes(
-        spec([700.0] * 5), stored, reference=plain([660.0] * 5), reference_baseline=ref_stored
-    )
+    changes = history_changes(spec([700.0] * 5), stored, reference=plain([660.0] * 5), reference_baseline=ref_stored)
     assert [c.metric for c in changes] == ["speedup"]
     assert changes[0].index == 5 and changes[0].sentence.startswith("eagle3-5step chat c1 speedup -7.")
     assert changes[0].sentence.endswith("since the run of 2026-11-15 (commit c5aaaaa)")
@@ -261,8 +259,8 @@ def test_a_steady_history_decides_what_one_run_cannot(tmp_path: Path) -> None:
 def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> None:
     """Six nights at 700, then three at 644 (-8%), tonight at 644: the change point names the run it
     started with, by date and commit."""
-    from pytest_specperf.verdict.trends import history_changes
     from pytest_specperf.verdict.store import Provenance, StoredRun
+    from pytest_specperf.verdict.trends import history_changes
 
     nights = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(6)] + [[644.0] * 5] * 3
     runs = tuple(
