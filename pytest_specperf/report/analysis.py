@@ -188,6 +188,8 @@ def _row(
     history: dict[str, tuple[Point, ...]] = {}
     changes: tuple[HistoryChange, ...] = ()
     if comparable:
+        if reference is measurement or measurement.is_reference:
+            reference = None  # the reference has no speedup series
         usable = reference is not None and _comparable(reference_baseline, reference)
         ref_history = reference_baseline if usable else None
         for metric in KEY_METRICS:
