@@ -40,7 +40,7 @@ TREND_HEADER = "last 5"
 TREND_RUNS = 5
 #: A sparkline spans at least ±5% around the stored runs' median, so round-to-round wobble stays flat.
 TREND_SPAN = 0.05
-SPARK = "▁▂▃▄▅▆▇█"
+SPARK = "▁▂▃▄▅▆▇"  # odd: no change sits on the middle level
 COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")  # noqa: RUF001
 PERCENTILE_HEADERS = (
     "server",
