@@ -137,8 +137,8 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        optional = {"session"}
-        return cls(**{f.name: data.get(f.name) if f.name in optional else data[f.name] for f in fields(cls)})
+        required = {f.name: data[f.name] for f in fields(cls) if f.name != "session"}
+        return cls(**required, session=data.get("session"))  # no session: stored before session ids
 
 
 @dataclass(frozen=True)
