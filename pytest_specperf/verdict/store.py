@@ -19,7 +19,8 @@ sorted keys so that `--specperf-update` produces a small, readable diff in a pul
 
 A file holds the raw evidence (per-round samples, per-request records), the fingerprint (so a
 number never travels without its environment: docs/story.md), a summary for reviewers, and
-provenance (when, on which host, from which commit).
+provenance (when, on which host, from which commit, by which pytest session: runs of two servers
+stored by one session were measured together, which pairs them into a history of speedups).
 
 Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one
 lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (once
