@@ -367,6 +367,8 @@ def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
     assert any(line.startswith("last 5: tok/s of the last 5 runs") for line in lines)
     assert max(len(line) for line in lines) <= WIDTH
     assert not any("last 5" in line for line in text(story_report()))  # no stored history: no column
+    markdown = render_markdown(summary_blocks(history_report(), store=".specperf"))
+    assert "| last 5 " in markdown and "| ▆▇▂▁▁ " in markdown
 
 
 def test_trend_column_worst_case_stays_within_width() -> None:
