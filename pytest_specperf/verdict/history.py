@@ -163,9 +163,8 @@ def advise_history(
         return RoundsAdvice(n < max_rounds, None, f"spread unknown after {n} round(s); more rounds will show it")
     beyond = comparison.ratio.value < bound if bound < 1.0 else comparison.ratio.value > bound
     if beyond and n < max_rounds:
-        return RoundsAdvice(
-            True, max_rounds, f"tonight's estimate is beyond {bound:g}; up to {max_rounds} rounds shrink its round noise"
-        )
+        reason = f"tonight's estimate is beyond {bound:g}; up to {max_rounds} rounds shrink its round noise"
+        return RoundsAdvice(True, max_rounds, reason)
     gap = abs(math.log(comparison.ratio.value) - math.log(bound))
     for rounds in range(n + 1, max_rounds + 1):
         v0 = comparison.round_cv**2 / rounds
