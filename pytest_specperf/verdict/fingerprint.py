@@ -59,8 +59,9 @@ LAUNCH_KEYS: tuple[str, ...] = (
     "workload_hash",
 )
 
-# Flags whose value changes every run and says nothing about performance.
-_VOLATILE_FLAGS: frozenset[str] = frozenset({"--host", "--port"})
+# Flags whose value changes every run and says nothing about performance (the simulator's start seed
+# stands for "another server start", which every night is).
+_VOLATILE_FLAGS: frozenset[str] = frozenset({"--host", "--port", "--sim-start-seed"})
 
 # --------------------------------------------------------------------------------------------
 # Normalisation

@@ -8,75 +8,10 @@ import json
 import pytest
 from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
-JITTER = 'sim_args = ["--sim-run-jitter", "0.02", "--sim-round-jitter", "0.01"]\n'
-SERVERS = ONE_SPEC_SERVER.replace("[specperf.servers.plain]\n", "[specperf.servers.plain]\n" + JITTER).replace(
-    "num_draft_tokens = 6\n", "num_draft_tokens = 6\n" + JITTER
-)
-
 
 def runs_of(suite) -> list[dict]:
     path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
     return json.loads(path.read_text())["runs"]
-
-
-def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite) -> None:
-    # the prior is the config's default (2%): the simulator now has run-to-run spread
-    suite = make_suite(
-        ONE_MEASURED_TEST, extra="rounds = 4\nrun_to_run_cv = 0.02\n", servers=SERVERS, workloads=STEADY_WORKLOAD
-    )
-    toml = suite.pytester.path / "specperf.toml"
-    # a slower modelled clock: at 0.02 a loaded CI machine's scheduling noise would swamp the jitter
-    toml.write_text(
-        toml.read_text()
-        .replace("run_to_run_cv = 0\n", "")
-        .replace("rounds = 2\n", "")
-        .replace("sim_time_scale = 0.02", "sim_time_scale = 0.2")
-    )
-    suite.run("--specperf-update").assert_outcomes(passed=1)
-    for _ in range(4):
-        night = suite.run("--specperf-record")
-        night.assert_outcomes(passed=1)
-        assert "not stored" not in night.stdout.str(), night.stdout.str()
-    stored = runs_of(suite)
-    assert [r["segment"] for r in stored] == [0] * 5
-    throughputs = [r["summary"]["output_throughput"] for r in stored]
-    assert len(set(throughputs)) == 5  # every start drew its own speed
-
-    report = suite.pytester.path / "report.json"
-    unchanged = suite.run(f"--specperf-json={report}")
-    unchanged.assert_outcomes(passed=1)  # PASS, or INCONCLUSIVE with a warning: never a false REGRESSION
-    assert "REGRESSION" not in unchanged.stdout.str()
-    assert len(runs_of(suite)) == 5  # without --specperf-record nothing is appended
-    unchanged.stdout.fnmatch_lines(["*last 5*verdict*"])  # the trend column of the summary table
-    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
-    assert sorted(five["history"]) == ["accept_length", "mean_tpot_ms", "output_throughput", "speedup"]
-    assert [p["tonight"] for p in five["history"]["speedup"]] == [False] * 5 + [True]  # paired by session
-    assert five["not_stored"] is None and five["change_points"] == []
-
-    text = toml.read_text().replace(
-        'num_draft_tokens = 6\nsim_args = ["--sim-run-jitter", "0.02", "--sim-round-jitter", "0.01"]\n',
-        'num_draft_tokens = 6\nsim_args = ["--sim-run-jitter", "0.02", "--sim-round-jitter", "0.01", '
-        '"--sim-draft-slowdown", "8"]\n',
-    )
-    toml.write_text(text)
-    slow = suite.run("--specperf-record", f"--specperf-json={report}")
-    slow.assert_outcomes(failed=1)
-    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
-    assert five["not_stored"] == "a check MISSED (REGRESSION)"
-    slow.stdout.fnmatch_lines(
-        [
-            "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (* rounds) vs baseline * (5 recorded runs, run-to-run CV *): ratio 0.*"
-            "allowed -5%: REGRESSION*",
-            "*server.flag --sim-draft-slowdown: unset → 8*",
-        ]
-    )
-    slow.stdout.fnmatch_lines(["*not stored eagle3-5step/default/c1: a check MISSED (REGRESSION)*"])
-    assert len(runs_of(suite)) == 5  # a regressed night never becomes part of the normal
-
-    update = suite.run("--specperf-update")  # the slower draft is now intended
-    update.assert_outcomes(passed=1)
-    assert [r["segment"] for r in runs_of(suite)] == [0] * 5 + [1]
 
 
 def nightly_servers(night: int, *spec_extra: str) -> str:
@@ -96,6 +31,63 @@ def nightly_servers(night: int, *spec_extra: str) -> str:
     return ONE_SPEC_SERVER.replace(
         "[specperf.servers.plain]\n", "[specperf.servers.plain]\n" + args(1090 + night)
     ).replace("num_draft_tokens = 6\n", "num_draft_tokens = 6\n" + args(90 + night, *spec_extra))
+
+
+def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite) -> None:
+    # the prior is the config's default (2%): the simulator now has run-to-run spread
+    suite = make_suite(ONE_MEASURED_TEST, extra="rounds = 4\n", servers=nightly_servers(0), workloads=STEADY_WORKLOAD)
+    toml = suite.pytester.path / "specperf.toml"
+    base = (
+        toml.read_text()
+        .replace("run_to_run_cv = 0\n", "")
+        .replace("rounds = 2\n", "")
+        # a slower modelled clock: at 0.02 a loaded CI machine's scheduling noise would swamp the jitter
+        .replace("sim_time_scale = 0.02", "sim_time_scale = 0.2")
+    )
+
+    def night(number: int, *args: str, spec_extra: tuple[str, ...] = ()) -> pytest.RunResult:
+        toml.write_text(base.replace(nightly_servers(0), nightly_servers(number, *spec_extra)))
+        return suite.run(*args)
+
+    night(0, "--specperf-update").assert_outcomes(passed=1)
+    for number in range(1, 5):
+        result = night(number, "--specperf-record")
+        result.assert_outcomes(passed=1)
+        assert "not stored" not in result.stdout.str(), result.stdout.str()
+    stored = runs_of(suite)
+    assert [r["segment"] for r in stored] == [0] * 5
+    throughputs = [r["summary"]["output_throughput"] for r in stored]
+    assert len(set(throughputs)) == 5  # every start drew its own speed
+
+    report = suite.pytester.path / "report.json"
+    unchanged = night(5, f"--specperf-json={report}")
+    unchanged.assert_outcomes(passed=1)  # PASS, or INCONCLUSIVE with a warning: never a false REGRESSION
+    assert "REGRESSION" not in unchanged.stdout.str()
+    assert len(runs_of(suite)) == 5  # without --specperf-record nothing is appended
+    unchanged.stdout.fnmatch_lines(["*last 5*verdict*"])  # the trend column of the summary table
+    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
+    assert sorted(five["history"]) == ["accept_length", "mean_tpot_ms", "output_throughput", "speedup"]
+    assert [p["tonight"] for p in five["history"]["speedup"]] == [False] * 5 + [True]  # paired by session
+    assert five["not_stored"] is None and five["change_points"] == []
+
+    slow = night(6, "--specperf-record", f"--specperf-json={report}", spec_extra=("--sim-draft-slowdown", "8"))
+    slow.assert_outcomes(failed=1)
+    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
+    assert five["not_stored"] == "a check MISSED (REGRESSION)"
+    slow.stdout.fnmatch_lines(
+        [
+            "*REGRESSION eagle3-5step/default/c1:*",
+            "*output_throughput: * tok/s (* rounds) vs baseline * (5 recorded runs, run-to-run CV *): ratio 0.*"
+            "allowed -5%: REGRESSION*",
+            "*server.flag --sim-draft-slowdown: unset → 8*",
+        ]
+    )
+    slow.stdout.fnmatch_lines(["*not stored eagle3-5step/default/c1: a check MISSED (REGRESSION)*"])
+    assert len(runs_of(suite)) == 5  # a regressed night never becomes part of the normal
+
+    update = night(7, "--specperf-update", spec_extra=("--sim-draft-slowdown", "8"))  # now intended
+    update.assert_outcomes(passed=1)
+    assert [r["segment"] for r in runs_of(suite)] == [0] * 5 + [1]
 
 
 def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caught(make_suite) -> None:

@@ -132,7 +132,8 @@ def test_launch_command_is_recorded_per_flag_redacted_and_stable_across_ports() 
         **SERVER_INFO,
         "launch_command": SERVER_INFO["launch_command"].replace("python3", "/venv/bin/python"),
     }
-    for info in (other_port, other_python):
+    other_start = {**SERVER_INFO, "launch_command": SERVER_INFO["launch_command"] + " --sim-start-seed 7"}
+    for info in (other_port, other_python, other_start):
         assert {k: v for k, v in take(server_info=info).environment.items() if k.startswith("server.flag ")} == flags
 
 
