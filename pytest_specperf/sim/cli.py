@@ -59,6 +59,13 @@ class SimOptions:
     lossy_rate: float = 0.0
     run_jitter: float = 0.0
     round_jitter: float = 0.0
+    #: the SGLang release the simulator reports (its contract stays 0.5.23's): to test version warnings
+    sglang_version: str = "0.5.23"
+
+    @property
+    def version(self) -> str:
+        """The `version` of /server_info: the SGLang release with a `+specperf-sim` suffix."""
+        return f"{self.sglang_version}+specperf-sim"
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--sim-round-jitter", type=float, default=0.0, metavar="CV", help="a speed factor per round with this CV"
+    )
+    sim.add_argument(
+        "--sim-sglang-version",
+        default="0.5.23",
+        metavar="V",
+        help="the SGLang version to report (behaviour stays 0.5.23's): a server of a version the plugin does not know",
     )
     return p
 
@@ -294,6 +307,7 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         lossy_rate=args.sim_lossy_rate,
         run_jitter=args.sim_run_jitter,
         round_jitter=args.sim_round_jitter,
+        sglang_version=args.sim_sglang_version,
     )
 
 
