@@ -215,8 +215,10 @@ def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict
             value = float(match.group(3))
         except ValueError:
             continue
-        labels = {k: re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
-                  for k, v in _LABEL.findall(match.group(2) or "")}
+        labels = {
+            k: re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
+            for k, v in _LABEL.findall(match.group(2) or "")
+        }
         samples.append((match.group(1), labels, value))
     return samples
 

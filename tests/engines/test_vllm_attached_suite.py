@@ -156,7 +156,13 @@ def run_suite(pytester: pytest.Pytester, url: str) -> tuple[pytest.RunResult, di
     pytester.makefile(".toml", specperf=textwrap.dedent(CONFIG))
     pytester.makepyfile(test_suite=SUITE)
     report = pytester.path / "report.json"
-    result = pytester.runpytest(f"--specperf-attach=ngram={url}", f"--specperf-attach=plain={url}", f"--specperf-json={report}", "-p", "no:randomly")
+    result = pytester.runpytest(
+        f"--specperf-attach=ngram={url}",
+        f"--specperf-attach=plain={url}",
+        f"--specperf-json={report}",
+        "-p",
+        "no:randomly",
+    )
     return result, json.loads(report.read_text())
 
 
@@ -171,7 +177,12 @@ def test_tau_from_counter_deltas_per_position_and_an_unknown_version(pytester, f
     assert row["acceptance_per_position"] == pytest.approx([0.8, 0.4, 0.4])
     for sample in row["rounds"]:  # warmup excluded: two requests per round
         assert sample["accept_length"] == pytest.approx(2.6) and sample["accept_length_source"] == "prometheus"
-        assert sample["spec_counters"] == {"drafts": 10, "draft_tokens": 26, "accepted": 16, "accepted_per_position": [8, 4, 4]}
+        assert sample["spec_counters"] == {
+            "drafts": 10,
+            "draft_tokens": 26,
+            "accepted": 16,
+            "accepted_per_position": [8, 4, 4],
+        }
         assert sample["acceptance_rate"] == pytest.approx(16 / 26)
     warning = "vllm 0.31.0 is not a version this plugin was checked against (known: 0.32.0)"
     assert any(warning in w for w in row["warnings"])

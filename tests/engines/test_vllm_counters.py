@@ -36,7 +36,9 @@ def response_sums(config: str) -> tuple[int, int, int]:
 
 
 def test_counters_of_a_real_metrics_text() -> None:
-    assert counters("draft-after") == Counters(drafts=29, draft_tokens=87, accepted=41, accepted_per_position=(19, 14, 8))
+    assert counters("draft-after") == Counters(
+        drafts=29, draft_tokens=87, accepted=41, accepted_per_position=(19, 14, 8)
+    )
 
 
 def test_a_plain_server_has_no_counters() -> None:
@@ -119,7 +121,12 @@ def test_counters_round_trip_and_pool_over_rounds() -> None:
     sample = summarise_round(0, [_record(0)], None, None, DELTA)
     data = sample.to_dict()
     assert data["accept_length_source"] == "prometheus"
-    assert data["spec_counters"] == {"drafts": 26, "draft_tokens": 78, "accepted": 37, "accepted_per_position": [17, 13, 7]}
+    assert data["spec_counters"] == {
+        "drafts": 26,
+        "draft_tokens": 78,
+        "accepted": 37,
+        "accepted_per_position": [17, 13, 7],
+    }
     assert RoundSample.from_dict(json.loads(json.dumps(data))) == sample
     plain = summarise_round(0, [_record(0)], None, None).to_dict()
     assert "spec_counters" not in plain and "accept_length_source" not in plain  # SGLang's rounds keep their shape

@@ -107,7 +107,6 @@ def test_a_vllm_suite_measures_judges_and_reports(vllm_suite) -> None:
     print(f"vLLM suite: 4 servers, 7 tests (-x) in {elapsed:.0f} s")
 
 
-
 BLOCKING = """
 import threading
 import pytest
