@@ -111,9 +111,15 @@ args = ["--enforce-eager"]
 
 
 @pytest.fixture
-def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Callable[..., VllmSuite]]:
+def vllm_suite(
+    pytester: pytest.Pytester, vllm_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., VllmSuite]]:
     """Write a vLLM suite (specperf.toml + tests), in the test's folder or in a subfolder `where` (for
-    suites run side by side); after the test, prove that no vLLM process of any of them is left."""
+    suites run side by side); after the test, prove that no vLLM process of any of them is left.
+
+    The suites take a measurement lock of their own: on a shared machine they would otherwise queue
+    behind other sessions' measurements (the lane checks behaviour, not speed)."""
+    monkeypatch.setenv("SPECPERF_LOCK_DIR", str(pytester.path / "machine-locks"))
     tokens: list[str] = []
 
     def make(
