@@ -37,7 +37,9 @@ from pathlib import Path
 import psutil
 
 from pytest_specperf.config.workloads import Prompt
-from pytest_specperf.measure.http import RoundResult, SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.load import RoundResult, run_requests
+from pytest_specperf.transport import probe
 
 _METRIC = re.compile(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -56,9 +58,8 @@ def start_simulator(max_running: int) -> tuple[subprocess.Popen[bytes], str, Pat
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    probe = SGLangClient(url)
     deadline = time.monotonic() + 60
-    while not probe.health_generate(timeout=2):
+    while not probe(url, "/health_generate", 2):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit(f"simulator did not start:\n{log.read_text(errors='replace')[-3000:]}")
@@ -72,7 +73,7 @@ def make_prompts(n: int) -> list[Prompt]:
     ]
 
 
-def generation_tokens(client: SGLangClient) -> float:
+def generation_tokens(client: ServerClient) -> float:
     text = client.metrics_text() or ""
     return sum(float(v) for v in _METRIC.findall(text))
 
@@ -91,7 +92,7 @@ class SimCpu:
 
 
 def timed_round(
-    client: SGLangClient, n: int, sampling: SamplingParams, concurrency: int, rate: float | None = None
+    client: ServerClient, n: int, sampling: SamplingParams, concurrency: int, rate: float | None = None
 ) -> tuple[RoundResult, float, float]:
     """One round, the client process CPU seconds it cost, and the simulator's."""
     cpu, sim_cpu = time.process_time(), SimCpu.seconds()
@@ -99,7 +100,7 @@ def timed_round(
     return result, time.process_time() - cpu, SimCpu.seconds() - sim_cpu
 
 
-def cpu_per_chunk(client: SGLangClient, n: int, tokens: int, concurrency: int) -> None:
+def cpu_per_chunk(client: ServerClient, n: int, tokens: int, concurrency: int) -> None:
     result, cpu, sim_cpu = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
     chunks = sum(r.num_chunks for r in result.records)
     errors = sum(not r.ok for r in result.records)
@@ -118,7 +119,7 @@ def schedule(n: int, rate: float, seed: int) -> list[float]:
     return out
 
 
-def rate_check(client: SGLangClient, rate: float, seconds: float) -> bool:
+def rate_check(client: ServerClient, rate: float, seconds: float) -> bool:
     n = max(50, int(rate * seconds))
     result, cpu, sim_cpu = timed_round(client, n, SamplingParams(1), 512, rate)
     sent = [r.sent for r in result.records]
@@ -136,7 +137,7 @@ def rate_check(client: SGLangClient, rate: float, seconds: float) -> bool:
     return ok
 
 
-def throughput_agreement(client: SGLangClient, n: int, tokens: int, concurrency: int) -> None:
+def throughput_agreement(client: ServerClient, n: int, tokens: int, concurrency: int) -> None:
     before = generation_tokens(client)
     result, _, _ = timed_round(client, n, SamplingParams(tokens, ignore_eos=True), concurrency)
     after = generation_tokens(client)
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     proc, url, log = start_simulator(max_running=1024)
     SimCpu.process = psutil.Process(proc.pid)
     try:
-        client = SGLangClient(url, request_timeout=120)
+        client = ServerClient(url, request_timeout=120)
         run_requests(client, make_prompts(64), SamplingParams(32, ignore_eos=True), concurrency=16)  # warm up
         print(
             f"simulator at {url}, --sim-time-scale 0; client and simulator in separate processes;"

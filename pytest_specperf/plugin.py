@@ -20,13 +20,14 @@ import pytest
 from pytest_specperf import __version__
 from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
 from pytest_specperf.errors import ConfigError, SpecperfError
-from pytest_specperf.measure.records import Measurement
+from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates, terminate_tree
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.session import Options, PlannedTest, SpecperfSession
-from pytest_specperf.verdict.checks import CheckResult, failure_message, incomparable_message
-from pytest_specperf.verdict.markers import SpecperfMarker, Target, parse_marker, targets
+from pytest_specperf.verdict.checks import CheckResult
+from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker, measured_cases, parse_marker
+from pytest_specperf.verdict.outcome import outcome_of
 
 SESSION_PLUGIN = "specperf-session"
 TARGET_PARAM = "specperf_server"
@@ -160,7 +161,7 @@ class SpecperfResult:
     """What the `specperf` fixture gives a test: its measurement and how it compares."""
 
     server: RunningServer
-    target: Target
+    key: MeasurementKey  # what was measured: server, workload, concurrency
     result: Measurement
     reference: Measurement | None = None
     marker: SpecperfMarker | None = None
@@ -323,9 +324,9 @@ class SpecperfPlugin:
         try:
             if mark is not None:
                 marker = parse_marker(mark.args, mark.kwargs, nodeid, self.config)
-                cases = [(c, i) for c, i in targets(marker, self.config)]
+                cases: list[tuple[Case, str]] = [(c, i) for c, i in measured_cases(marker, self.config)]
             else:
-                cases = [(Target(name), name) for name in self.config.servers]
+                cases = [(ServerCase(name), name) for name in self.config.servers]
         except ConfigError as exc:
             self.usage_errors.append(str(exc))
             return
@@ -350,17 +351,17 @@ class SpecperfPlugin:
             raise pytest.UsageError("pytest-specperf:\n  " + "\n  ".join(self.usage_errors))
         if self.session is None:
             return
-        found = [(item, _target(item)) for item in items]
+        found = [(item, _item_case(item)) for item in items]
         keys = self.session.group_order([t for _, t in found])
         order = sorted(range(len(items)), key=lambda i: keys[i])
         items[:] = [found[i][0] for i in order]
         planned = []
-        for item, target in (found[i] for i in order):
-            if target is None:
+        for item, case in (found[i] for i in order):
+            if case is None:
                 continue
             mark = item.get_closest_marker("specperf")
             marker = parse_marker(mark.args, mark.kwargs, item.nodeid, self.session.config) if mark else None
-            planned.append(PlannedTest(item.nodeid, target, marker))
+            planned.append(PlannedTest(item.nodeid, case, marker))
         self.session.plan(planned)
 
     # ---- running -------------------------------------------------------------------------
@@ -398,22 +399,15 @@ class SpecperfPlugin:
         item.user_properties.append(("specperf_verdict", evaluation.verdict.value))
         if result.speedup is not None:
             item.user_properties.append(("specperf_speedup", round(result.speedup, 4)))
-        if evaluation.incomparable:
-            message = incomparable_message(measurement, evaluation)
-            if self.options.on_incomparable == "fail":
-                pytest.fail(message, pytrace=False)
-            if self.options.on_incomparable == "skip":
-                pytest.skip(message)
+        outcome = outcome_of(
+            measurement, evaluation, on_incomparable=self.options.on_incomparable, strict=self.options.strict
+        )
+        for message in outcome.warnings:
             warnings.warn(SpecperfWarning(message), stacklevel=1)
-        if evaluation.missed:
-            pytest.fail(failure_message(measurement, evaluation, evaluation.missed), pytrace=False)
-        if evaluation.inconclusive:
-            message = failure_message(measurement, evaluation, evaluation.inconclusive)
-            message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
-            message += "".join(f"\n  {c.name}: {c.advice.reason}" for c in evaluation.inconclusive if c.advice)
-            if self.options.strict:
-                pytest.fail(message + "; --specperf-strict fails it", pytrace=False)
-            warnings.warn(SpecperfWarning(message), stacklevel=1)
+        if outcome.action == "fail":
+            pytest.fail(outcome.message or "", pytrace=False)
+        if outcome.action == "skip":
+            pytest.skip(outcome.message or "")
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._shutdown()
@@ -502,14 +496,18 @@ def _user_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     return False
 
 
-def _target(item: pytest.Item) -> Target | None:
+def _case(value: object) -> Case | None:
+    """A parametrized value as a case; users parametrize `specperf_server` with plain names."""
+    if isinstance(value, str):
+        return ServerCase(value)
+    return value if isinstance(value, ServerCase | MeasurementKey) else None
+
+
+def _item_case(item: pytest.Item) -> Case | None:
     callspec = getattr(item, "callspec", None)
     if callspec is None or TARGET_PARAM not in callspec.params:
         return None
-    value = callspec.params[TARGET_PARAM]
-    if isinstance(value, str):
-        return Target(value)
-    return value if isinstance(value, Target) else None
+    return _case(callspec.params[TARGET_PARAM])
 
 
 def _plugin(request: pytest.FixtureRequest) -> SpecperfPlugin:
@@ -530,16 +528,14 @@ def specperf_server(request: pytest.FixtureRequest) -> RunningServer:
     `@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)`.
     """
     plugin = _plugin(request)
-    target = getattr(request, "param", None)
-    if isinstance(target, str):
-        target = Target(target)
-    if not isinstance(target, Target):
+    case = _case(getattr(request, "param", None))
+    if case is None:
         pytest.fail("specperf_server needs a server: parametrize it or use @pytest.mark.specperf", pytrace=False)
     assert plugin.session is not None
-    if target.server not in plugin.session.config.servers:
-        pytest.fail(f"unknown server config {target.server!r}", pytrace=False)
+    if case.server not in plugin.session.config.servers:
+        pytest.fail(f"unknown server config {case.server!r}", pytrace=False)
     try:
-        return plugin.session.server(target.server)
+        return plugin.session.server(case.server)
     except SpecperfError as exc:
         _fail(str(exc))
 
@@ -549,21 +545,21 @@ def specperf(request: pytest.FixtureRequest, specperf_server: RunningServer) -> 
     """This test's measurement, its reference measurement and its checks (measured before the body runs)."""
     plugin = _plugin(request)
     assert plugin.session is not None
-    target = request.node.callspec.params[TARGET_PARAM]
-    if not isinstance(target, Target) or not target.measured:
+    key = request.node.callspec.params[TARGET_PARAM]
+    if not isinstance(key, MeasurementKey):
         pytest.fail("the specperf fixture needs @pytest.mark.specperf on the test", pytrace=False)
     planned = plugin.session.planned.get(request.node.nodeid)
     session = plugin.session
     try:
-        result = session.measurement(target)
-        reference = session.reference_measurement(target)
+        result = session.measurement(key)
+        reference = session.reference_measurement(key)
         if not plugin.options.update:
             session.baseline(result.key)
     except SpecperfError as exc:
-        session.record_error(target.key, str(exc))
+        session.record_error(key, str(exc))
         _fail(str(exc))
     value = SpecperfResult(
-        server=specperf_server, target=target, result=result, reference=reference,
+        server=specperf_server, key=key, result=result, reference=reference,
         marker=planned.marker if planned else None,
     )  # fmt: skip
     request.node.stash[RESULT_KEY] = value

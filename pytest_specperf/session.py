@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
-from pytest_specperf.measure.machinelock import Holding, MachineLock, is_wait_note
+from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
 from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate, history_changes
 from pytest_specperf.verdict.fingerprint import Fingerprint
-from pytest_specperf.verdict.markers import SpecperfMarker, Target
+from pytest_specperf.verdict.markers import Case, SpecperfMarker
 from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class PlannedTest:
     """What one collected test item needs."""
 
     nodeid: str
-    target: Target
+    case: Case
     marker: SpecperfMarker | None = None
 
 
@@ -113,33 +113,39 @@ class SpecperfSession:
         self.planned = {t.nodeid: t for t in tests}
 
     def uses(self, server: str) -> int:
-        return sum(1 for t in self.planned.values() if t.target.server == server)
+        return sum(1 for t in self.planned.values() if t.case.server == server)
 
     def max_concurrency(self, server: str) -> int:
-        levels = [t.target.concurrency for t in self.planned.values() if t.target.server == server]
+        levels = [key.concurrency for key in self._planned_measurements() if key.server == server]
         if server == self.config.reference:
             levels += [k.concurrency for k in self.reference_keys()]
-        return max([level for level in levels if level] or [1])
+        return max(levels or [1])
 
     def reference_keys(self) -> list[MeasurementKey]:
         """Reference measurements the plan needs: every (workload, level) a speculative test uses."""
         keys: dict[MeasurementKey, None] = {}
-        for test in self.planned.values():
-            target = test.target
-            if target.measured and target.server != self.config.reference and self.config.reference_server:
-                keys[MeasurementKey(self.config.reference, target.workload, target.concurrency)] = None  # type: ignore[arg-type]
+        if self.config.reference_server:
+            for key in self._planned_measurements():
+                if key.server != self.config.reference:
+                    keys[self._reference_key(key)] = None
         return list(keys)
 
-    def group_order(self, targets: list[Target | None]) -> list[int]:
+    def _planned_measurements(self) -> list[MeasurementKey]:
+        return [t.case for t in self.planned.values() if isinstance(t.case, MeasurementKey)]
+
+    def _reference_key(self, key: MeasurementKey) -> MeasurementKey:
+        return MeasurementKey(self.config.reference, key.workload, key.concurrency)
+
+    def group_order(self, cases: list[Case | None]) -> list[int]:
         """Sort keys that run each server's tests together, the reference's first."""
         order: dict[str, int] = {self.config.reference: 0}
         keys = []
-        for target in targets:
-            if target is None:
+        for case in cases:
+            if case is None:
                 keys.append(-1)
                 continue
-            order.setdefault(target.server, len(order))
-            keys.append(order[target.server])
+            order.setdefault(case.server, len(order))
+            keys.append(order[case.server])
         return keys
 
     # ---- servers and measurements ------------------------------------------------------------
@@ -149,16 +155,15 @@ class SpecperfSession:
         self.measure_reference()
         return self.pool.acquire(name)
 
-    def measurement(self, target: Target) -> Measurement:
-        """The shared measurement of a target, measured on first request."""
-        assert target.workload is not None and target.concurrency is not None
-        return self._measure(MeasurementKey(target.server, target.workload, target.concurrency))
+    def measurement(self, key: MeasurementKey) -> Measurement:
+        """The shared measurement of a key, measured on first request."""
+        return self._measure(key)
 
-    def reference_measurement(self, target: Target) -> Measurement | None:
-        if self.config.reference_server is None or target.server == self.config.reference:
+    def reference_measurement(self, key: MeasurementKey) -> Measurement | None:
+        if self.config.reference_server is None or key.server == self.config.reference:
             return None
         self.measure_reference()
-        return self._measure(MeasurementKey(self.config.reference, target.workload, target.concurrency))  # type: ignore[arg-type]
+        return self._measure(self._reference_key(key))
 
     def measure_reference(self) -> None:
         """Measure every planned reference workload in one stretch, while its server is up."""
@@ -215,11 +220,14 @@ class SpecperfSession:
         return self.cache.lock if self.cache is not None else contextlib.nullcontext()
 
     def _note(self, measurement: Measurement, holding: Holding) -> None:
-        """Waits and overlaps become warnings of the measurement, so its report and baseline say so."""
-        for note in holding.notes():
-            measurement.warnings.append(note)
-            if self.progress:
-                self.progress(f"{measurement.key.label}: {note}")
+        """A wait becomes a note of the measurement, an overlap a warning: its report and baseline say so."""
+        wait = holding.wait_note()
+        if wait is not None:
+            measurement.notes.append(wait)
+        measurement.warnings += holding.disturbances()
+        if self.progress:
+            for line in [*([wait] if wait else []), *holding.disturbances()]:
+                self.progress(f"{measurement.key.label}: {line}")
 
     def _publish(self, measurement: Measurement) -> None:
         if self.cache is not None:
@@ -282,9 +290,8 @@ class SpecperfSession:
             return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
-        disturbing = [w for w in measurement.warnings if not is_wait_note(w)]  # waiting disturbed nothing
-        if disturbing:
-            return f"sanity warning: {disturbing[0]}"
+        if measurement.warnings:
+            return f"sanity warning: {measurement.warnings[0]}"
         return None
 
     def finished(self, nodeid: str) -> None:
@@ -295,8 +302,8 @@ class SpecperfSession:
         if self.registry is not None:
             self.registry.finish(nodeid)
         else:
-            self._done[test.target.server] += 1
-        self._release_if_unused(test.target.server)
+            self._done[test.case.server] += 1
+        self._release_if_unused(test.case.server)
 
     def _release_if_unused(self, name: str) -> None:
         if not self.still_needed(name):
@@ -306,7 +313,7 @@ class SpecperfSession:
         """Whether a test not yet finished (on any xdist worker) uses this server."""
         if self.registry is not None:
             done = self.registry.finished()
-            self._done = Counter(self.planned[n].target.server for n in done if n in self.planned)
+            self._done = Counter(self.planned[n].case.server for n in done if n in self.planned)
         return self._done[name] < self.uses(name)
 
     def record_error(self, key: MeasurementKey, reason: str) -> None:
@@ -420,11 +427,7 @@ class SpecperfSession:
 
     def planned_keys(self) -> list[MeasurementKey]:
         """Every measurement the plan needs: the tests' own and the reference's."""
-        keys = {
-            MeasurementKey(t.target.server, t.target.workload, t.target.concurrency): None  # type: ignore[arg-type]
-            for t in self.planned.values()
-            if t.target.measured
-        }
+        keys = dict.fromkeys(self._planned_measurements())
         return [*keys, *(k for k in self.reference_keys() if k not in keys)]
 
     def worker_payload(self) -> dict[str, Any]:

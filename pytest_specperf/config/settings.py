@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pytest_specperf.config import values as check
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
 from pytest_specperf.engines.base import engine_for, engine_names
 from pytest_specperf.engines.sglang import KNOWN_ALGORITHMS, NEEDS_DRAFT_MODEL, RESERVED_FLAGS
@@ -459,74 +460,44 @@ def check_name(name: str, where: str) -> None:
 
 
 class _Getter:
-    """Typed reads from one table; each failure names the key and the allowed values."""
+    """Reads from one table with defaults; the checks themselves are `config.values`, named by key."""
 
     def __init__(self, table: Mapping[str, Any], where: str) -> None:
         self.table = table
         self.where = where
 
-    def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where} {key}", message)
+    def _read(self, key: str, default: Any) -> tuple[Any, str]:
+        return self.table.get(key, default), f"{self.where} {key}"
 
     def string(self, key: str, default: str | None) -> Any:
-        value = self.table.get(key, default)
-        if value is not None and not isinstance(value, str):
-            raise self.fail(key, f"must be a string, got {value!r}")
-        if isinstance(value, str) and not value.strip():
-            raise self.fail(key, "must not be empty")
-        return value
+        value, where = self._read(key, default)
+        return None if value is None else check.string(value, where)
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.string(key, default)
-        if value not in choices:
-            raise self.fail(key, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
-        return value
+        value, where = self._read(key, default)
+        return check.choice(check.string(value, where), where, choices)
 
     def integer(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        value = self.table.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {value}")
-        return value
+        value, where = self._read(key, default)
+        return None if value is None else check.integer(value, where, minimum=minimum)
 
     def number(
         self, key: str, default: float | None, minimum: float | None = None, maximum: float | None = None,
         exclusive: bool = False,
     ) -> Any:  # fmt: skip
-        value = self.table.get(key, default)
+        value, where = self._read(key, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, f"must be a number, got {value!r}")
-        if minimum is not None and (value <= minimum if exclusive else value < minimum):
-            raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise self.fail(key, f"must be <= {maximum}, got {value}")
-        return float(value)
+        return check.number(value, where, minimum=minimum, maximum=maximum, exclusive_min=exclusive)
 
     def string_list(self, key: str, default: Any) -> list[str]:
-        value = self.table.get(key, default)
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise self.fail(key, f"must be a list of strings, got {value!r}")
-        return list(value)
+        return check.string_list(*self._read(key, default))
 
     def string_map(self, key: str) -> dict[str, str]:
-        value = self.table.get(key, {})
-        if not isinstance(value, dict):
-            raise self.fail(key, f'must be a table of NAME = "value" strings, got {value!r}')
-        for name, item in value.items():
-            if not isinstance(item, str):
-                raise self.fail(f"{key}.{name}", f'must be a string (quote numbers: "{item}"), got {item!r}')
-        return dict(value)
+        return check.string_map(*self._read(key, {}))
 
     def subtable(self, key: str) -> dict[str, Any]:
-        value = self.table.get(key, {})
-        if not isinstance(value, dict):
-            raise self.fail(key, "must be a table")
-        return value
+        return check.table(*self._read(key, {}))
 
 
 # --------------------------------------------------------------------------------------------

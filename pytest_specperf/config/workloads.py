@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from pytest_specperf.config import values as check
 from pytest_specperf.errors import ConfigError, did_you_mean
 
 BUILTIN_PREFIX = "builtin:"
@@ -106,30 +106,54 @@ DEFAULT_WORKLOAD = WorkloadConfig(
 # parse_workload: one validator per key, each told where the value came from
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    """How one config key is checked and turned into a field value."""
-
-    kind: Literal["int", "float", "bool", "str", "concurrency"]
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_min: bool = False
+def _positive_int(raw: Any, where: str) -> int:
+    return check.integer(raw, where, minimum=1)
 
 
-_KEYS: dict[str, _Key] = {
-    "prompts": _Key("str"),
-    "num_requests": _Key("int", minimum=1),
-    "max_new_tokens": _Key("int", minimum=1),
-    "concurrency": _Key("concurrency"),
-    "request_rate": _Key("float", minimum=0, exclusive_min=True),
-    "temperature": _Key("float", minimum=0),
-    "top_p": _Key("float", minimum=0, maximum=1, exclusive_min=True),
-    "ignore_eos": _Key("bool"),
-    "warmup": _Key("int", minimum=0),
-    "seed": _Key("int", minimum=0),
-    "max_error_rate": _Key("float", minimum=0, maximum=1),
-    "request_timeout": _Key("float", minimum=0, exclusive_min=True),
-    "stall_timeout": _Key("float", minimum=0, exclusive_min=True),
+def _count(raw: Any, where: str) -> int:
+    return check.integer(raw, where, minimum=0)
+
+
+def _positive(raw: Any, where: str) -> float:
+    return check.number(raw, where, minimum=0, exclusive_min=True)
+
+
+def _share(raw: Any, where: str) -> float:
+    return check.number(raw, where, minimum=0, maximum=1)
+
+
+def _check_concurrency(raw: Any, where: str) -> tuple[int, ...]:
+    """A single level or a list of levels; levels are sorted so reports read low to high."""
+    levels = raw if isinstance(raw, list | tuple) else [raw]
+    if not levels:
+        raise ConfigError(where, "must list at least one concurrency level")
+    checked: list[int] = []
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise ConfigError(where, f"must be a positive integer or a list of them, got {check.given(level)}")
+        if level < 1:
+            raise ConfigError(where, f"levels must be >= 1, got {level}")
+        if level in checked:
+            raise ConfigError(where, f"level {level} is listed twice")
+        checked.append(level)
+    return tuple(sorted(checked))
+
+
+#: How each workload key is checked (config.values) and turned into a field value.
+_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "prompts": check.string,
+    "num_requests": _positive_int,
+    "max_new_tokens": _positive_int,
+    "concurrency": _check_concurrency,
+    "request_rate": _positive,
+    "temperature": lambda raw, where: check.number(raw, where, minimum=0),
+    "top_p": lambda raw, where: check.number(raw, where, minimum=0, maximum=1, exclusive_min=True),
+    "ignore_eos": check.boolean,
+    "warmup": _count,
+    "seed": _count,
+    "max_error_rate": _share,
+    "request_timeout": _positive,
+    "stall_timeout": _positive,
 }
 
 
@@ -142,7 +166,7 @@ def parse_workload(name: str, table: Mapping[str, Any], where: str, base_dir: Pa
     """
     table_where = f"{where} [specperf.workloads.{name}]"
     if not isinstance(table, Mapping):
-        raise ConfigError(table_where, f"must be a table, got {_type_name(table)}")
+        raise ConfigError(table_where, f"must be a table, got {check.type_name(table)}")
     if not name or not isinstance(name, str):
         raise ConfigError(table_where, "a workload needs a non-empty name")
     values: dict[str, Any] = {}
@@ -150,68 +174,10 @@ def parse_workload(name: str, table: Mapping[str, Any], where: str, base_dir: Pa
         key_where = f"{table_where} {key}"
         if key not in _KEYS:
             raise ConfigError(key_where, f"unknown key{did_you_mean(key, _KEYS)}")
-        values[key] = _check_value(_KEYS[key], raw, key_where)
+        values[key] = _KEYS[key](raw, key_where)
     if "prompts" in values:
         values["prompts"] = _check_prompts_spec(values["prompts"], base_dir, f"{table_where} prompts")
     return WorkloadConfig(name=name, **values)
-
-
-def _check_value(spec: _Key, raw: Any, where: str) -> Any:
-    if spec.kind == "bool":
-        if not isinstance(raw, bool):
-            raise ConfigError(where, f"must be true or false, got {_type_name(raw)} {raw!r}")
-        return raw
-    if spec.kind == "str":
-        if not isinstance(raw, str) or not raw.strip():
-            raise ConfigError(where, f"must be a non-empty string, got {_type_name(raw)} {raw!r}")
-        return raw.strip()
-    if spec.kind == "concurrency":
-        return _check_concurrency(raw, where)
-    number = _check_number(raw, where, integer=spec.kind == "int")
-    _check_range(spec, number, where)
-    return number
-
-
-def _check_number(raw: Any, where: str, *, integer: bool) -> int | float:
-    """bool is a subclass of int in Python, but `true` is never a count or a rate."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        wanted = "an integer" if integer else "a number"
-        raise ConfigError(where, f"must be {wanted}, got {_type_name(raw)} {raw!r}")
-    if integer and not isinstance(raw, int):
-        raise ConfigError(where, f"must be an integer, got {raw!r}")
-    if not integer:
-        if not math.isfinite(raw):
-            raise ConfigError(where, f"must be a finite number, got {raw!r}")
-        return float(raw)
-    return raw
-
-
-def _check_range(spec: _Key, number: float, where: str) -> None:
-    low, high = spec.minimum, spec.maximum
-    too_low = low is not None and (number <= low if spec.exclusive_min else number < low)
-    too_high = high is not None and number > high
-    if too_low or too_high:
-        lower = "" if low is None else (f"> {low:g}" if spec.exclusive_min else f">= {low:g}")
-        upper = "" if high is None else f"<= {high:g}"
-        allowed = " and ".join(part for part in (lower, upper) if part)
-        raise ConfigError(where, f"must be {allowed}, got {number!r}")
-
-
-def _check_concurrency(raw: Any, where: str) -> tuple[int, ...]:
-    """A single level or a list of levels; levels are sorted so reports read low to high."""
-    levels = raw if isinstance(raw, list | tuple) else [raw]
-    if not levels:
-        raise ConfigError(where, "must list at least one concurrency level")
-    checked: list[int] = []
-    for level in levels:
-        if isinstance(level, bool) or not isinstance(level, int):
-            raise ConfigError(where, f"must be a positive integer or a list of them, got {_type_name(level)} {level!r}")
-        if level < 1:
-            raise ConfigError(where, f"levels must be >= 1, got {level}")
-        if level in checked:
-            raise ConfigError(where, f"level {level} is listed twice")
-        checked.append(level)
-    return tuple(sorted(checked))
 
 
 def _check_prompts_spec(spec: str, base_dir: Path, where: str) -> str:
@@ -234,11 +200,6 @@ def _check_builtin_name(name: str, where: str) -> None:
     if name not in BUILTIN_SETS:
         hint = did_you_mean(name, BUILTIN_SETS)
         raise ConfigError(where, f"unknown builtin prompt set {name!r}{hint}; sets: {', '.join(BUILTIN_SETS)}")
-
-
-def _type_name(value: Any) -> str:
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "table"}
-    return names.get(type(value), type(value).__name__)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,7 +264,7 @@ def _parse_jsonl(text: str, path: Path, category: str) -> list[Prompt]:
 
 def _prompt_from_row(row: Any, where: str, default_id: str, category: str) -> Prompt:
     if not isinstance(row, dict):
-        raise ConfigError(where, f"each line must be a JSON object, got {_type_name(row)}")
+        raise ConfigError(where, f"each line must be a JSON object, got {check.type_name(row)}")
     has_prompt, has_messages = "prompt" in row, "messages" in row
     if has_prompt == has_messages:
         problem = "both" if has_prompt else "neither"
@@ -315,7 +276,7 @@ def _prompt_from_row(row: Any, where: str, default_id: str, category: str) -> Pr
     if has_prompt:
         text = row["prompt"]
         if not isinstance(text, str) or not text.strip():
-            raise ConfigError(where, f"'prompt' must be a non-empty string, got {_type_name(text)}")
+            raise ConfigError(where, f"'prompt' must be a non-empty string, got {check.type_name(text)}")
         return Prompt(prompt_id, text, None, row_category)
     return Prompt(prompt_id, None, _check_messages(row["messages"], where), row_category)
 
@@ -340,7 +301,7 @@ def _check_messages(messages: Any, where: str) -> tuple[dict[str, str], ...]:
         if not isinstance(role, str) or not role:
             raise ConfigError(where, f"messages[{i}].role must be a non-empty string, got {role!r}")
         if not isinstance(content, str):
-            raise ConfigError(where, f"messages[{i}].content must be a string, got {_type_name(content)}")
+            raise ConfigError(where, f"messages[{i}].content must be a string, got {check.type_name(content)}")
         checked.append({"role": role, "content": content})
     return tuple(checked)
 
@@ -351,7 +312,7 @@ def _parse_sharegpt(text: str, path: Path) -> list[Prompt]:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
     if not isinstance(data, list):
-        raise ConfigError(str(path), f"a ShareGPT file must hold a JSON array, got {_type_name(data)}")
+        raise ConfigError(str(path), f"a ShareGPT file must hold a JSON array, got {check.type_name(data)}")
     prompts: list[Prompt] = []
     seen: set[str] = set()
     for i, entry in enumerate(data):

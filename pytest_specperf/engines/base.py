@@ -53,6 +53,11 @@ class Engine(ABC):
     module: ClassVar[str]
     #: flags the plugin sets itself (or that have a key of their own): refused in a server's `args`
     reserved_flags: ClassVar[Mapping[str, str]]
+    #: fingerprint keys whose unset value can be read back from the server's info answer, and where
+    #: (servers attached by URL: the config does not say what they run)
+    resolved_from_info: ClassVar[Mapping[str, str]] = {}
+    #: resolved settings in the info answer that change numbers without changing the config (drift)
+    info_fields: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def check_server(self, server: ServerConfig, where: str) -> None:
@@ -69,6 +74,10 @@ class Engine(ABC):
     @abstractmethod
     def spec_counts(self, final: Mapping[str, Any], mode: StreamMode) -> SpecCounts | None:
         """Speculation counts from the last event that carries them, None for a plain answer."""
+
+    def reported_env(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Environment variables the server reports it runs with (they win over what we started it with)."""
+        return {}
 
     def version_path(self) -> str | None:
         """GET path whose JSON has the server's `version` (when `/server_info` has none)."""

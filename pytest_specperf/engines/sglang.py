@@ -42,6 +42,32 @@ RESERVED_FLAGS: Mapping[str, str] = {
 }
 
 
+#: Where an unset launch value can be read back from /server_info (servers attached by URL).
+RESOLVED_FROM_SERVER_INFO: Mapping[str, str] = {
+    "model": "model_path",
+    "draft_model": "speculative_draft_model_path",
+    "algorithm": "speculative_algorithm",
+    "num_steps": "speculative_num_steps",
+    "eagle_topk": "speculative_eagle_topk",
+    "num_draft_tokens": "speculative_num_draft_tokens",
+    "tp_size": "tp_size",
+}
+#: Resolved /server_info settings shown as drift: they change numbers without changing the config.
+SERVER_INFO_FIELDS: tuple[str, ...] = (
+    "attention_backend",
+    "chunked_prefill_size",
+    "cuda_graph_config",
+    "disable_overlap_schedule",
+    "dtype",
+    "kv_cache_dtype",
+    "max_running_requests",
+    "mem_fraction_static",
+    "page_size",
+    "revision",
+    "speculative_draft_model_revision",
+)
+
+
 class SGLang(Engine):
     name = "sglang"
     known_versions = ("0.5.23",)
@@ -49,6 +75,8 @@ class SGLang(Engine):
     flush_path = "/flush_cache"
     module = "sglang.launch_server"
     reserved_flags: ClassVar[Mapping[str, str]] = RESERVED_FLAGS
+    resolved_from_info: ClassVar[Mapping[str, str]] = RESOLVED_FROM_SERVER_INFO
+    info_fields: ClassVar[tuple[str, ...]] = SERVER_INFO_FIELDS
 
     def check_server(self, server: ServerConfig, where: str) -> None:
         from pytest_specperf.config.settings import ConfigError, check_speculative_rules
@@ -118,6 +146,14 @@ class SGLang(Engine):
             accepted_drafts=_int_or_none(spec.get("spec_num_correct_drafts")),
             proposed_drafts=_int_or_none(spec.get("spec_num_proposed_drafts")),
         )
+
+    def reported_env(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`internal_states[0].env_vars` of /server_info: what the scheduler really runs with."""
+        states = info.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], Mapping):
+            env_vars = states[0].get("env_vars")
+            return dict(env_vars) if isinstance(env_vars, Mapping) else {}
+        return {}
 
 
 def needed_max_running_requests(server: ServerConfig, max_concurrency: int) -> int | None:

@@ -86,14 +86,18 @@ class Holding:
     waited_for: str | None = None
     overlaps: list[Interval] = field(default_factory=list)
 
-    def notes(self) -> list[str]:
+    def wait_note(self) -> str | None:
+        """A note for the measurement that it waited (waiting disturbs nothing, so not a warning)."""
+        if self.waited_for is None:
+            return None
+        return (
+            f"waited {self.waited_s:.1f} s for another session's measurement on this machine "
+            f"({self.waited_for}) to finish"
+        )
+
+    def disturbances(self) -> list[str]:
         """Warnings for the measurement: they travel with it into the report and the baseline."""
         out = []
-        if self.waited_for is not None:
-            out.append(
-                f"waited {self.waited_s:.1f} s for another session's measurement on this machine "
-                f"({self.waited_for}) to finish"
-            )
         for other in self.overlaps:
             end = "still running" if other.end is None else f"until {_clock(other.end)}"
             out.append(
@@ -101,11 +105,6 @@ class Holding:
                 f"from {_clock(other.start)} {end}): both may read low; measure again"
             )
         return out
-
-
-def is_wait_note(warning: str) -> bool:
-    """A note that this measurement waited for another session's: it was not disturbed by it."""
-    return warning.startswith("waited ") and "another session's measurement" in warning
 
 
 def _clock(t: float) -> str:

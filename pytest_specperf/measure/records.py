@@ -279,7 +279,11 @@ class Measurement:
     workload_hash: str
     is_reference: bool
     rounds: list[RoundSample] = field(default_factory=list)
+    #: what may have disturbed the numbers (sanity checks, overlapping measurements): a run with
+    #: warnings is not recorded into a history
     warnings: list[str] = field(default_factory=list)
+    #: facts about how it was made that disturbed nothing, e.g. a wait for another session's measurement
+    notes: list[str] = field(default_factory=list)
     num_draft_tokens: int | None = None
     num_steps: int | None = None
     eagle_topk: int | None = None
@@ -344,6 +348,7 @@ class Measurement:
             "num_draft_tokens": self.num_draft_tokens,
             "algorithm": self.algorithm,
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
             "fingerprint": self.fingerprint.to_dict() if self.fingerprint is not None else None,
             "rounds": [r.to_dict() for r in self.rounds],
         }
@@ -357,6 +362,7 @@ class Measurement:
             is_reference=bool(data["is_reference"]),
             rounds=[RoundSample.from_dict(r) for r in data["rounds"]],
             warnings=list(data.get("warnings", [])),
+            notes=list(data.get("notes", [])),
             num_steps=data.get("num_steps"),
             eagle_topk=data.get("eagle_topk"),
             num_draft_tokens=data.get("num_draft_tokens"),

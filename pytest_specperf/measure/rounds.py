@@ -25,7 +25,8 @@ from pytest_specperf.config.workloads import (
 )
 from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ServerError, StalledServer
-from pytest_specperf.measure.http import SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.load import run_requests
 from pytest_specperf.measure.records import (
     Distribution,
     Measurement,
@@ -90,20 +91,20 @@ def summarise_round(
 
 
 def _stalled(
-    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: SGLangClient, concurrency: int = 0
+    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: ServerClient, concurrency: int = 0
 ) -> StalledServer:
     """The client's stall error, told about this server and workload (the session then stops it)."""
     log = f" (log: {server.log_path})" if server.log_path else ""
     level = f", concurrency {concurrency}" if concurrency else ""
-    what = str(exc).removeprefix(f"server at {client.base_url} ")
+    what = str(exc).removeprefix(f"server at {client.shown_url} ")
     return StalledServer(
         f"server {server.name!r} (workload {workload.name!r}{level}): {what}; "
         f"the measurement failed and the server is stopped{log}"
     )
 
 
-def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> SGLangClient:
-    return SGLangClient(
+def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
+    return ServerClient(
         server.url, server.api_key, request_timeout=workload.effective_request_timeout,
         engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
     )  # fmt: skip
@@ -179,7 +180,7 @@ class Measurer:
             measurement.warnings.append(unknown)
         return measurement
 
-    def _server_info(self, server: RunningServer, client: SGLangClient) -> dict[str, Any]:
+    def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
         """`/server_info` once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
         if key not in self._info:
@@ -192,7 +193,7 @@ class Measurer:
         return self._info[key]
 
     def _fingerprint(
-        self, server: RunningServer, client: SGLangClient, info: dict[str, Any], whash: str
+        self, server: RunningServer, client: ServerClient, info: dict[str, Any], whash: str
     ) -> Fingerprint:
         cfg = server.config
         try:
@@ -223,7 +224,7 @@ class Measurer:
             server_env=server.launch_env,
             env_patterns=self.config.env_patterns,
             local=not server.attached,
-            engine=engine,
+            engine=engine_for(engine),
         )
 
     def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
@@ -250,7 +251,7 @@ class Measurer:
     def _run(
         self,
         server: RunningServer,
-        client: SGLangClient,
+        client: ServerClient,
         workload: WorkloadConfig,
         plan: list[Prompt],
         concurrency: int,
@@ -266,7 +267,7 @@ class Measurer:
         server.check_alive()
         return list(result.records)
 
-    def _counters(self, server: RunningServer, client: SGLangClient) -> SpecCounters | None:
+    def _counters(self, server: RunningServer, client: ServerClient) -> SpecCounters | None:
         """The server's speculation counters now (vLLM's `/metrics`), for a speculative server whose
         engine has them; None otherwise, or when the scrape fails (said once per server start)."""
         engine = client.engine
@@ -281,7 +282,7 @@ class Measurer:
                 self._say(f"{server.name}: {engine.counters_path} failed ({exc}); no counter deltas per round")
             return None
 
-    def _flush(self, server: RunningServer, client: SGLangClient, workload: WorkloadConfig) -> None:
+    def _flush(self, server: RunningServer, client: ServerClient, workload: WorkloadConfig) -> None:
         server.check_alive()
         if client.engine.flush_path is None:
             return  # the engine offers no cache reset (vLLM without dev mode): rounds may hit cached prefixes

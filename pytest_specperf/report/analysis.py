@@ -122,7 +122,7 @@ def build_report(
         changes = drift(baseline, measurement) if baseline is not None and not updating else None
         if changes:
             report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
-        report.warnings += [f"{measurement.key.label}: {w}" for w in measurement.warnings]
+        report.warnings += [f"{measurement.key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
         report.warnings += _noise_warning(measurement, config)
     report.fits = _fits(config, report.rows)
     report.sweeps = sweep_summaries(report.rows)

@@ -124,6 +124,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "cost_model": cost_json(row.cost),
         "drift": [{"name": c.name, "old": c.old, "new": c.new} for c in drift],
         "warnings": list(m.warnings),
+        "notes": list(m.notes),
         "fingerprint": fingerprint,
         "rounds": raw["rounds"],
     }

@@ -232,6 +232,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "cost_model": _nullable({"$ref": "#/$defs/cost_model"}),
                 "drift": {"type": "array", "items": {"$ref": "#/$defs/change"}},
                 "warnings": {"type": "array", "items": _STR},
+                "notes": {"type": "array", "items": _STR},
                 "fingerprint": _nullable({"$ref": "#/$defs/fingerprint"}),
                 "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
             },

@@ -18,7 +18,6 @@ from pathlib import Path
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.launch import (
-    LaunchPlan,
     ServerProcess,
     Teardown,
     api_key_for,
@@ -40,7 +39,6 @@ class RunningServer:
     api_key: str | None = field(default=None, repr=False)
     process: ServerProcess | None = field(default=None, repr=False)
     startup_seconds: float | None = None
-    launch_plan: LaunchPlan | None = field(default=None, repr=False)
     pid: int | None = None  # a server another xdist worker launched
 
     @property
@@ -248,7 +246,7 @@ class ServerPool:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
         return RunningServer(
             server.name, plan.url, server, log_path=plan.log_path, api_key=plan.api_key,
-            process=process, startup_seconds=seconds, launch_plan=plan, launch_env=process.env,
+            process=process, startup_seconds=seconds, launch_env=process.env,
         )  # fmt: skip
 
     def _record(self, teardown: Teardown) -> None:

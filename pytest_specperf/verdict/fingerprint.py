@@ -29,15 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_specperf
-from pytest_specperf.redact import (  # noqa: F401  (re-exported: the fingerprint's users redact with it)
-    REDACTED,
-    SECRET_FLAGS,
-    is_secret_name,
-    redact_args,
-    redact_env,
-    redact_text,
-    redact_url,
-)
+from pytest_specperf.engines.base import Engine, engine_for
+from pytest_specperf.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 
 UNSET = "unset"
 
@@ -64,32 +57,6 @@ LAUNCH_KEYS: tuple[str, ...] = (
     "args",
     "tp_size",
     "workload_hash",
-)
-
-# Where an unset launch value can be read back from /server_info (servers attached by URL).
-_RESOLVED_FROM_SERVER: dict[str, str] = {
-    "model": "model_path",
-    "draft_model": "speculative_draft_model_path",
-    "algorithm": "speculative_algorithm",
-    "num_steps": "speculative_num_steps",
-    "eagle_topk": "speculative_eagle_topk",
-    "num_draft_tokens": "speculative_num_draft_tokens",
-    "tp_size": "tp_size",
-}
-
-# Resolved /server_info settings shown as drift: they change numbers without changing the config.
-SERVER_INFO_FIELDS: tuple[str, ...] = (
-    "attention_backend",
-    "chunked_prefill_size",
-    "cuda_graph_config",
-    "disable_overlap_schedule",
-    "dtype",
-    "kv_cache_dtype",
-    "max_running_requests",
-    "mem_fraction_static",
-    "page_size",
-    "revision",
-    "speculative_draft_model_revision",
 )
 
 # Flags whose value changes every run and says nothing about performance.
@@ -289,7 +256,7 @@ def capture(
     env_patterns: Sequence[str] = DEFAULT_ENV_PATTERNS,
     local: bool = True,
     gpu_probe: Callable[[], LocalGpus | None] = probe_local_gpus,
-    engine: str = "sglang",
+    engine: Engine | None = None,
 ) -> Fingerprint:
     """Fingerprint of one running server.
 
@@ -298,31 +265,33 @@ def capture(
     URL). `server_env` is the environment the server was started with; for a server attached
     by URL pass only what is known about it (e.g. `{}`), not this process's environment.
     `local` allows the `nvidia-smi` probe (server on this host). `gpu_probe` exists for tests.
+    `engine` (default SGLang) says which info fields mean what.
     """
+    engine = engine or engine_for("sglang")
     info = server_info or {}
     marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
     gpus = gpu_probe() if local else None
     identity = {
-        **_launch_identity(launch_identity, info, marker),
+        **_launch_identity(launch_identity, info, marker, engine),
         **_gpu_identity(loads, gpus, server_env),
     }
     environment = {
-        **_versions(info, gpus, engine),
-        **_server_settings(info),
+        **_versions(info, gpus, engine.name),
+        **_server_settings(info, engine),
         **_simulator_environment(marker),
-        **_selected_env(server_env, info, env_patterns),
+        **_selected_env(server_env, engine.reported_env(info), env_patterns),
     }
     return Fingerprint(identity=identity, environment=environment).redacted()
 
 
 def _launch_identity(
-    launch: Mapping[str, object], info: Mapping[str, Any], marker: Mapping[str, Any] | None
+    launch: Mapping[str, object], info: Mapping[str, Any], marker: Mapping[str, Any] | None, engine: Engine
 ) -> dict[str, str]:
     identity: dict[str, str] = {}
     for key in LAUNCH_KEYS:
         value = launch.get(key)
-        if value is None and key in _RESOLVED_FROM_SERVER:
-            value = info.get(_RESOLVED_FROM_SERVER[key])
+        if value is None and key in engine.resolved_from_info:
+            value = info.get(engine.resolved_from_info[key])
         if key == "args":
             identity[key] = normalize_args(_argv(value)) or UNSET
         else:
@@ -369,10 +338,10 @@ def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str = "sg
     return versions
 
 
-def _server_settings(info: Mapping[str, Any]) -> dict[str, str]:
+def _server_settings(info: Mapping[str, Any], engine: Engine) -> dict[str, str]:
     """Resolved settings and the redacted launch command, as reported by the server."""
     settings = {
-        f"server.{name}": _text(info[name]) for name in SERVER_INFO_FIELDS if name in info and not is_secret_name(name)
+        f"server.{name}": _text(info[name]) for name in engine.info_fields if name in info and not is_secret_name(name)
     }
     if "launch_command" in info:
         settings.update(launch_flags(_argv(info["launch_command"])))
@@ -390,13 +359,10 @@ def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
-def _selected_env(server_env: Mapping[str, str], info: Mapping[str, Any], patterns: Sequence[str]) -> dict[str, str]:
-    """Variables matching `patterns`; the server's own report (`env_vars`) wins when present."""
-    reported: dict[str, Any] = {}
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], Mapping):
-        env_vars = states[0].get("env_vars")
-        reported = dict(env_vars) if isinstance(env_vars, Mapping) else {}
+def _selected_env(
+    server_env: Mapping[str, str], reported: Mapping[str, Any], patterns: Sequence[str]
+) -> dict[str, str]:
+    """Variables matching `patterns`; what the server reports it runs with wins when present."""
     merged = {**server_env, **{k: _text(v) for k, v in reported.items()}}
     selected = {name: value for name, value in merged.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
     return redact_env(selected)

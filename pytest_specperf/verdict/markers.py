@@ -6,11 +6,11 @@ starts, never an exception 20 minutes into a night.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import ConfigError, did_you_mean
 from pytest_specperf.measure.records import MeasurementKey
@@ -31,23 +31,15 @@ MARKER_KEYS = (
 
 
 @dataclass(frozen=True)
-class Target:
-    """One parametrized case: a server config on a workload at one concurrency level."""
+class ServerCase:
+    """A test that needs a running server but measures nothing (the `specperf_server` fixture alone)."""
 
     server: str
-    workload: str | None = None
-    concurrency: int | None = None
 
-    @property
-    def measured(self) -> bool:
-        return self.workload is not None and self.concurrency is not None
 
-    @property
-    def key(self) -> MeasurementKey:
-        """The measurement this case is of; only for a measured case (a marked test)."""
-        if self.workload is None or self.concurrency is None:
-            raise ValueError(f"{self.server}: a server-only case has no measurement")
-        return MeasurementKey(self.server, self.workload, self.concurrency)
+#: What one parametrized test runs against: a server, or a measurement (server, workload, level).
+#: Two types, so code holding a measurement never meets a half-known one.
+Case = ServerCase | MeasurementKey
 
 
 @dataclass(frozen=True)
@@ -117,7 +109,7 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
     )
 
 
-def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target, str]]:
+def measured_cases(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[MeasurementKey, str]]:
     """Every (server, workload, level) case of a marker, with its test id."""
     cases = []
     for server in marker.servers:
@@ -129,7 +121,7 @@ def targets(marker: SpecperfMarker, config: SpecperfConfig) -> list[tuple[Target
                     parts.append(workload)
                 if len(levels) > 1:
                     parts.append(f"c{level}")
-                cases.append((Target(server, workload, level), "-".join(parts)))
+                cases.append((MeasurementKey(server, workload, level), "-".join(parts)))
     return cases
 
 
@@ -174,9 +166,7 @@ def _per_level(value: Any, levels: list[int], where: str, parse: Any) -> Any:
 
 
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(where, f"must be a number > 0 (e.g. 1.1 for +10%), got {value!r}")
-    return float(value)
+    return check.number(value, where, minimum=0, exclusive_min=True, hint="1.1 for +10%")
 
 
 def _range(value: Any, where: str) -> Range:
@@ -215,12 +205,4 @@ def _lossless(value: Any, where: str) -> float | None:
 def _fraction(value: Any, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise ConfigError(where, f"must be a fraction in [0, 1) (0.05 = 5%), got {value!r}")
-    return float(value)
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(where, f"must be True or False, got {value!r}")
-    return value
+    return check.number(value, where, minimum=0, maximum=1, exclusive_max=True, hint="0.05 for 5%")

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_specperf.measure.http import SGLangClient
+from pytest_specperf.measure.http import ServerClient
+from pytest_specperf.transport import probe
 
 STARTUP_TIMEOUT = 30.0
 SPEC_ARGS = (
@@ -34,8 +35,8 @@ class SimServer:
     log: Path
     api_key: str | None = None
 
-    def client(self, api_key: str | None = None, request_timeout: float = 30.0) -> SGLangClient:
-        return SGLangClient(self.url, api_key if api_key is not None else self.api_key, request_timeout)
+    def client(self, api_key: str | None = None, request_timeout: float = 30.0) -> ServerClient:
+        return ServerClient(self.url, api_key if api_key is not None else self.api_key, request_timeout)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
@@ -69,9 +70,8 @@ def start_sim(*args: str, api_key: str | None = None, time_scale: float = 0.1) -
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
     server = SimServer(f"http://127.0.0.1:{port}", proc, log, api_key)
-    probe = SGLangClient(server.url, api_key)
     deadline = time.monotonic() + STARTUP_TIMEOUT
-    while not probe.health_generate(timeout=2.0):
+    while not probe(server.url, "/health_generate", 2.0):
         if proc.poll() is not None:
             raise RuntimeError(f"simulator exited with code {proc.returncode}:\n{server.output()}")
         if time.monotonic() > deadline:

@@ -12,8 +12,10 @@ from simproc import SimServer
 
 from pytest_specperf.config.workloads import Prompt
 from pytest_specperf.errors import ServerError
-from pytest_specperf.measure.http import RoundResult, SamplingParams, SGLangClient, run_requests
+from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.load import RoundResult, run_requests
 from pytest_specperf.measure.records import RequestRecord
+from pytest_specperf.transport import probe
 
 TEXT = Prompt("t1", "Explain why the sky is blue in two sentences.", None, "qa")
 CHAT = Prompt("c1", None, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}), "chat")
@@ -89,11 +91,10 @@ def test_timeout_becomes_error_record(spec_sim: SimServer) -> None:
 
 def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:
     client = spec_sim.client()
-    assert client.ready() and client.health_generate()
+    assert probe(spec_sim.url, "/ready", 5) and probe(spec_sim.url, "/health_generate", 30)
     assert client.flush_cache(timeout=10)
     info = client.server_info()
     assert info["speculative_num_draft_tokens"] == 6 and "version" in info
-    assert "model_path" in client.model_info()
     loads = client.loads()
     assert loads is None or "loads" in loads
     metrics = client.metrics_text()
@@ -102,8 +103,8 @@ def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:
 
 
 def test_unreachable_server() -> None:
-    client = SGLangClient("http://127.0.0.1:9", request_timeout=2)
-    assert not client.ready() and not client.health_generate(timeout=1)
+    client = ServerClient("http://127.0.0.1:9", request_timeout=2)
+    assert not probe(client.base_url, "/ready", 1) and not probe(client.base_url, "/health_generate", 1)
     record = client.generate(TEXT, FIXED, 0, time.perf_counter())
     assert record.error is not None and "refused" in record.error
     with pytest.raises(ServerError):
@@ -131,9 +132,9 @@ def test_api_key_sent_and_never_leaked(sim_factory: Callable[..., SimServer]) ->
         wrong.server_info()
     assert wrong_key not in str(info.value)
     assert wrong_key not in repr(wrong)
-    assert wrong.ready()  # /ready needs no key
+    assert probe(server.url, "/ready", 5)  # /ready needs no key
 
-    anonymous = SGLangClient(server.url)
+    anonymous = ServerClient(server.url)
     assert anonymous.generate(TEXT, FIXED, 0, time.perf_counter()).error is not None
 
 
@@ -177,7 +178,7 @@ def test_server_killed_mid_stream(sim_factory: Callable[..., SimServer]) -> None
     assert all("disconnect" in (r.error or "") for r in records), [r.error for r in records]
 
 
-def _running_requests(client: SGLangClient) -> bool:
+def _running_requests(client: ServerClient) -> bool:
     loads = client.loads() or {}
     return any(entry.get("num_running_reqs", 0) > 0 for entry in loads.get("loads", []))
 
@@ -256,3 +257,13 @@ def test_flush_cache_waits_until_idle(sim_factory: Callable[..., SimServer]) -> 
     assert client.flush_cache(timeout=20)
     worker.join(timeout=20)
     assert records and records[0].ok
+
+
+def test_credentials_in_a_server_url_stay_out_of_messages() -> None:
+    client = ServerClient("http://alice:pw-s3cret@127.0.0.1:9/v1?token=tok-abc", request_timeout=2)
+    with pytest.raises(ServerError) as info:
+        client.server_info()
+    shown = [str(info.value), repr(client), client.generate(TEXT, FIXED, 0, time.perf_counter()).error or ""]
+    for text in shown:
+        assert "pw-s3cret" not in text and "tok-abc" not in text, text
+    assert "127.0.0.1:9" in str(info.value)

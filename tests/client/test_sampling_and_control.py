@@ -12,7 +12,7 @@ from simproc import SimServer, free_port
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
 from pytest_specperf.errors import ServerError, StalledServer
-from pytest_specperf.measure.http import SamplingParams, SGLangClient
+from pytest_specperf.measure.http import SamplingParams, ServerClient
 
 SECRET = "sk-flush-0123456789abcdef"
 CHAT = Prompt("c1", None, ({"role": "user", "content": "Say something random."},), "chat")
@@ -69,7 +69,7 @@ def check_server_error(exc: pytest.ExceptionInfo[ServerError], url: str, reason:
 
 def test_flush_cache_on_a_closed_port_is_a_server_error() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    client = SGLangClient(url, api_key=SECRET, request_timeout=2)
+    client = ServerClient(url, api_key=SECRET, request_timeout=2)
     with pytest.raises(ServerError) as exc:
         client.flush_cache(timeout=1)
     check_server_error(exc, url, "connection refused")
@@ -85,7 +85,7 @@ def silent_listener() -> Iterator[str]:
 
 
 def test_flush_cache_timeout_is_a_server_error(silent_listener: str) -> None:
-    client = SGLangClient(silent_listener, api_key=SECRET)
+    client = ServerClient(silent_listener, api_key=SECRET)
     began = time.monotonic()
     with pytest.raises(ServerError) as exc:
         client.flush_cache(timeout=1)
@@ -123,7 +123,7 @@ def garbage_server() -> Iterator[str]:
 
 
 def test_flush_cache_bad_http_answer_is_a_server_error(garbage_server: str) -> None:
-    client = SGLangClient(garbage_server, api_key=SECRET)
+    client = ServerClient(garbage_server, api_key=SECRET)
     with pytest.raises(ServerError) as exc:
         client.flush_cache(timeout=1)
     check_server_error(exc, garbage_server, "bad HTTP answer")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pytest_specperf.config.workloads import Prompt
-from pytest_specperf.measure.http import SamplingParams, SGLangClient
+from pytest_specperf.measure.http import SamplingParams, ServerClient
 
 TEXT = Prompt("t", "hello", None, "x")
 CHAT = Prompt("c", None, ({"role": "user", "content": "hello"},), "x")
@@ -111,7 +111,7 @@ def reset() -> Iterator[None]:
 
 
 def test_generate_stream(server: str) -> None:
-    record = SGLangClient(server, api_key="k3y").generate(TEXT, SAMPLING, 5, time.perf_counter())
+    record = ServerClient(server, api_key="k3y").generate(TEXT, SAMPLING, 5, time.perf_counter())
     assert record.ok, record.error
     assert (record.index, record.num_chunks, len(record.chunk_gaps)) == (5, 3, 2)
     assert (record.prompt_tokens, record.completion_tokens, record.cached_tokens) == (4, 3, 1)
@@ -122,7 +122,7 @@ def test_generate_stream(server: str) -> None:
 
 def test_real_sglang_chat_shape(server: str) -> None:
     Canned.pieces = REAL_CHAT
-    record = SGLangClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
     assert record.ok, record.error
     assert record.num_chunks == 2 and len(record.chunk_gaps) == 1  # role/finish/usage chunks carry no tokens
     assert (record.prompt_tokens, record.completion_tokens, record.cached_tokens) == (9, 3, 5)
@@ -133,14 +133,14 @@ def test_real_sglang_chat_shape(server: str) -> None:
 
 
 def test_same_text_same_hash_on_both_endpoints(server: str) -> None:
-    text_record = SGLangClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
+    text_record = ServerClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
     Canned.pieces = REAL_CHAT
-    chat_record = SGLangClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
+    chat_record = ServerClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
     assert text_record.output_hash == chat_record.output_hash  # "a b c" both ways
 
 
 def test_keep_alive_connection_is_reused(server: str) -> None:
-    client = SGLangClient(server)
+    client = ServerClient(server)
     records = [client.generate(TEXT, SAMPLING, i, time.perf_counter()) for i in range(5)]
     assert all(r.ok for r in records)
     assert len(set(Canned.seen_ports)) == 1  # one TCP connection for all five requests
@@ -169,7 +169,7 @@ def test_keep_alive_connection_is_reused(server: str) -> None:
 )
 def test_broken_streams_become_error_records(server: str, pieces: list[bytes], expected: str) -> None:
     Canned.pieces = pieces
-    client = SGLangClient(server)
+    client = ServerClient(server)
     record = client.generate(TEXT, SAMPLING, 0, time.perf_counter())
     assert record.error is not None and expected in record.error
     assert record.completion_tokens == 0 and record.verify_ct is None
@@ -179,19 +179,19 @@ def test_broken_streams_become_error_records(server: str, pieces: list[bytes], e
 
 def test_chat_error_object_mid_stream(server: str) -> None:
     Canned.pieces = [*REAL_CHAT[:2], *sse({"object": "error", "message": "boom", "code": 500}, b"[DONE]")]
-    record = SGLangClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
     assert record.error == "server error mid-stream: boom"
 
 
 def test_chat_without_usage_is_an_error(server: str) -> None:
     Canned.pieces = [*REAL_CHAT[:5], REAL_CHAT[-1]]
-    record = SGLangClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server).generate(CHAT, SAMPLING, 0, time.perf_counter())
     assert record.error is not None and "completion_tokens" in record.error
 
 
 def test_truncated_chunked_body(server: str) -> None:
     Canned.pieces, Canned.truncate = GOOD_GENERATE[:2], True
-    record = SGLangClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
     assert record.error is not None and "disconnected" in record.error
     assert record.num_chunks == 2
 
@@ -199,13 +199,13 @@ def test_truncated_chunked_body(server: str) -> None:
 def test_content_length_body_and_crlf_lines(server: str) -> None:
     Canned.chunked = False
     Canned.pieces = [p.replace(b"\n", b"\r\n") for p in [b"event: ping\n\n", b": comment\n\n", *GOOD_GENERATE]]
-    record = SGLangClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server).generate(TEXT, SAMPLING, 0, time.perf_counter())
     assert record.ok, record.error
     assert record.num_chunks == 3
 
 
 def test_http_error_body_is_short_and_key_free(server: str) -> None:
     Canned.status, Canned.pieces = 401, [b'{"error": "bad key sk-12345 ' + b"x" * 5000 + b'"}']
-    record = SGLangClient(server, api_key="sk-12345").generate(TEXT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(server, api_key="sk-12345").generate(TEXT, SAMPLING, 0, time.perf_counter())
     assert record.error is not None and record.error.startswith("HTTP 401")
     assert "sk-12345" not in record.error and len(record.error) < 400

@@ -14,7 +14,7 @@ from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import Prompt
 from pytest_specperf.engines import engine_for
 from pytest_specperf.engines.vllm import VLLM
-from pytest_specperf.measure.http import SamplingParams, SGLangClient
+from pytest_specperf.measure.http import SamplingParams, ServerClient
 
 DATA = Path(__file__).parent / "data" / "vllm-0.32.0"
 TEXT = Prompt("t", "The quick brown fox jumps over the lazy dog.", None, "x")
@@ -39,7 +39,7 @@ def test_accept_length_is_vllms_own(canned_server, endpoint: str, config: str) -
     name = f"{endpoint}-{config}.sse"
     url = canned_server(events(name))
     prompt = TEXT if endpoint == "completions" else CHAT
-    record = SGLangClient(url, engine=VLLM(), model="/tmp/models/target").generate(
+    record = ServerClient(url, engine=VLLM(), model="/tmp/models/target").generate(
         prompt, SAMPLING, 0, time.perf_counter()
     )
     assert record.ok, record.error
@@ -59,7 +59,7 @@ def test_accept_length_is_vllms_own(canned_server, endpoint: str, config: str) -
 def test_plain_server_has_no_speculation(canned_server, endpoint: str) -> None:
     url = canned_server(events(f"{endpoint}-plain.sse"))
     prompt = TEXT if endpoint == "completions" else CHAT
-    record = SGLangClient(url, engine=VLLM()).generate(prompt, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(url, engine=VLLM()).generate(prompt, SAMPLING, 0, time.perf_counter())
     assert record.ok, record.error
     assert record.verify_ct is None and record.accept_length is None
     assert record.completion_tokens == 32
@@ -69,14 +69,14 @@ def test_greedy_outputs_equal_across_configs(canned_server) -> None:
     hashes = set()
     for config in ("plain", "draft", "ngram", "self"):
         url = canned_server(events(f"completions-{config}.sse"))
-        hashes.add(SGLangClient(url, engine=VLLM()).generate(TEXT, SAMPLING, 0, time.perf_counter()).output_hash)
+        hashes.add(ServerClient(url, engine=VLLM()).generate(TEXT, SAMPLING, 0, time.perf_counter()).output_hash)
     assert len(hashes) == 1
 
 
 def test_engine_death_mid_stream_is_a_failed_request(canned_server) -> None:
     body = (DATA / "completions-enginedead.http").read_bytes().split(b"\r\n\r\n", 1)[1]
     url = canned_server([b"data: " + e + b"\n\n" for e in re.findall(rb"^data: (.*)$", body, flags=re.M)])
-    record = SGLangClient(url, engine=VLLM()).generate(TEXT, SAMPLING, 0, time.perf_counter())
+    record = ServerClient(url, engine=VLLM()).generate(TEXT, SAMPLING, 0, time.perf_counter())
     assert not record.ok and "server error mid-stream" in (record.error or "")
 
 

@@ -180,8 +180,12 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
     assert len({i.session for i in ours}) == 2
     for output, name in zip(outputs, "ab", strict=True):
         assert "waited" in output and "held by the test" in output, output
-        warnings = json.loads((path / f"{name}.json").read_text())["warnings"]
+        document = json.loads((path / f"{name}.json").read_text())
+        warnings = document["warnings"]
         assert any("waited" in w and "another session's measurement" in w for w in warnings), warnings
+        notes = [n for m in document["measurements"] for n in m["notes"]]
+        assert any("waited" in n for n in notes), notes  # a wait is a note of the measurement, not a disturbance
+        assert not any("waited" in w for m in document["measurements"] for w in m["warnings"])
         assert not any("overlapped" in w for w in warnings), warnings
     files = stored(suite)
     assert sorted(files) == ["eagle3-2step/default-c1.json", "eagle3-5step/default-c1.json", "plain/default-c1.json"]

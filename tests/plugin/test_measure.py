@@ -186,13 +186,13 @@ def test_bad_workloads_fail_at_collection(make_suite, workload: str, expected: s
     ("marker", "expected"),
     [
         ("min_sped=1.1", "*test_x @specperf min_sped: unknown key (did you mean 'min_speedup'?)*"),
-        ("min_speedup=0", "*@specperf min_speedup: must be a number > 0*"),
+        ("min_speedup=0", "*@specperf min_speedup: must be > 0 (e.g. 1.1 for +10%), got 0"),
         ("accept_length=(3, 2)", "*@specperf accept_length: low end 3 is above high end 2*"),
         ("throughput=70", "*@specperf throughput: must be a (low, high) pair*"),
         ("server='plain', min_speedup=1.1", "*min_speedup: does not apply to the reference server 'plain'*"),
         ("server='eagle3-6step'", "*unknown server 'eagle3-6step' (did you mean 'eagle3-5step'?)*"),
         ("workload='chat'", "*unknown workload 'chat'*"),
-        ("max_regression=5", "*max_regression: must be a fraction in [[]0, 1)*"),
+        ("max_regression=5", "*max_regression: must be >= 0 and < 1 (e.g. 0.05 for 5%), got 5"),
         ("min_speedup={3: 1.1}", "*mapping key 3 is not a concurrency level*"),
     ],
 )

@@ -84,7 +84,7 @@ def test_unknown_server_key_gets_a_hint(tmp_path: Path) -> None:
     ("replace", "expected"),
     [
         ("max_servers = 0", "max_servers: must be >= 1, got 0"),
-        ("rounds = true", "rounds: must be an integer, got True"),
+        ("rounds = true", "rounds: must be an integer, got boolean True"),
         ('launcher = "docker"', "launcher: must be one of 'sglang', 'vllm', 'sim', got 'docker'"),
         ("env = { NCCL_MIN_NCHANNELS = 16 }", 'env.NCCL_MIN_NCHANNELS: must be a string (quote numbers: "16")'),
         ("startup_timeout = -1", "startup_timeout: must be > 0"),

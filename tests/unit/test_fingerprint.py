@@ -8,19 +8,15 @@ import platform
 import pytest
 
 import pytest_specperf
+from pytest_specperf.redact import REDACTED
 from pytest_specperf.verdict.fingerprint import (
     DEFAULT_ENV_PATTERNS,
-    REDACTED,
     Change,
     Fingerprint,
     LocalGpus,
     capture,
     diff,
     normalize_args,
-    redact_args,
-    redact_env,
-    redact_text,
-    redact_url,
 )
 
 HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
@@ -230,68 +226,7 @@ def test_normalize_args_keeps_negative_numbers_as_values() -> None:
     assert normalize_args(["--x", "-1", "--a"]) == "--a --x -1"
 
 
-# --- redaction ------------------------------------------------------------------------------
-
-
-def test_redact_env_by_name() -> None:
-    env = {
-        "HF_TOKEN": HF_TOKEN,
-        "OPENAI_API_KEY": "sk-abc",
-        "AWS_SECRET_ACCESS_KEY": "aws-xyz",
-        "db_password": "pw",
-        "SGLANG_MAX_TOKENS": "4096",
-        "TOKENIZERS_PARALLELISM": "false",
-        "NCCL_ALGO": "Ring",
-    }
-    assert redact_env(env) == {
-        "HF_TOKEN": REDACTED,
-        "OPENAI_API_KEY": REDACTED,
-        "AWS_SECRET_ACCESS_KEY": REDACTED,
-        "db_password": REDACTED,
-        "SGLANG_MAX_TOKENS": "4096",
-        "TOKENIZERS_PARALLELISM": "false",
-        "NCCL_ALGO": "Ring",
-    }
-
-
-def test_redact_env_scrubs_secret_values_under_innocent_names() -> None:
-    env = {"SGLANG_REMOTE": "https://bob:hunter2@store.example/x", "SGLANG_X": HF_TOKEN}
-    redacted = redact_env(env)
-    assert redacted["SGLANG_REMOTE"] == "https://store.example/x"
-    assert redacted["SGLANG_X"] == REDACTED
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("http://10.0.0.7:30000", "http://10.0.0.7:30000"),
-        ("https://alice:s3cret@host:8443/v1?x=1", "https://host:8443/v1?x=1"),
-        ("https://tok@host/", "https://host/"),
-        ("http://host/p?token=abc&x=1", "http://host/p?token=<redacted>&x=1"),
-        ("http://host/p?api_key=abc&sig=zz", "http://host/p?api_key=<redacted>&sig=<redacted>"),
-    ],
-)
-def test_redact_url(url: str, expected: str) -> None:
-    assert redact_url(url) == expected
-
-
-def test_redact_args_both_forms() -> None:
-    args = ["--api-key", "sk-123", "--admin-api-key=adm", "--tp-size", "8", "--api-key=k2"]
-    assert redact_args(args) == [
-        "--api-key",
-        REDACTED,
-        f"--admin-api-key={REDACTED}",
-        "--tp-size",
-        "8",
-        f"--api-key={REDACTED}",
-    ]
-
-
-def test_redact_text_catches_free_text_secrets() -> None:
-    text = f"launched with --api-key sk-123 at https://u:p@h:1/x?token=t; token {HF_TOKEN}"
-    clean = redact_text(text)
-    for secret in ("sk-123", "u:p@", "token=t", HF_TOKEN):
-        assert secret not in clean
+# --- redaction of a fingerprint (the rules themselves: test_redact.py) -----------------------
 
 
 def test_redacted_is_idempotent() -> None:

@@ -71,3 +71,67 @@ def test_args_and_urls() -> None:
     assert args == ["--api-key", REDACTED, f"--api-key={REDACTED}", "--hf-token", REDACTED, "--tp-size", "8"]
     url = redact_url(f"https://user:pw@example.com/v1?token=abc&x=1#{HF}")
     assert "pw" not in url and "abc" not in url and HF not in url and "x=1" in url
+
+
+HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def test_redact_env_by_name() -> None:
+    env = {
+        "HF_TOKEN": HF_TOKEN,
+        "OPENAI_API_KEY": "sk-abc",
+        "AWS_SECRET_ACCESS_KEY": "aws-xyz",
+        "db_password": "pw",
+        "SGLANG_MAX_TOKENS": "4096",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_ALGO": "Ring",
+    }
+    assert redact_env(env) == {
+        "HF_TOKEN": REDACTED,
+        "OPENAI_API_KEY": REDACTED,
+        "AWS_SECRET_ACCESS_KEY": REDACTED,
+        "db_password": REDACTED,
+        "SGLANG_MAX_TOKENS": "4096",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_ALGO": "Ring",
+    }
+
+
+def test_redact_env_scrubs_secret_values_under_innocent_names() -> None:
+    env = {"SGLANG_REMOTE": "https://bob:hunter2@store.example/x", "SGLANG_X": HF_TOKEN}
+    redacted = redact_env(env)
+    assert redacted["SGLANG_REMOTE"] == "https://store.example/x"
+    assert redacted["SGLANG_X"] == REDACTED
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://10.0.0.7:30000", "http://10.0.0.7:30000"),
+        ("https://alice:s3cret@host:8443/v1?x=1", "https://host:8443/v1?x=1"),
+        ("https://tok@host/", "https://host/"),
+        ("http://host/p?token=abc&x=1", "http://host/p?token=<redacted>&x=1"),
+        ("http://host/p?api_key=abc&sig=zz", "http://host/p?api_key=<redacted>&sig=<redacted>"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+def test_redact_args_both_forms() -> None:
+    args = ["--api-key", "sk-123", "--admin-api-key=adm", "--tp-size", "8", "--api-key=k2"]
+    assert redact_args(args) == [
+        "--api-key",
+        REDACTED,
+        f"--admin-api-key={REDACTED}",
+        "--tp-size",
+        "8",
+        f"--api-key={REDACTED}",
+    ]
+
+
+def test_redact_text_catches_free_text_secrets() -> None:
+    text = f"launched with --api-key sk-123 at https://u:p@h:1/x?token=t; token {HF_TOKEN}"
+    clean = redact_text(text)
+    for secret in ("sk-123", "u:p@", "token=t", HF_TOKEN):
+        assert secret not in clean

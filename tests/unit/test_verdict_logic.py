@@ -12,6 +12,7 @@ from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.verdict.checks import Limits, Verdict, evaluate, failure_message, verdict_of
 from pytest_specperf.verdict.markers import SpecperfMarker
+from pytest_specperf.verdict.outcome import Outcome, outcome_of
 from pytest_specperf.verdict.stats import Decision
 
 LIMITS = Limits(max_regression=0.05, max_regression_accept_length=0.02, max_error_rate=0.0, max_rounds=10)
@@ -209,3 +210,47 @@ def test_a_night_beyond_the_tolerance_is_not_recorded_even_when_inconclusive(tmp
     fresh = SpecperfSession(CONFIG, Options(record=True), tmp_path)
     fresh._note_suspect(steady.key, evaluate(steady, None, None, LIMITS, stored, updating=False), LIMITS)
     assert fresh._unfit_to_store(steady.key, steady) is None
+
+
+# --- the verdict-to-outcome policy (verdict/outcome.py) -----------------------------------------
+
+
+def test_a_missed_check_fails_the_test_with_the_evidence(tmp_path: Path) -> None:
+    stored = baseline_of(spec([700, 701, 699, 700, 700]), tmp_path / "b.json")
+    current = spec([600, 601, 599, 600, 600])
+    evaluation = evaluate(current, None, None, LIMITS, stored, updating=False)
+    outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=False)
+    assert outcome.action == "fail" and outcome.message is not None
+    assert outcome.message.startswith("REGRESSION eagle3-5step/chat/c1:") and not outcome.warnings
+
+
+@pytest.mark.parametrize(("policy", "action"), [("fail", "fail"), ("skip", "skip"), ("warn", "pass")])
+def test_an_incomparable_baseline_follows_the_policy(tmp_path: Path, policy: str, action: str) -> None:
+    stored = baseline_of(spec([700] * 5), tmp_path / "b.json")
+    current = spec([600] * 5)
+    other = fingerprint("eagle3-5step")
+    current.fingerprint = type(other)({**other.identity, "model": "another/model"}, other.environment)
+    outcome = outcome_of(current, evaluate(current, None, None, LIMITS, stored, updating=False),
+                         on_incomparable=policy, strict=False)  # fmt: skip
+    assert outcome.action == action
+    text = outcome.message if action != "pass" else outcome.warnings[0]
+    assert text is not None and text.startswith("INCOMPARABLE") and "model" in text
+
+
+@pytest.mark.parametrize(("strict", "action"), [(False, "pass"), (True, "fail")])
+def test_a_check_still_inconclusive_warns_or_fails_under_strict(strict: bool, action: str) -> None:
+    current = spec([700, 600, 800, 650, 750])  # too noisy to tell 1.1x from 1.3x
+    evaluation = evaluate(current, plain([600, 601, 599, 600, 600]), marker(min_speedup=1.2), LIMITS, None,
+                          updating=False)  # fmt: skip
+    assert evaluation.inconclusive
+    outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=strict)
+    assert outcome.action == action
+    text = outcome.message if strict else outcome.warnings[0]
+    assert text is not None and "still inconclusive after 5 rounds" in text
+    assert text.endswith("--specperf-strict fails it") == strict
+
+
+def test_a_met_check_passes_without_warnings() -> None:
+    current = spec([700] * 5)
+    evaluation = evaluate(current, plain([600] * 5), marker(min_speedup=1.1), LIMITS, None, updating=False)
+    assert outcome_of(current, evaluation, on_incomparable="fail", strict=True) == Outcome("pass")

@@ -1,0 +1,113 @@
+"""Checked values: the one way config keys, workload keys and marker arguments are validated.
+
+Why one module: a user meets the same kind of mistake (a string where a number belongs, a rate of
+1.5, `true` as a count) in `specperf.toml`, in a workload table and in a marker, and should get
+the same sentence for it. Every check raises `ConfigError(where, message)`, where `where` names
+the file and key, or the test and marker argument, and the message says what is allowed and what
+was given ("must be an integer >= 1, got string '8'").
+
+TOML and Python both have booleans that are integers underneath; `true` is never accepted as a
+count, a rate or a size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_specperf.errors import ConfigError
+
+
+def type_name(value: Any) -> str:
+    """The TOML word for a Python value's type, as users wrote it."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def given(value: Any) -> str:
+    """'integer 3', 'string "x"': what was given, with its type (a quoted "8" is not the number 8)."""
+    return f"{type_name(value)} {value!r}"
+
+
+def boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(where, f"must be true or false, got {given(value)}")
+    return value
+
+
+def string(value: Any, where: str) -> str:
+    """A non-empty string, stripped of surrounding blanks."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(where, f"must be a non-empty string, got {given(value)}")
+    return value.strip()
+
+
+def choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(where, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return str(value)
+
+
+def integer(value: Any, where: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(where, f"must be an integer, got {given(value)}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(where, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def number(
+    value: Any,
+    where: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_min: bool = False,
+    exclusive_max: bool = False,
+    hint: str = "",
+) -> float:
+    """A finite number within bounds; `hint` (e.g. "1.1 for +10%") is added to every refusal."""
+    allowed = _bounds(minimum, maximum, exclusive_min, exclusive_max)
+    example = f" (e.g. {hint})" if hint else ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(where, f"must be a number{example}, got {given(value)}")
+    if not math.isfinite(value):
+        raise ConfigError(where, f"must be a finite number{example}, got {value!r}")
+    too_low = minimum is not None and (value <= minimum if exclusive_min else value < minimum)
+    too_high = maximum is not None and (value >= maximum if exclusive_max else value > maximum)
+    if too_low or too_high:
+        raise ConfigError(where, f"must be{allowed}{example}, got {value!r}")
+    return float(value)
+
+
+def string_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(where, f"must be a list of strings, got {value!r}")
+    return list(value)
+
+
+def string_map(value: Any, where: str) -> dict[str, str]:
+    """A table of NAME = "value"; numbers must be quoted, as environment values are strings."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(where, f'must be a table of NAME = "value" strings, got {value!r}')
+    for name, item in value.items():
+        if not isinstance(item, str):
+            raise ConfigError(f"{where}.{name}", f'must be a string (quote numbers: "{item}"), got {item!r}')
+    return dict(value)
+
+
+def table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(where, f"must be a table, got {given(value)}")
+    return dict(value)
+
+
+def _bounds(minimum: float | None, maximum: float | None, exclusive_min: bool, exclusive_max: bool) -> str:
+    """' >= 0 and < 1': the allowed range in words, empty when unbounded."""
+    parts = []
+    if minimum is not None:
+        parts.append(f"{'>' if exclusive_min else '>='} {minimum:g}")
+    if maximum is not None:
+        parts.append(f"{'<' if exclusive_max else '<='} {maximum:g}")
+    return " " + " and ".join(parts) if parts else ""

@@ -1,0 +1,44 @@
+"""What a test's verdict becomes in pytest: passed, failed or skipped, with which message and warnings.
+
+The policy in one pure function, so that it is read and tested without a pytest run: a MISSED
+check fails the test; an INCOMPARABLE baseline fails, skips or warns (`--specperf-on-incomparable`);
+a check still INCONCLUSIVE after every allowed round warns, or fails under `--specperf-strict`.
+The plugin only carries the outcome out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_specperf.measure.records import Measurement
+from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """`action` with its `message` (None for a pass); `warnings` are issued first, whatever the action."""
+
+    action: Literal["pass", "fail", "skip"]
+    message: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incomparable: str, strict: bool) -> Outcome:
+    """The outcome of one evaluated test (`on_incomparable`: "fail", "skip" or "warn")."""
+    warned: list[str] = []
+    if evaluation.incomparable:
+        message = incomparable_message(measurement, evaluation)
+        if on_incomparable in ("fail", "skip"):
+            return Outcome("fail" if on_incomparable == "fail" else "skip", message)
+        warned.append(message)
+    if evaluation.missed:
+        return Outcome("fail", failure_message(measurement, evaluation, evaluation.missed), tuple(warned))
+    if evaluation.inconclusive:
+        message = failure_message(measurement, evaluation, evaluation.inconclusive)
+        message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
+        message += "".join(f"\n  {c.name}: {c.advice.reason}" for c in evaluation.inconclusive if c.advice)
+        if strict:
+            return Outcome("fail", message + "; --specperf-strict fails it", tuple(warned))
+        warned.append(message)
+    return Outcome("pass", None, tuple(warned))
