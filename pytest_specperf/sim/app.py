@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             lossy_rate=config.sim.lossy_rate,
             run_jitter=config.sim.run_jitter,
             round_jitter=config.sim.round_jitter,
-            start_seed=config.port,
+            start_seed=config.port if config.sim.start_seed is None else config.sim.start_seed,
+            batch_acceptance=config.sim.batch_acceptance,
         )
     )
     if config.sim.run_jitter or config.sim.round_jitter:
@@ -75,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             "sim: run speed factor %.4f (--sim-run-jitter %g), per-round CV %g",
             engine.run_factor, config.sim.run_jitter, config.sim.round_jitter,
         )  # fmt: skip
+    if config.sim.batch_acceptance:
+        log.info(
+            "sim: acceptance depends on which prompts share a decode step (--sim-batch-acceptance %g)",
+            config.sim.batch_acceptance,
+        )
     state = ServerState(config, engine, tuned, missing)
     try:
         httpd = SimHTTPServer(state)

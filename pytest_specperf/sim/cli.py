@@ -59,6 +59,9 @@ class SimOptions:
     lossy_rate: float = 0.0
     run_jitter: float = 0.0
     round_jitter: float = 0.0
+    batch_acceptance: float = 0.0
+    start_seed: int | None = None
+    """--sim-start-seed: which start this is, for the run and round factors (None: the port)."""
     #: the SGLang release the simulator reports (its contract stays 0.5.23's): to test version warnings
     sglang_version: str = "0.5.23"
 
@@ -142,10 +145,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="CV",
         help="one speed factor per server start with this CV (a GPU node's start-to-start spread); seeded "
-        "by --sim-seed and the port",
+        "by --sim-seed and --sim-start-seed (default: the port, so every start differs)",
     )
     sim.add_argument(
         "--sim-round-jitter", type=float, default=0.0, metavar="CV", help="a speed factor per round with this CV"
+    )
+    sim.add_argument(
+        "--sim-start-seed",
+        type=int,
+        metavar="N",
+        help="which server start this is, for --sim-run-jitter and --sim-round-jitter only (acceptance keeps "
+        "following --sim-seed): a night given its own N is reproducible; default: the port",
+    )
+    sim.add_argument(
+        "--sim-batch-acceptance",
+        type=float,
+        default=0.0,
+        metavar="CV",
+        help="acceptance that depends on which prompts share a decode step: a factor with this CV per set of "
+        "prompts (concurrency > 1 only); seeded by --sim-seed",
     )
     sim.add_argument(
         "--sim-sglang-version",
@@ -284,7 +302,11 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
     for flag, value in (("--sim-error-rate", args.sim_error_rate), ("--sim-lossy-rate", args.sim_lossy_rate)):
         if not 0.0 <= value <= 1.0:
             raise SimConfigError(f"{flag} must be a share in [0, 1] (got {value})")
-    for flag, value in (("--sim-run-jitter", args.sim_run_jitter), ("--sim-round-jitter", args.sim_round_jitter)):
+    for flag, value in (
+        ("--sim-run-jitter", args.sim_run_jitter),
+        ("--sim-round-jitter", args.sim_round_jitter),
+        ("--sim-batch-acceptance", args.sim_batch_acceptance),
+    ):
         if not 0.0 <= value <= 0.5:
             raise SimConfigError(f"{flag} must be a CV in [0, 0.5] (0.02 = 2%; got {value})")
     for flag, count in (
@@ -307,6 +329,8 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         lossy_rate=args.sim_lossy_rate,
         run_jitter=args.sim_run_jitter,
         round_jitter=args.sim_round_jitter,
+        batch_acceptance=args.sim_batch_acceptance,
+        start_seed=args.sim_start_seed,
         sglang_version=args.sim_sglang_version,
     )
 

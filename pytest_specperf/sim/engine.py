@@ -6,10 +6,17 @@ speculative cycle) advances every running request. Each step's cost comes from t
 thread sleeps to the step's absolute deadline, so rounding and Python overhead do not accumulate.
 Tokens of a step are published when the step ends, one event per request, which the HTTP layer turns
 into one stream chunk.
+
+Noise, all off by default (then a seed and a schedule fix every number): ``run_jitter`` draws one
+speed factor per server start, ``round_jitter`` one per cache flush (the plugin flushes per round), and
+``batch_acceptance`` makes acceptance depend on which prompts share a decode step — one mean-one
+log-normal factor on the conditional rates per distinct set of prompts, a pure function of the set and
+the seed, never applied to a request alone in the batch (see ``_batch_acceptance_factor``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import math
@@ -147,7 +154,8 @@ class EngineSettings:
     lossy_rate: float = 0.0
     run_jitter: float = 0.0  # CV of one speed factor drawn per server start (--sim-run-jitter)
     round_jitter: float = 0.0  # CV of a speed factor redrawn at every cache flush, i.e. per round
-    start_seed: int = 0  # tells starts apart (the port): each start draws its own run factor
+    start_seed: int = 0  # tells starts apart (--sim-start-seed, else the port): one run factor per start
+    batch_acceptance: float = 0.0  # CV of an acceptance factor per set of prompts sharing a decode step
 
 
 class Engine:
@@ -359,7 +367,12 @@ class Engine:
     def _decode_step(self, batch: list[Request]) -> None:
         s = self.settings
         cost = s.profile.step_ms(s.spec, len(batch), s.tuned, cuda_graph_max_bs=s.cuda_graph_max_bs)
-        accepted = [self._draw(req) for req in batch] if s.spec is not None else [0] * len(batch)
+        if s.spec is not None:
+            factor = self._batch_acceptance_factor(batch)
+            cap = s.profile.acceptance_for(s.spec.algorithm).max_rate
+            accepted = [self._draw(req, factor, cap) for req in batch]
+        else:
+            accepted = [0] * len(batch)
         self._wait_until(cost)
         with self._cond:
             produced = 0
@@ -378,11 +391,34 @@ class Engine:
                     req.events.put(Event(len(req.output_ids), False))
             self._account_decode(len(batch), produced, sum(accepted))
 
-    def _draw(self, req: Request) -> int:
-        """Accepted drafts this cycle: position i is accepted only if all before it were."""
+    def _batch_acceptance_factor(self, batch: list[Request]) -> float:
+        """The acceptance factor of a step shared by ``batch`` (--sim-batch-acceptance CV; 1.0 when 0).
+
+        Which prompts share a step changes the logits a little (batch-variant kernels: split sizes and
+        reduction orders follow the batch), so near-tie argmaxes flip and every request in the step
+        accepts a little more or less. One mean-one log-normal factor per distinct set of prompts, a pure
+        function of the set and ``--sim-seed``: the same mix always draws the same factor, another mix
+        another one, and a request alone in the batch (concurrency 1) is never affected.
+        """
+        cv = self.settings.batch_acceptance
+        if cv <= 0.0 or len(batch) < 2:
+            return 1.0
+        h = hashlib.blake2b(f"batch-accept/{self.settings.seed}".encode(), digest_size=8)
+        for digest in sorted(req.prompt.digest for req in batch):
+            h.update(digest)
+        z = random.Random(int.from_bytes(h.digest(), "big")).gauss(0.0, 1.0)
+        return math.exp(cv * z - cv * cv / 2.0)
+
+    @staticmethod
+    def _draw(req: Request, factor: float = 1.0, cap: float = 1.0) -> int:
+        """Accepted drafts this cycle: position i is accepted only if all before it were.
+
+        ``factor`` scales the conditional rates (capped at ``cap``, the profile's max_rate); the request's
+        own random stream is consumed the same way whatever the factor, so 1.0 draws exactly as before.
+        """
         a = 0
         for rate in req.rates:
-            if req.accept_rng.random() >= rate:
+            if req.accept_rng.random() >= (rate if factor == 1.0 else min(cap, rate * factor)):
                 break
             a += 1
         return a

@@ -149,12 +149,23 @@ def advise_history(
     comparison: HistoryComparison, bound: float, decision: Decision, *, max_rounds: int = DEFAULT_MAX_ROUNDS
 ) -> RoundsAdvice:
     """Would more rounds tonight decide an INCONCLUSIVE history check? Only tonight's round noise
-    shrinks with them; the run-to-run part (`fixed_variance`) does not, and often dominates."""
+    shrinks with them; the run-to-run part (`fixed_variance`) does not, and often dominates.
+
+    A night whose point estimate already lies beyond the tolerance gets rounds up to `max_rounds`
+    even when the interval is not expected to clear the bound at tonight's estimate: its round
+    noise is still a share of the interval (a third at 3% round CV), and the estimate itself moves.
+    This is what lifts first-night detection of a -10% change from 68% to 76% with 10 recorded runs
+    (benchmarks/verdict_power.py), for +0.0-0.3 rounds per unchanged night."""
     n = comparison.ratio.n
     if decision is not Decision.INCONCLUSIVE:
         return RoundsAdvice(False, None, f"already decided ({decision.value})")
     if comparison.round_cv is None:
         return RoundsAdvice(n < max_rounds, None, f"spread unknown after {n} round(s); more rounds will show it")
+    beyond = comparison.ratio.value < bound if bound < 1.0 else comparison.ratio.value > bound
+    if beyond and n < max_rounds:
+        return RoundsAdvice(
+            True, max_rounds, f"tonight's estimate is beyond {bound:g}; up to {max_rounds} rounds shrink its round noise"
+        )
     gap = abs(math.log(comparison.ratio.value) - math.log(bound))
     for rounds in range(n + 1, max_rounds + 1):
         v0 = comparison.round_cv**2 / rounds

@@ -103,6 +103,21 @@ def test_advice_counts_rounds_when_round_noise_dominates() -> None:
     assert advice.helps and advice.rounds_needed is not None and 3 <= advice.rounds_needed <= 10
 
 
+def test_a_night_beyond_the_tolerance_gets_rounds_up_to_the_limit() -> None:
+    """Run-to-run variance keeps the interval across the bound, but tonight's estimate is past it:
+    more rounds still shrink tonight's share of the interval, so the night gets them."""
+    got = compare_with_history([93.5, 93.0, 94.0, 93.2, 93.8], [[100.0] * 5], prior_cv=0.03)
+    decision = classify_ratio(got.ratio, 0.05, Direction.HIGHER_IS_BETTER).decision
+    assert decision is Decision.INCONCLUSIVE and got.ratio.value < 0.95
+    advice = advise_history(got, 0.95, decision, max_rounds=12)
+    assert advice.helps and advice.rounds_needed == 12 and "beyond 0.95" in advice.reason
+    slower = compare_with_history([107.0, 106.5, 107.5, 106.8, 107.2], [[100.0] * 5], prior_cv=0.03)  # a latency
+    latency = classify_ratio(slower.ratio, 0.05, Direction.LOWER_IS_BETTER)
+    assert latency.decision is Decision.INCONCLUSIVE
+    assert advise_history(slower, latency.regression_bound, latency.decision, max_rounds=12).helps
+    assert not advise_history(got, 0.95, decision, max_rounds=5).helps  # no rounds left
+
+
 def test_speedup_interval_carries_both_start_offsets() -> None:
     from pytest_specperf.verdict.history import speedup_estimate
 
