@@ -54,9 +54,11 @@ from pytest_specperf.verdict.stats import (
     RegressionResult,
     decide_regression,
     mean_estimate,
+    ratio_estimate,
 )
 from pytest_specperf.verdict.store import KIND as BASELINE_KIND
-from pytest_specperf.verdict.store import BaselineStore, StoredBaseline, read_baseline
+from pytest_specperf.verdict.store import BaselineStore, StoredBaseline, StoredRun, read_baseline
+from pytest_specperf.verdict.trends import paired_runs
 
 OK, REGRESSED, FAILED = 0, 1, 2
 EXIT_CODES = """exit codes:
@@ -160,7 +162,16 @@ def run_show(args: argparse.Namespace) -> int:
 # --- history -----------------------------------------------------------------------------------------
 
 
-HISTORY_HEADERS = ("run", "stored", "commit", "segment", "tok/s", "τ", "rounds", "change")
+HISTORY_HEADERS = ("run", "stored", "commit", "segment", "tok/s", "TPOT ms", "τ", "speedup", "rounds", "change")
+#: the change column wraps, so a run with changes in several series keeps the table within 120 columns
+HISTORY_WIDTHS = (None,) * 9 + (31,)
+#: series searched for change points, with the short name the change column uses
+HISTORY_SERIES = (
+    ("output_throughput", "tok/s"),
+    ("mean_tpot_ms", "TPOT"),
+    ("accept_length", "τ"),
+    ("speedup", "speedup"),
+)
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -168,42 +179,77 @@ def run_history(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
     server, _, workload = args.select.partition("/")
+    stored = BaselineStore(root).entries()
     entries = [
-        e for e in BaselineStore(root).entries()
+        e for e in stored
         if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)
     ]  # fmt: skip
     if not entries:
         print(f"no stored history{f' for {args.select}' if args.select else ''} in {root}")
         return OK
     for entry in entries:
+        reference = _reference_history(entry, stored)
         print(f"{entry.measurement.key.label}: {len(entry.runs)} runs, {entry.path}")
-        for line in text_table(HISTORY_HEADERS, history_rows(entry)):
+        if reference is not None:
+            print(f"speedup over {reference.measurement.key.server}: its runs stored by the same session")
+        for line in text_table(HISTORY_HEADERS, history_rows(entry, reference), HISTORY_WIDTHS):
             print(line)
         print()
     return OK
 
 
-def history_rows(entry: StoredBaseline) -> list[list[str]]:
-    """One row per run, oldest first; a run where a change point starts (within its segment) or
-    where a segment starts (--specperf-update) says so."""
-    marks: dict[int, list[str]] = {}
+def _reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -> StoredBaseline | None:
+    """The stored reference of the same workload and level (for speedups), if the store has one."""
+    key = entry.measurement.key
+    if entry.measurement.is_reference:
+        return None
+    return next(
+        (
+            e for e in stored
+            if e.measurement.is_reference and e.measurement.key.workload == key.workload
+            and e.measurement.key.concurrency == key.concurrency
+        ),
+        None,
+    )  # fmt: skip
+
+
+def history_rows(entry: StoredBaseline, reference: StoredBaseline | None = None) -> list[list[str]]:
+    """One row per run, oldest first: throughput, TPOT, accept length and (with the reference's
+    history) the speedup over the reference run of the same session; a run where a change point
+    starts in one of these series (within its segment), or where a segment starts, says so."""
     runs = list(entry.runs)
+    partners = {id(run): ref for run, ref in paired_runs(runs, reference.runs if reference is not None else ())}
+    speedups: dict[int, Estimate] = {}
+    for run in runs:
+        partner = partners.get(id(run))
+        if partner is not None:
+            x, y = run.measurement.samples("output_throughput"), partner.measurement.samples("output_throughput")
+            if x and y:
+                speedups[id(run)] = ratio_estimate(x, y)
+
+    def value(run: StoredRun, metric: str) -> float | None:
+        if metric == "speedup":
+            found = speedups.get(id(run))
+            return found.value if found is not None else None
+        return run.summary_value(metric)
+
+    marks: dict[int, list[str]] = {}
     for index, run in enumerate(runs):
         if index and run.segment != runs[index - 1].segment:
             marks.setdefault(index, []).append("new segment (--specperf-update)")
     for segment in sorted({r.segment for r in runs}):
-        members = [i for i, r in enumerate(runs) if r.segment == segment]
-        for metric, name in (("output_throughput", "tok/s"), ("accept_length", "τ")):
-            values = [runs[i].summary_value(metric) for i in members]
-            if all(v is not None for v in values):
-                for change in change_points([v for v in values if v is not None]):
-                    marks.setdefault(members[change.index], []).append(f"{name} {change.percent}")
+        for metric, name in HISTORY_SERIES:
+            members = [i for i, r in enumerate(runs) if r.segment == segment and value(r, metric) is not None]
+            values = [value(runs[i], metric) for i in members]
+            for change in change_points([v for v in values if v is not None]):
+                marks.setdefault(members[change.index], []).append(f"{name} {change.percent}")
     rows = []
     for index, run in enumerate(runs):
         m = run.measurement
         rows.append([
             str(index + 1), run.provenance.created[:10], (run.provenance.git_commit or "-")[:7], str(run.segment),
-            _mean_pm(m, "output_throughput", 1), _mean_pm(m, "accept_length", 2), str(len(m.rounds)),
+            _mean_pm(m, "output_throughput", 1), _mean_pm(m, "mean_tpot_ms", 2), _mean_pm(m, "accept_length", 2),
+            pm(speedups[id(run)], 3) if id(run) in speedups else "-", str(len(m.rounds)),
             "; ".join(marks.get(index, [])),
         ])  # fmt: skip
     return rows

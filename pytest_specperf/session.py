@@ -20,7 +20,7 @@ from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
-from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate, history_changes
+from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import Case, SpecperfMarker
 from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
@@ -253,6 +253,8 @@ class SpecperfSession:
         if not self.storing or self.worker is not None:
             return
         suite_dir = self.config.source.parent if self.config.source else None
+        for key in self.measurements:  # the report compares with the history as it was before tonight
+            self._readable_baseline(key)
         for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
             reason = None if self.options.update_force else self._unfit_to_store(key, measurement)
             if reason is not None:
@@ -264,6 +266,7 @@ class SpecperfSession:
                     suite_dir=suite_dir,
                     new_segment=self.options.update,
                     history=self.config.history,
+                    session=self.session_id,
                 )
             except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
                 self.record_error(key, str(exc))
@@ -354,9 +357,15 @@ class SpecperfSession:
         marker = planned.marker if planned else None
         key = result.key
         baseline = None if self.options.update else self.baseline(key)
+        reference_baseline = (
+            self._readable_baseline(reference.key) if reference is not None and not self.options.update else None
+        )
         limits = self.limits(marker, key.workload)
         while True:
-            evaluation = evaluate(result, reference, marker, limits, baseline, updating=self.options.update)
+            evaluation = evaluate(
+                result, reference, marker, limits, baseline,
+                updating=self.options.update, reference_baseline=reference_baseline,
+            )  # fmt: skip
             if evaluation.missed or not evaluation.inconclusive:
                 break
             if len(result.rounds) >= self.config.effective_max_rounds or not evaluation.more_rounds_help:
@@ -395,17 +404,14 @@ class SpecperfSession:
 
         baselines = {} if self.options.update else {k: self._readable_baseline(k) for k in self.measurements}
         report = build_report(
-            self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update
-        )
+            self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update,
+            not_stored=self.not_stored,
+        )  # fmt: skip
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
         report.warnings += self.pool_warnings()
 
-        if not self.options.update:
-            for key, measurement in sorted(self.measurements.items(), key=lambda kv: kv[0].label):
-                stored = self._readable_baseline(key)
-                if stored is not None:
-                    report.warnings += [f"change point: {change}" for change in history_changes(measurement, stored)]
+        report.warnings += [f"change point: {change.sentence}" for row in report.rows for change in row.changes]
         report.warnings += [
             f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
             for key, why in sorted(self.not_stored.items(), key=lambda kv: kv[0].label)

@@ -6,6 +6,7 @@ the same thing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from pytest_specperf.verdict.stats import (
     rounds_to_resolve,
 )
 from pytest_specperf.verdict.store import SaveResult, StoredBaseline
+from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, history_changes, series
 
 #: Worst first: the verdict a measurement row shows when several tests share it.
 SEVERITY = (
@@ -47,6 +49,12 @@ class Row:
     cost: CostModel | None
     verdict: Verdict
     cv: float | None
+    #: per key metric (trends.KEY_METRICS): every stored run with a value, tonight last
+    history: dict[str, tuple[Point, ...]] = field(default_factory=dict)
+    #: the newest change point of each key series (current segment, tonight appended)
+    changes: tuple[HistoryChange, ...] = ()
+    #: why tonight's run was not appended to its history (--specperf-record / --specperf-update)
+    not_stored: str | None = None
 
     @property
     def key(self) -> MeasurementKey:
@@ -107,6 +115,7 @@ def build_report(
     saved: dict[MeasurementKey, SaveResult],
     *,
     updating: bool,
+    not_stored: dict[MeasurementKey, str] | None = None,
 ) -> Report:
     report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label))
     ordered = sorted(
@@ -117,8 +126,10 @@ def build_report(
             MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency)
         )
         baseline = baselines.get(measurement.key)
+        reference_baseline = baselines.get(reference.key) if reference is not None else None
         verdict = _verdict(config, measurement, verdicts.get(measurement.key, []), baseline, updating)
-        report.rows.append(_row(measurement, reference, baseline, verdict, updating, config.run_to_run_cv))
+        row = _row(measurement, reference, baseline, verdict, updating, config.run_to_run_cv, reference_baseline)
+        report.rows.append(dataclasses.replace(row, not_stored=(not_stored or {}).get(measurement.key)))
         changes = drift(baseline, measurement) if baseline is not None and not updating else None
         if changes:
             report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
@@ -160,9 +171,11 @@ def _row(
     verdict: Verdict,
     updating: bool,
     prior_cv: float = 0.0,
+    reference_baseline: StoredBaseline | None = None,
 ) -> Row:
     throughput = _estimate(measurement, "output_throughput")
     vs_baseline = None
+    comparable = baseline is not None and not updating and _comparable(baseline, measurement)
     if baseline is not None and not updating:
         comparison = history_comparison(measurement, baseline, "output_throughput", prior_cv)
         vs_baseline = comparison.ratio if comparison is not None else None
@@ -172,6 +185,21 @@ def _row(
         if cur and ref:
             speedup = ratio_estimate(cur, ref)
         cost = _cost(measurement, reference)
+    history: dict[str, tuple[Point, ...]] = {}
+    changes: tuple[HistoryChange, ...] = ()
+    if comparable:
+        if reference is measurement or measurement.is_reference:
+            reference = None  # the reference has no speedup series
+        usable = reference is not None and _comparable(reference_baseline, reference)
+        ref_history = reference_baseline if usable else None
+        for metric in KEY_METRICS:
+            points = series(
+                measurement, baseline, metric, reference=reference, reference_baseline=ref_history, whole=True
+            )
+            if points:
+                history[metric] = tuple(points)
+        assert baseline is not None
+        changes = tuple(history_changes(measurement, baseline, reference=reference, reference_baseline=ref_history))
     return Row(
         measurement=measurement,
         throughput=throughput,
@@ -183,7 +211,17 @@ def _row(
         cost=cost,
         verdict=verdict,
         cv=coefficient_of_variation(measurement.samples("output_throughput")),
+        history=history,
+        changes=changes,
     )
+
+
+def _comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
+    """A stored history of the same setup (environment drift allowed): its runs belong in a trend."""
+    if baseline is None:
+        return False
+    found = drift(baseline, measurement)
+    return found is None or found.comparable
 
 
 def _cost(measurement: Measurement, reference: Measurement) -> CostModel | None:

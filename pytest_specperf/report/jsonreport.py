@@ -34,6 +34,7 @@ from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import Change, Fingerprint
 from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
 from pytest_specperf.verdict.store import SaveResult, Summary
+from pytest_specperf.verdict.trends import HistoryChange, Point
 
 
 class ReportError(SpecperfError):
@@ -126,7 +127,36 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "warnings": list(m.warnings),
         "notes": list(m.notes),
         "fingerprint": fingerprint,
+        "history": {metric: [point_json(p) for p in points] for metric, points in row.history.items()},
+        "change_points": [change_point_json(c) for c in row.changes],
+        "not_stored": row.not_stored,
         "rounds": raw["rounds"],
+    }
+
+
+def point_json(point: Point) -> dict[str, Any]:
+    """One run of a key's history: its value over its rounds, when it was stored, from which commit."""
+    return {
+        "created": point.created,
+        "commit": point.commit,
+        "segment": point.segment,
+        "tonight": point.tonight,
+        "value": estimate_json(point.value),
+    }
+
+
+def change_point_json(change: HistoryChange) -> dict[str, Any]:
+    """A change point of a key series (current segment, tonight appended): where, since when, how much."""
+    return {
+        "metric": change.metric,
+        "index": change.index,
+        "runs": change.runs,
+        "since": change.created,
+        "commit": change.commit,
+        "tonight": change.tonight,
+        "ratio": estimate_json(change.change),
+        "p_value": change.p_value,
+        "description": change.sentence,
     }
 
 
@@ -363,7 +393,29 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         cost=decode_cost(entry.get("cost_model")),
         verdict=Verdict(entry["verdict"]),
         cv=coefficient_of_variation(m.samples("output_throughput")),
+        history={metric: tuple(decode_point(p) for p in points) for metric, points in entry.get("history", {}).items()},
+        changes=tuple(decode_change_point(m.key, c) for c in entry.get("change_points", [])),
+        not_stored=entry.get("not_stored"),
     )
+
+
+def decode_point(data: Mapping[str, Any]) -> Point:
+    value = decode_estimate(data["value"])
+    if value is None:
+        raise ValueError("history point without a value")
+    segment = data.get("segment")
+    return Point(value, data.get("created"), data.get("commit"), None if segment is None else int(segment),
+                 bool(data.get("tonight")))  # fmt: skip
+
+
+def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> HistoryChange:
+    ratio = decode_estimate(data["ratio"])
+    if ratio is None:
+        raise ValueError("change point without a ratio")
+    return HistoryChange(
+        key, str(data["metric"]), int(data["index"]), int(data["runs"]), data.get("since"), data.get("commit"),
+        ratio, float(data.get("p_value", math.nan)),
+    )  # fmt: skip
 
 
 def decode_estimate(data: Mapping[str, Any] | None) -> Estimate | None:

@@ -9,7 +9,10 @@ Plots, each saying "SIMULATED" in its title when the numbers come from the simul
 * accept_length.png: τ per speculative config with CI, and the break-even τ* it must beat;
 * cycle_time.png: one draft-and-verify cycle (split into the verify-cost fit's fixed and
   per-token parts when there is a fit) against the time plain decoding needs for the same τ tokens;
-* speedup_vs_concurrency-<workload>.png (sweeps only): speedup per config with CI bands, 1.0 line.
+* speedup_vs_concurrency-<workload>.png (sweeps only): speedup per config with CI bands, 1.0 line;
+* history-<server>-<workload>-c<N>.png (measurements with a stored history): one panel per key series
+  (throughput, TPOT, accept length, speedup), each run's value with its interval over its rounds,
+  segment boundaries (--specperf-update), the change point in force, tonight highlighted.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.sweep import CrossoverKind
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.verdict.trends import KEY_METRICS, Point
 
 INSTALL_HINT = "pip install pytest-specperf[plot]"
 DPI = 110
@@ -65,6 +69,11 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         figure = sweep_figure(sweep, suffix)
         if figure is not None:
             written.append(_save(figure, directory / f"speedup_vs_concurrency-{_safe(sweep.workload)}.png"))
+    for row in report.rows:
+        figure = history_figure(row, suffix)
+        if figure is not None:
+            name = f"history-{_safe(row.key.server)}-{_safe(row.key.workload)}-c{row.key.concurrency}.png"
+            written.append(_save(figure, directory / name))
     return written
 
 
@@ -293,6 +302,77 @@ def sweep_figure(sweep: SweepSummary, suffix: str) -> Any:
     _title(ax, f"Speedup vs concurrency, workload {sweep.workload} (CI bands)", suffix)
     _legend(figure, ax)
     return figure
+
+
+#: y-axis label of each history panel
+HISTORY_UNITS = {
+    "output_throughput": "tok/s",
+    "mean_tpot_ms": "TPOT (ms)",
+    "accept_length": "accept length τ",
+    "speedup": "speedup (x ref)",
+}
+
+
+def history_figure(row: Row, suffix: str) -> Any:
+    """A key's history: one panel per key series with at least two runs, oldest run left, tonight right."""
+    panels = [(m, row.history[m]) for m in KEY_METRICS if len(row.history.get(m, ())) >= 2]
+    if not panels:
+        return None
+    figure = _history_axes(len(panels))
+    axes = figure.axes
+    changes = {c.metric: c for c in row.changes}
+    for ax, (metric, points) in zip(axes, panels, strict=True):
+        _history_panel(ax, metric, points)
+        change = changes.get(metric)
+        if change is not None:
+            at = len(points) - change.runs + change.index - 0.5  # the change's series is the current segment's
+            ax.axvline(at, color="#ff7f0e", linewidth=2, label=f"change point: {change.percent}")
+            ax.legend(loc="best", fontsize=8, frameon=False)
+    last = axes[-1]
+    points = panels[-1][1]
+    last.set_xticks(range(len(points)), [_run_label(p) for p in points], rotation=45, ha="right", fontsize=8)
+    k = row.key
+    _title(axes[0], f"History of {k.server}, {k.workload} c{k.concurrency} (each run: mean with its interval)", suffix)
+    return figure
+
+
+def _history_axes(count: int) -> Any:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8.0, 1.2 + 2.0 * count), dpi=DPI, layout="constrained")
+    figure.subplots(count, 1, sharex=True, squeeze=False)
+    return figure
+
+
+def _history_panel(ax: Any, metric: str, points: Sequence[Point]) -> None:
+    xs = list(range(len(points)))
+    stored = [(x, p) for x, p in zip(xs, points, strict=True) if not p.tonight]
+    tonight = [(x, p) for x, p in zip(xs, points, strict=True) if p.tonight]
+    for group, color, marker, label in ((stored, "#1f77b4", "o", "stored run"), (tonight, "#d62728", "D", "tonight")):
+        if not group:
+            continue
+        values = [p.value for _, p in group]
+        bounded = all(v.bounded for v in values)
+        yerr = (
+            [[v.value - v.low for v in values], [v.high - v.value for v in values]] if bounded else None
+        )  # fmt: skip
+        ax.errorbar([x for x, _ in group], [v.value for v in values], yerr=yerr, fmt=marker, color=color,
+                    capsize=3, markersize=6 if marker == "D" else 4, label=label, zorder=3)  # fmt: skip
+    for x in range(1, len(points)):
+        before, after = points[x - 1].segment, points[x].segment
+        if after is not None and before is not None and after != before:
+            ax.axvline(x - 0.5, color="grey", linestyle="--", linewidth=1)
+            ax.annotate("new segment", (x - 0.45, 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7,
+                        color="grey")  # fmt: skip
+    ax.set_ylabel(HISTORY_UNITS.get(metric, metric), fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _run_label(point: Point) -> str:
+    if point.tonight or point.created is None:
+        return "tonight"
+    commit = f" {point.commit[:7]}" if point.commit else ""
+    return f"{point.created[5:10]}{commit}"
 
 
 def _crossover_mark(ax: Any, crossover: Any, color: Any) -> None:

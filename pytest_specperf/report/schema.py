@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.verdict.checks import Verdict
+from pytest_specperf.verdict.trends import KEY_METRICS
 
 SCHEMA_NAME = "pytest-specperf/report"
 SCHEMA_VERSION = 1
@@ -234,7 +235,42 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "warnings": {"type": "array", "items": _STR},
                 "notes": {"type": "array", "items": _STR},
                 "fingerprint": _nullable({"$ref": "#/$defs/fingerprint"}),
+                "history": {
+                    "type": "object",
+                    "description": "Per key metric, every stored run of the comparable history, tonight last.",
+                    "additionalProperties": {"type": "array", "items": {"$ref": "#/$defs/history_point"}},
+                },
+                "change_points": {"type": "array", "items": {"$ref": "#/$defs/change_point"}},
+                "not_stored": _nullable(_STR),
                 "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
+            },
+        },
+        "history_point": {
+            "type": "object",
+            "description": "One run of a key's history; created/segment null for tonight.",
+            "required": _keys("created commit segment tonight value"),
+            "properties": {
+                "created": _nullable(_STR),
+                "commit": _nullable(_STR),
+                "segment": _nullable(_INT),
+                "tonight": _BOOL,
+                "value": _ESTIMATE,
+            },
+        },
+        "change_point": {
+            "type": "object",
+            "description": "The newest change point of a key series (current segment, tonight appended).",
+            "required": _keys("metric index runs since commit tonight ratio p_value description"),
+            "properties": {
+                "metric": {"enum": list(KEY_METRICS)},
+                "index": _INT,
+                "runs": _INT,
+                "since": _nullable(_STR),
+                "commit": _nullable(_STR),
+                "tonight": _BOOL,
+                "ratio": _ESTIMATE,
+                "p_value": _nullable(_NUM),
+                "description": _STR,
             },
         },
         "fit": {

@@ -9,6 +9,7 @@ pytest does. Nothing here computes a statistic: `analysis.py` does, this module 
 from __future__ import annotations
 
 import math
+import statistics
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ WORKLOAD_WIDTH = 12
 SWEEP_CONFIGS_PER_TABLE = 5
 
 HEADERS = ("server", "workload", "c", "n", "tok/s", "vs baseline", "speedup", "τ", "verdict")
+#: The trend column: tok/s of the last runs of a row's history, tonight last, as a sparkline.
+TREND_HEADER = "last 5"
+TREND_RUNS = 5
+#: A sparkline spans at least ±5% around the stored runs' median, so round-to-round wobble stays flat.
+TREND_SPAN = 0.05
+SPARK = "▁▂▃▄▅▆▇"  # odd: no change sits on the middle level
 COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")  # noqa: RUF001
 PERCENTILE_HEADERS = (
     "server",
@@ -136,6 +143,11 @@ def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
     confidence = _confidence(report)
     basis = f"; speedup = tok/s over {reference} (ref), same workload, same session" if reference else ""
     lines.append(f"± and [low,high]: {confidence:.0%} confidence intervals over n rounds{basis}")
+    if _has_trends(report):
+        lines.append(
+            f"{TREND_HEADER}: tok/s of the last {TREND_RUNS} runs in the stored history, tonight last; "
+            f"{SPARK[0]}..{SPARK[-1]} spans ±{TREND_SPAN:.0%} or more around their median"
+        )
     return Block(lines=tuple(lines))
 
 
@@ -181,14 +193,37 @@ def _confidence(report: Report) -> float:
 
 
 def main_block(report: Report) -> Block:
-    return Block(
-        headers=HEADERS,
-        cells=(
-            *(tuple(row_cells(r)) for r in report.rows),
-            *(tuple(error_cells(key)) for key in report.unmeasured_errors()),
-        ),
-        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
-    )
+    trends = _has_trends(report)
+    headers = (*HEADERS[:-1], TREND_HEADER, *HEADERS[-1:]) if trends else HEADERS
+    rows = [row_cells(r) for r in report.rows]
+    errors = [error_cells(key) for key in report.unmeasured_errors()]
+    if trends:
+        rows = [[*cells[:-1], trend(r), cells[-1]] for cells, r in zip(rows, report.rows, strict=True)]
+        errors = [[*cells[:-1], "-", cells[-1]] for cells in errors]
+    # the trend column costs 8 columns: long server names wrap earlier, so the table stays within WIDTH
+    names = NAME_WIDTH - len(TREND_HEADER) - 2 if trends else NAME_WIDTH
+    return Block(headers=headers, cells=tuple(tuple(c) for c in (*rows, *errors)), widths=(names, WORKLOAD_WIDTH))
+
+
+def _has_trends(report: Report) -> bool:
+    return any(len(r.history.get("output_throughput", ())) >= 2 for r in report.rows)
+
+
+def trend(row: Row, runs: int = TREND_RUNS) -> str:
+    """The row's tok/s over its last `runs` runs, tonight last, as a sparkline ('▄▄▅▁▁'); '-' without a history.
+
+    The scale spans at least ±`TREND_SPAN` around the median of the stored runs shown, so noise of a
+    percent stays on one level and a step of -8% reads as one."""
+    points = row.history.get("output_throughput", ())[-runs:]
+    values = [p.value.value for p in points if math.isfinite(p.value.value) and p.value.value > 0]
+    if len(values) < 2:
+        return "-"
+    stored = [p.value.value for p in points if not p.tonight and math.isfinite(p.value.value)] or values
+    middle = statistics.median(stored)
+    changes = [v / middle - 1.0 for v in values]
+    half = max(TREND_SPAN, *(abs(c) for c in changes))
+    top = len(SPARK) - 1
+    return "".join(SPARK[min(top, max(0, round((c + half) / (2 * half) * top)))] for c in changes)
 
 
 def row_cells(row: Row) -> list[str]:

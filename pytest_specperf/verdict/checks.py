@@ -16,10 +16,11 @@ from enum import Enum
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
-from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
 from pytest_specperf.verdict.history import (
+    MIN_RUNS,
     HistoryComparison,
+    SpeedupSpread,
     advise_history,
     compare_with_history,
     speedup_estimate,
@@ -40,6 +41,7 @@ from pytest_specperf.verdict.stats import (
     ratio_estimate,
 )
 from pytest_specperf.verdict.store import StoredBaseline
+from pytest_specperf.verdict.trends import HistoryChange, history_changes, speedup_spread
 
 
 class Verdict(Enum):
@@ -76,7 +78,7 @@ class Evaluation:
     baseline: StoredBaseline | None = None
     drift: FingerprintDiff | None = None
     updating: bool = False
-    changes: list[str] = field(default_factory=list)  # change points in the history, tonight appended
+    changes: list[HistoryChange] = field(default_factory=list)  # change points in the history, tonight appended
 
     @property
     def incomparable(self) -> bool:
@@ -156,23 +158,38 @@ def check_speedup(
     minimum: float,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     run_cv: float = 0.0,
+    spread: SpeedupSpread | None = None,
+    pairs: int = 0,
 ) -> CheckResult:
     """Speedup over the reference, measured in the same session on two server starts: the interval
-    carries both starts' offsets (prior `run_cv` each, config run_to_run_cv) besides round noise."""
+    carries the start-to-start variance of a speedup besides round noise. It is the recorded
+    speedups' own (`spread`, from >= 3 runs of both servers stored by the same sessions) when there
+    is one, else the prior `run_cv` per start (config run_to_run_cv); the message says which."""
     if reference is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
     current, ref = result.samples("output_throughput"), reference.samples("output_throughput")
-    ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 else ratio_estimate(current, ref)
+    if spread is not None:
+        ratio = speedup_estimate(current, ref, run_cv, spread=spread)
+        between = spread.variance
+        basis = f"start-to-start CV {spread.cv:.1%} from {spread.runs} recorded speedups"
+    else:
+        ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 else ratio_estimate(current, ref)
+        between = 2.0 * run_cv * run_cv
+        more = MIN_RUNS - pairs
+        basis = (
+            f"prior run-to-run CV {run_cv:.1%} per start (config run_to_run_cv; {pairs} recorded "
+            f"speedup{'s' if pairs != 1 else ''}, {more} more replace{'s' if more == 1 else ''} it)"
+        )
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
     ref_cv = coefficient_of_variation(ref) or 0.0
-    fixed_cv = math.sqrt(ref_cv * ref_cv + 2.0 * run_cv * run_cv * len(ref))  # start offsets do not shrink
+    fixed_cv = math.sqrt(ref_cv * ref_cv + between * len(ref))  # start offsets do not shrink
     advice = advise_rounds(  # only this server's rounds can grow: the reference was measured once
         ratio, [minimum], decision, max_rounds=max_rounds,
         cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=fixed_cv,
     )  # fmt: skip
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
-        f"({len(result.rounds)} vs {len(reference.rounds)} rounds) must be >= {minimum:g}: {decision.value}"
+        f"({len(result.rounds)} vs {len(reference.rounds)} rounds; {basis}) must be >= {minimum:g}: {decision.value}"
     )
     return CheckResult("min_speedup", decision, message, ratio, advice=advice)
 
@@ -336,16 +353,24 @@ def evaluate(
     baseline: StoredBaseline | None,
     *,
     updating: bool,
+    reference_baseline: StoredBaseline | None = None,
 ) -> Evaluation:
-    """Every check of a test on its current measurement."""
+    """Every check of a test on its current measurement. `reference_baseline` is the reference's
+    stored history of the same workload and level: with this one's it gives the recorded speedups."""
     level = result.key.concurrency
     evaluation = Evaluation(baseline=baseline, updating=updating)
     checks = evaluation.checks
     checks.append(check_errors(result, limits.max_error_rate))
+    usable = not updating and reference is not None and _comparable(baseline, result)
+    if not usable or reference is None or not _comparable(reference_baseline, reference):
+        reference_baseline = None  # recorded speedups need both histories, of this setup
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if minimum is not None:
-            checks.append(check_speedup(result, reference, minimum, limits.max_rounds, limits.run_to_run_cv))
+            spread, pairs = speedup_spread(baseline, reference_baseline)
+            checks.append(
+                check_speedup(result, reference, minimum, limits.max_rounds, limits.run_to_run_cv, spread, pairs)
+            )
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:
@@ -362,39 +387,18 @@ def evaluate(
                 check = check_regression(result, baseline, metric, tolerance, limits.max_rounds, prior)
                 if check is not None:
                     checks.append(check)
-            evaluation.changes = history_changes(result, baseline)
+            evaluation.changes = history_changes(
+                result, baseline, reference=reference, reference_baseline=reference_baseline
+            )
     return evaluation
 
 
-#: Metrics whose run series are searched for change points.
-CHANGE_METRICS = ("output_throughput", "accept_length")
-
-
-def history_changes(result: Measurement, baseline: StoredBaseline) -> list[str]:
-    """Change points in each key metric's series (the current segment's runs, then tonight), as
-    sentences naming the run a change started with: "... throughput -8.1% [-9.5, -6.7] since the
-    run of 2026-11-12 (commit abc1234)". Only the newest change per metric: it is the one in force."""
-    runs = baseline.current_segment or ()
-    sentences = []
-    for metric in CHANGE_METRICS:
-        series = [r.summary_value(metric) for r in runs]
-        tonight = result.samples(metric)
-        if not tonight or any(v is None for v in series):
-            continue
-        values = [v for v in series if v is not None] + [sum(tonight) / len(tonight)]
-        found = change_points(values)
-        if not found:
-            continue
-        change = found[-1]
-        key = result.key
-        where = f"{key.server} {key.workload} c{key.concurrency} {metric} {change.percent}"
-        if change.index < len(runs):
-            provenance = runs[change.index].provenance
-            commit = f"commit {provenance.git_commit[:7]}" if provenance.git_commit else "no git commit"
-            sentences.append(f"{where} since the run of {provenance.created[:10]} ({commit})")
-        else:
-            sentences.append(f"{where} since tonight")
-    return sentences
+def _comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
+    """A stored history measured on the same setup (environment drift allowed): its runs may be used."""
+    if baseline is None:
+        return False
+    found = drift(baseline, measurement)
+    return found is None or found.comparable
 
 
 def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | None:
@@ -410,7 +414,7 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
     if evaluation.drift is not None and evaluation.drift.environment:
         lines.append("  environment drift since the baseline (the comparison was still made):")
         lines += [f"    {change}" for change in evaluation.drift.environment]
-    lines += [f"  change point: {change}" for change in evaluation.changes]
+    lines += [f"  change point: {change.sentence}" for change in evaluation.changes]
     if evaluation.baseline is not None:
         newest = evaluation.baseline.provenance
         commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"

@@ -187,21 +187,60 @@ def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
     return total * total / den if den > 0.0 else math.inf
 
 
+@dataclass(frozen=True)
+class SpeedupSpread:
+    """How much a speedup differs from one pair of server starts to the next, from recorded pairs.
+
+    Each recorded pair (a speculative run and the reference run of the same session) gives a log
+    speedup r_i = y_spec,i - y_ref,i with round-noise variance w_i = v_spec,i + v_ref,i. Their sample
+    variance S^2 estimates the start-to-start variance of a speedup plus the mean round noise, so
+    (method of moments, as for a single server) variance = max(0, S^2 - mean w), with k - 1 degrees
+    of freedom. It replaces the prior 2 · run_cv^2 (two starts, each with its own offset).
+    """
+
+    runs: int
+    variance: float  # start-to-start variance of a log speedup
+    df: float
+
+    @property
+    def cv(self) -> float:
+        return math.sqrt(self.variance)
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> SpeedupSpread | None:
+        """From (speculative samples, reference samples) per recorded pair; None below `MIN_RUNS` pairs."""
+        if len(pairs) < MIN_RUNS:
+            return None
+        levels = [(RunLevel.of(x), RunLevel.of(y)) for x, y in pairs]
+        logs = [x.log_mean - y.log_mean for x, y in levels]
+        k = len(logs)
+        mean = math.fsum(logs) / k
+        s2 = math.fsum((r - mean) ** 2 for r in logs) / (k - 1)
+        noise = math.fsum(x.variance + y.variance for x, y in levels) / k
+        return cls(k, max(0.0, s2 - noise), float(k - 1))
+
+
 def speedup_estimate(
-    numerator: Sequence[float], denominator: Sequence[float], run_cv: float, confidence: float = DEFAULT_CONFIDENCE
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    run_cv: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    spread: SpeedupSpread | None = None,
 ) -> Estimate:
     """Ratio of two servers' round means where each side is one server start: on the log scale
-    Var = v_x + v_y + 2·run_cv² (both starts carry their own offset), Welch-Satterthwaite df.
+    Var = v_x + v_y + between, Welch-Satterthwaite df. `between` is the recorded speedups' own
+    start-to-start variance (`spread`, k - 1 df) when given, else the prior 2·run_cv² (both starts
+    carry their own offset; taken as known).
 
-    With run_cv 0 this is the log-scale twin of the Fieller ratio interval (stats.ratio_estimate)."""
+    With run_cv 0 and no spread this is the log-scale twin of the Fieller ratio interval (stats.ratio_estimate)."""
     x, y = RunLevel.of(numerator), RunLevel.of(denominator)
     d = x.log_mean - y.log_mean
     n = min(x.rounds, y.rounds)
-    between = 2.0 * run_cv * run_cv
+    between, between_df = (spread.variance, spread.df) if spread is not None else (2.0 * run_cv * run_cv, math.inf)
     if n < 2 and between == 0.0:
         return Estimate.unknown(math.exp(d), n, confidence)
     df = _satterthwaite(
-        [(between, math.inf), (x.variance, x.rounds - 1 or math.inf), (y.variance, y.rounds - 1 or math.inf)]
+        [(between, between_df), (x.variance, x.rounds - 1 or math.inf), (y.variance, y.rounds - 1 or math.inf)]
     )
     half = _t_quantile(confidence, df) * math.sqrt(between + x.variance + y.variance)
     return Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence)

@@ -19,7 +19,8 @@ sorted keys so that `--specperf-update` produces a small, readable diff in a pul
 
 A file holds the raw evidence (per-round samples, per-request records), the fingerprint (so a
 number never travels without its environment: docs/story.md), a summary for reviewers, and
-provenance (when, on which host, from which commit).
+provenance (when, on which host, from which commit, by which pytest session: runs of two servers
+stored by one session were measured together, which pairs them into a history of speedups).
 
 Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one
 lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (once
@@ -109,20 +110,27 @@ class Summary:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Who stored a baseline, when, and from which commit of the suite."""
+    """Who stored a baseline, when, from which commit of the suite, and in which pytest session.
+
+    `session` is the id of the session that stored the run: runs of two servers with the same id
+    were measured together (a speculative config and its reference), which is how a history of
+    speedups is paired. Runs stored before it existed have None.
+    """
 
     created: str
     git_commit: str | None
     host: str
     specperf_version: str
+    session: str | None = None
 
     @classmethod
-    def here(cls, suite_dir: Path | None) -> Provenance:
+    def here(cls, suite_dir: Path | None, session: str | None = None) -> Provenance:
         return cls(
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             git_commit=git_commit(suite_dir) if suite_dir is not None else None,
             host=socket.gethostname(),
             specperf_version=pytest_specperf.__version__,
+            session=session,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +138,8 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        required = {f.name: data[f.name] for f in fields(cls) if f.name != "session"}
+        return cls(**required, session=data.get("session"))  # no session: stored before session ids
 
 
 @dataclass(frozen=True)
@@ -263,6 +272,7 @@ class BaselineStore:
         suite_dir: Path | None,
         new_segment: bool = True,
         history: int = DEFAULT_HISTORY,
+        session: str | None = None,
     ) -> SaveResult:
         """Append `measurement` to the history of its key, as a new segment or into the current one.
 
@@ -271,7 +281,8 @@ class BaselineStore:
         jobs appending at once both land. A previous file that is corrupt is moved aside
         (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one of a newer
         schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in this version's
-        schema would lose data. A store that cannot be written is one StoreError line.
+        schema would lose data. A store that cannot be written is one StoreError line. `session`
+        (the pytest session's id) pairs this run with the other servers' runs of the same session.
         """
         if not isinstance(measurement.fingerprint, Fingerprint):
             raise ValueError(
@@ -281,7 +292,7 @@ class BaselineStore:
         if history < 1:
             raise ValueError(f"history must keep at least 1 run, got {history}")
         new = Summary.of(measurement)
-        provenance = Provenance.here(suite_dir)
+        provenance = Provenance.here(suite_dir, session)
         dumps({"run": StoredRun(measurement, new, provenance, 0).to_dict()})  # fail before touching the store
         path = self.path_for(measurement.key)
         try:

@@ -42,10 +42,16 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
     throughputs = [r["summary"]["output_throughput"] for r in stored]
     assert len(set(throughputs)) == 5  # every start drew its own speed
 
-    unchanged = suite.run()
+    report = suite.pytester.path / "report.json"
+    unchanged = suite.run(f"--specperf-json={report}")
     unchanged.assert_outcomes(passed=1)  # PASS, or INCONCLUSIVE with a warning: never a false REGRESSION
     assert "REGRESSION" not in unchanged.stdout.str()
     assert len(runs_of(suite)) == 5  # without --specperf-record nothing is appended
+    unchanged.stdout.fnmatch_lines(["*last 5*verdict*"])  # the trend column of the summary table
+    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
+    assert sorted(five["history"]) == ["accept_length", "mean_tpot_ms", "output_throughput", "speedup"]
+    assert [p["tonight"] for p in five["history"]["speedup"]] == [False] * 5 + [True]  # paired by session
+    assert five["not_stored"] is None and five["change_points"] == []
 
     text = toml.read_text().replace(
         'num_draft_tokens = 6\nsim_args = ["--sim-run-jitter", "0.02", "--sim-round-jitter", "0.01"]\n',
@@ -53,8 +59,10 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
         '"--sim-draft-slowdown", "8"]\n',
     )
     toml.write_text(text)
-    slow = suite.run("--specperf-record")
+    slow = suite.run("--specperf-record", f"--specperf-json={report}")
     slow.assert_outcomes(failed=1)
+    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
+    assert five["not_stored"] == "a check MISSED (REGRESSION)"
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",

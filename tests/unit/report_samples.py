@@ -142,3 +142,37 @@ def story_report() -> Report:
 
 def sweep_report() -> Report:
     return build_report(CONFIG, sweep_measurements(), {}, {}, {}, updating=False)
+
+
+def history_report(not_stored: dict[MeasurementKey, str] | None = None) -> Report:
+    """Ten stored nights of the 5-step config and the reference, paired by session: segment 0 (two
+    nights at ~74 tok/s), then --specperf-update and segment 1: six nights at ~71, two at ~65.3 (-8%,
+    from the run of 2026-11-18, commit c8aaaaa), tonight at 65.3 too. The reference stays at ~62.9."""
+    from pytest_specperf.verdict.store import StoredRun
+
+    def wobble(level: float, i: int) -> list[float]:
+        return [round(level * (1 + 0.002 * ((i % 3) - 1)) + d, 2) for d in (-0.1, 0.1, 0.0)]
+
+    levels = [74.0, 74.0, *([71.0] * 6), 65.3, 65.3]
+
+    def history(server: str, values: list[float], taus: list[float] | None) -> StoredBaseline:
+        runs = []
+        for i, level in enumerate(values):
+            m = measurement(server, wobble(level, i), taus, [14.0, 14.0, 14.0] if taus else [15.9] * 3)
+            provenance = Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0", f"s{i}")
+            runs.append(StoredRun(m, Summary.of(m), provenance, 0 if i < 2 else 1))
+        newest = runs[-1]
+        path = Path(f"/store/{server}/chat-c1.json")
+        return StoredBaseline(newest.measurement, newest.summary, newest.provenance, path, tuple(runs))
+
+    five, plain = MeasurementKey("eagle3-5step", "chat", 1), MeasurementKey("plain", "chat", 1)
+    measurements = {
+        plain: measurement("plain", [62.8, 63.0, 62.9], None, [15.9] * 3),
+        five: measurement("eagle3-5step", [65.2, 65.4, 65.3], [2.10, 2.11, 2.09], [14.0, 14.0, 14.0]),
+    }
+    baselines = {
+        five: history("eagle3-5step", levels, [2.10, 2.11, 2.09]),
+        plain: history("plain", [62.9] * len(levels), None),
+    }
+    verdicts = {five: [Verdict.INCONCLUSIVE], plain: [Verdict.PASS]}
+    return build_report(CONFIG, measurements, verdicts, baselines, {}, updating=False, not_stored=not_stored)

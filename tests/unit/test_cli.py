@@ -60,20 +60,29 @@ def test_show_lists_stored_baselines(tmp_path: Path, capsys) -> None:
 
 def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys) -> None:
     store = BaselineStore(tmp_path / ".specperf")
-    store.save(plain(), suite_dir=None)
     nights = [71.0, 71.2, 70.9, 71.1, 71.0, 71.1, 65.3, 65.2, 65.4]  # -8% from the 7th run
-    for tok_s in nights:
-        store.save(five(tok_s), suite_dir=None, new_segment=False)
+    for night, tok_s in enumerate(nights):
+        # the reference is stored by the same sessions (the speedup pairs) except in the first
+        store.save(plain(), suite_dir=None, new_segment=night == 0, session=f"s{night}" if night else None)
+        store.save(five(tok_s), suite_dir=None, new_segment=night == 0, session=f"s{night}")
     store.save(five(80.0), suite_dir=None, new_segment=True)  # an intended change
     code, out, _ = run(capsys, "history", "eagle3-5step", "--store", tmp_path / ".specperf")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("eagle3-5step/chat/c1: 10 runs, ") and "plain" not in out
-    assert lines[1].split()[:7] == ["run", "stored", "commit", "segment", "tok/s", "τ", "rounds"]
-    row = {line.split()[0]: line for line in lines[3:] if line.strip()}
-    assert "tok/s -8." in row["7"] and "change" not in row["6"]
+    assert lines[0].startswith("eagle3-5step/chat/c1: 10 runs, ") and "plain/chat/c1" not in out
+    assert lines[1] == "speedup over plain: its runs stored by the same session"
+    assert lines[2].split() == [
+        "run", "stored", "commit", "segment", "tok/s", "TPOT", "ms", "τ", "speedup", "rounds", "change",
+    ]  # fmt: skip
+    row = {line.split()[0]: line for line in lines[4:] if line.strip() and line.split()[0].isdigit()}
+    assert "tok/s -8." in row["7"] and "speedup -8." in out and "change" not in row["6"]
+    assert "14.00" in row["1"] and "2.10±0.02" in row["1"]
+    assert row["1"].split()[7] == "-" and row["2"].split()[7].startswith("1.130±")  # 71.2 / 63; no partner at first
     assert "new segment (--specperf-update)" in row["10"]
+    assert max(len(line) for line in lines[2:]) <= 120  # the table (the first line holds the file's path)
     assert run(capsys, "history", "nobody/chat", "--store", tmp_path / ".specperf")[1].startswith("no stored history")
+    code, out, _ = run(capsys, "history", "plain", "--store", tmp_path / ".specperf")
+    assert "speedup over" not in out  # the reference has no speedup of its own
 
 
 def test_show_defaults_to_dot_specperf(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -135,3 +135,48 @@ def test_speedup_interval_carries_both_start_offsets() -> None:
         (e := speedup_estimate(start(120.0), start(100.0), run_cv=0.02)).low <= 1.2 <= e.high for _ in range(trials)
     )
     assert 0.86 <= covered / trials <= 0.95
+
+
+def test_speedup_spread_is_the_recorded_speedups_spread_less_their_round_noise() -> None:
+    from pytest_specperf.verdict.history import SpeedupSpread
+
+    # one round per run: no round noise, so the spread is the sample variance of the log speedups
+    speedups = [1.20, 1.22, 1.19, 1.21]
+    pairs = [([100.0 * s], [100.0]) for s in speedups]
+    spread = SpeedupSpread.of(pairs)
+    assert spread is not None and spread.runs == 4 and spread.df == 3
+    assert spread.variance == pytest.approx(stats.tvar([math.log(s) for s in speedups]))
+    # round noise explains part of the spread; what is left is the start-to-start part
+    noisy = SpeedupSpread.of([([120.0, 121.0], [100.0, 99.0])] * 2 + [([118.0, 119.0], [100.0, 101.0])])
+    assert noisy is not None and noisy.variance >= 0.0
+    assert SpeedupSpread.of(pairs[: MIN_RUNS - 1]) is None  # below MIN_RUNS: the prior decides
+
+
+def test_speedup_with_a_recorded_spread_uses_its_degrees_of_freedom() -> None:
+    from pytest_specperf.verdict.history import SpeedupSpread, speedup_estimate
+
+    spread = SpeedupSpread(runs=4, variance=0.01**2, df=3.0)
+    got = speedup_estimate([120.0] * 5, [100.0] * 5, run_cv=0.02, spread=spread)  # the prior is not used
+    assert got.value == pytest.approx(1.2)
+    assert math.log(got.high / got.value) == pytest.approx(stats.t.ppf(0.95, 3) * 0.01)
+    steady = speedup_estimate([120.0] * 5, [100.0] * 5, run_cv=0.02, spread=SpeedupSpread(4, 0.0, 3.0))
+    assert steady.low == steady.high == pytest.approx(1.2)  # recorded starts that never differed
+
+
+def test_speedup_interval_from_recorded_pairs_covers_the_true_speedup() -> None:
+    """Starts with a 2% offset each, 1% round noise: the interval from 5 recorded pairs covers the
+    true speedup about as often as its confidence says (t with 4 df, not the normal)."""
+    from pytest_specperf.verdict.history import SpeedupSpread, speedup_estimate
+
+    rng = random.Random(11)
+
+    def start(level: float) -> list[float]:
+        offset = math.exp(rng.gauss(0, 0.02))
+        return [level * offset * (1 + rng.gauss(0, 0.01)) for _ in range(5)]
+
+    trials, covered = 1000, 0
+    for _ in range(trials):
+        spread = SpeedupSpread.of([(start(120.0), start(100.0)) for _ in range(5)])
+        estimate = speedup_estimate(start(120.0), start(100.0), run_cv=0.0, spread=spread)
+        covered += estimate.low <= 1.2 <= estimate.high
+    assert 0.85 <= covered / trials <= 0.96

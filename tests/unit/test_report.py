@@ -349,3 +349,121 @@ def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
     ]
     for box in boxes:
         assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height, (box, width, height)
+
+
+# --- history: trend column, change points, not stored -------------------------------------------------
+
+
+def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
+    from report_samples import history_report
+
+    lines = text(history_report())
+    header = next(line for line in lines if line.startswith("server"))
+    assert "last 5" in header and header.index("last 5") < header.index("verdict")
+    five = next(line for line in lines if line.startswith("eagle3-5step"))
+    assert "▆▇▂▁▁" in five  # two nights at 71, then -8%: the step reads as one
+    plain = next(line for line in lines if line.startswith("plain (ref)"))
+    assert "▄▄▄▄▄" in plain  # 0.2% wobble stays flat
+    assert any(line.startswith("last 5: tok/s of the last 5 runs") for line in lines)
+    assert max(len(line) for line in lines) <= WIDTH
+    assert not any("last 5" in line for line in text(story_report()))  # no stored history: no column
+    markdown = render_markdown(summary_blocks(history_report(), store=".specperf"))
+    assert "| last 5 " in markdown and "| ▆▇▂▁▁ " in markdown
+
+
+def test_trend_column_worst_case_stays_within_width() -> None:
+    """A long server name, a wide interval, INCONCLUSIVE: names wrap earlier, the table fits."""
+    from report_samples import history_report
+
+    report = history_report()
+    long_name = "eagle3-5step-with-a-very-long-config-name"
+    rows = [
+        replace(r, measurement=replace(r.measurement, key=replace(r.key, server=long_name)))
+        if r.key.server == "eagle3-5step"
+        else r
+        for r in report.rows
+    ]
+    lines = text(replace(report, rows=rows), full=True)
+    assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_trend_scale_spans_at_least_five_percent() -> None:
+    from pytest_specperf.report.analysis import Row
+    from pytest_specperf.report.terminal import trend
+    from pytest_specperf.verdict.trends import Point
+
+    def row(values: list[float]) -> Row:
+        points = tuple(
+            Point(Estimate.exact(v), None if i == len(values) - 1 else "2026-11-01", None, 0, i == len(values) - 1)
+            for i, v in enumerate(values)
+        )
+        base = story_report().rows[0]
+        return replace(base, history={"output_throughput": points})
+
+    assert trend(row([100.0, 100.5, 99.5, 100.0, 100.2])) == "▄▄▄▄▄"  # round noise stays on the middle level
+    assert trend(row([100.0, 100.0, 100.0, 100.0, 96.0])) == "▄▄▄▄▂"  # -4% within the ±5% scale
+    assert trend(row([100.0, 100.0, 100.0, 100.0, 90.0])) == "▄▄▄▄▁"  # beyond it: the scale grows
+    assert trend(row([100.0])) == "-"
+
+
+def test_json_report_carries_history_change_points_and_why_a_run_was_not_stored() -> None:
+    from report_samples import history_report
+
+    from pytest_specperf.measure.records import MeasurementKey
+
+    why = "a check MISSED (REGRESSION)"
+    report = history_report({MeasurementKey("eagle3-5step", "chat", 1): why})
+    document = json.loads(dumps(report_document(report, created="t", host="h")))
+    assert validate(document) == []
+    five = next(m for m in document["measurements"] if m["label"] == "eagle3-5step/chat/c1")
+    assert five["not_stored"] == why
+    assert sorted(five["history"]) == ["accept_length", "mean_tpot_ms", "output_throughput", "speedup"]
+    throughput = five["history"]["output_throughput"]
+    assert len(throughput) == 11 and throughput[-1]["tonight"] and throughput[-1]["created"] is None
+    assert throughput[0] == {
+        "created": "2026-11-10T01:00:00+00:00", "commit": "c0aaaaaaaa", "segment": 0, "tonight": False,
+        "value": throughput[0]["value"],
+    }  # fmt: skip
+    assert [c["metric"] for c in five["change_points"]] == ["output_throughput", "speedup"]
+    change = five["change_points"][0]
+    assert (change["index"], change["runs"], change["since"], change["commit"], change["tonight"]) == (
+        6, 9, "2026-11-18T01:00:00+00:00", "c8aaaaaaaa", False,
+    )  # fmt: skip
+    assert change["ratio"]["low"] < change["ratio"]["value"] < change["ratio"]["high"] < 0.93
+    assert change["description"].startswith("eagle3-5step chat c1 throughput -8.0% [")
+    assert change["description"].endswith("since the run of 2026-11-18 (commit c8aaaaa)")
+    plain = next(m for m in document["measurements"] if m["label"] == "plain/chat/c1")
+    assert plain["not_stored"] is None and "speedup" not in plain["history"] and plain["change_points"] == []
+    again = decode_report(document)
+    assert json.loads(dumps(report_document(again, created="t", host="h"))) == document
+    assert text(again) == text(report)
+
+
+def test_a_report_of_an_older_version_without_history_still_reads() -> None:
+    document = json.loads(dumps(report_document(story_report())))
+    for entry in document["measurements"]:
+        for key in ("history", "change_points", "not_stored"):
+            del entry[key]
+    assert validate(document) == []
+    assert all(row.history == {} and row.changes == () for row in decode_report(document).rows)
+
+
+def test_history_plots_one_figure_per_row_with_a_history(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from report_samples import history_report
+
+    from pytest_specperf.report.plots import history_figure
+
+    written = [p.name for p in write_plots(history_report(), tmp_path)]
+    assert "history-eagle3-5step-chat-c1.png" in written and "history-plain-chat-c1.png" in written
+    report = history_report()
+    five = next(r for r in report.rows if r.key.server == "eagle3-5step")
+    figure = history_figure(five, "")
+    assert len(figure.axes) == 4  # throughput, TPOT, accept length, speedup
+    throughput = figure.axes[0]
+    changes = [line for line in throughput.get_lines() if line.get_label().startswith("change point: -8.0%")]
+    assert changes and changes[0].get_xdata()[0] == pytest.approx(7.5)  # between the run of 11-17 and of 11-18
+    labels = [t.get_text() for t in figure.axes[-1].get_xticklabels()]
+    assert labels[0] == "11-10 c0aaaaa" and labels[-1] == "tonight"
+    assert any(t.get_text() == "new segment" for t in throughput.texts)
+    assert history_figure(story_report().rows[0], "") is None  # no stored history, no figure

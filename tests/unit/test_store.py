@@ -153,8 +153,9 @@ def test_file_is_pretty_key_sorted_json(store: BaselineStore) -> None:
     assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment"}
     assert "fingerprint" not in run["measurement"]  # stored once per run
     assert len(run["measurement"]["rounds"][0]["records"]) == 2
-    assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version"}
+    assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version", "session"}
     assert run["provenance"]["created"].endswith("+00:00")
+    assert run["provenance"]["session"] is None  # saved outside a pytest session
     assert run["segment"] == 0
 
 
@@ -450,6 +451,13 @@ def test_record_appends_update_starts_a_segment(store: BaselineStore) -> None:
     assert loaded.summary.output_throughput == 61.0  # the newest run is the single baseline
 
 
+def test_each_run_keeps_the_session_that_stored_it(store: BaselineStore) -> None:
+    """The session id pairs a speculative run with the reference run measured with it (speedups)."""
+    store.save(measurement(throughputs=(70.0,)), suite_dir=None, session="night1")
+    store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False, session="night2")
+    assert [r.provenance.session for r in store.load(KEY).runs] == ["night1", "night2"]
+
+
 def test_history_is_capped_oldest_dropped(store: BaselineStore) -> None:
     for value in range(1, 8):
         result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
@@ -493,6 +501,7 @@ def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: Baseli
     data = json.loads(path.read_text())
     assert data["schema_version"] == 2 and result.old.output_throughput == 71.0
     assert [run["provenance"]["git_commit"] for run in data["runs"]] == ["abc1234", None]
+    assert store.load(KEY).runs[0].provenance.session is None  # stored before session ids: pairs with none
     assert [r.summary.output_throughput for r in store.load(KEY).current_segment] == [71.0, 71.0]
 
 

@@ -54,6 +54,90 @@ def test_speedup_interval_includes_both_start_offsets() -> None:
     assert speedup.advice is not None and not speedup.advice.helps
 
 
+def paired_history(server_runs: list[list[float]], path: Path, sessions: list[str | None], make=None):
+    """A one-segment history of `make` (spec by default) runs, each stored by the session in `sessions`."""
+    from pytest_specperf.verdict.store import Provenance, StoredRun
+
+    make = make or spec
+    runs = tuple(
+        StoredRun(make(r), baseline_of(make(r), path).summary,
+                  Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0", session), 0)
+        for i, (r, session) in enumerate(zip(server_runs, sessions, strict=True))
+    )  # fmt: skip
+    return dataclasses.replace(baseline_of(make(server_runs[-1]), path), runs=runs)
+
+
+def test_speedup_uses_the_recorded_speedups_spread_once_three_pairs_exist(tmp_path: Path) -> None:
+    """The same 1.148x against 1.1: the 2% prior per start leaves it INCONCLUSIVE; four nights whose
+    speedups stayed within ±0.3% of each other (runs of both servers stored by the same sessions)
+    make it MET, and the message says where the start-to-start spread came from."""
+    nights = ["n1", "n2", "n3", "n4"]
+    spec_runs = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(4)]
+    stored = paired_history(spec_runs, tmp_path / "s.json", nights)
+    ref_stored = paired_history([[610.0] * 5] * 4, tmp_path / "r.json", nights, make=plain)
+    tonight, reference = spec([700, 701, 699, 700, 700]), plain([610, 611, 609, 610, 610])
+    result = evaluate(
+        tonight, reference, marker(min_speedup=1.1), LIMITS, stored, updating=False, reference_baseline=ref_stored
+    )
+    (check,) = [c for c in result.checks if c.name == "min_speedup"]
+    assert check.decision is Decision.MET
+    assert "start-to-start CV 0.3% from 4 recorded speedups" in check.message
+
+    # the same histories, but only two runs of each were stored by the same session: the prior decides
+    unpaired = paired_history([[610.0] * 5] * 4, tmp_path / "r.json", ["n1", "n2", "x3", None], make=plain)
+    result = evaluate(
+        tonight, reference, marker(min_speedup=1.1), LIMITS, stored, updating=False, reference_baseline=unpaired
+    )
+    (check,) = [c for c in result.checks if c.name == "min_speedup"]
+    assert check.decision is Decision.INCONCLUSIVE
+    assert "prior run-to-run CV 2.0% per start (config run_to_run_cv; 2 recorded speedups, 1 more replaces it)" in (
+        check.message
+    )
+
+    # --specperf-update ("this is the new normal") does not lean on the old speedups either
+    result = evaluate(
+        tonight, reference, marker(min_speedup=1.1), LIMITS, stored, updating=True, reference_baseline=ref_stored
+    )
+    (check,) = [c for c in result.checks if c.name == "min_speedup"]
+    assert "prior run-to-run CV 2.0% per start" in check.message
+
+
+def test_a_speedup_that_moves_forms_a_change_point_of_its_own(tmp_path: Path) -> None:
+    """The speculative server and the reference both drift by the same step (a slower node): throughput
+    changes, the speedup series does not; then the reference alone speeds up: only the speedup moves."""
+    from pytest_specperf.verdict.trends import history_changes
+
+    nights = [f"n{i}" for i in range(8)]
+    spec_runs = [[700.0 * (1 + 0.002 * ((i % 3) - 1))] * 5 for i in range(8)]
+    ref_runs = [[610.0 * (1 + 0.002 * ((i % 3) - 1))] * 5 for i in range(5)] + [[660.0] * 5] * 3
+    stored = paired_history(spec_runs, tmp_path / "s.json", nights)
+    ref_stored = paired_history(ref_runs, tmp_path / "r.json", nights, make=plain)
+    changes = history_changes(spec([700.0] * 5), stored, reference=plain([660.0] * 5), reference_baseline=ref_stored)
+    assert [c.metric for c in changes] == ["speedup"]
+    assert changes[0].index == 5 and changes[0].sentence.startswith("eagle3-5step chat c1 speedup -7.")
+    assert changes[0].sentence.endswith("since the run of 2026-11-15 (commit c5aaaaa)")
+
+
+def test_a_tpot_step_is_a_change_point(tmp_path: Path) -> None:
+    from pytest_specperf.verdict.trends import history_changes
+
+    def slow(tpot: float):
+        return lambda r: measurement("eagle3-5step", r, [2.1] * len(r), [tpot] * len(r))
+
+    runs = [[700.0] * 5] * 8
+    stored = paired_history(runs, tmp_path / "s.json", [None] * 8)
+    stored = dataclasses.replace(
+        stored,
+        runs=tuple(
+            dataclasses.replace(run, measurement=(slow(1.4) if i < 5 else slow(1.55))([700.0] * 5))
+            for i, run in enumerate(stored.runs)
+        ),
+    )
+    [change] = history_changes(slow(1.55)([700.0] * 5), stored)
+    assert change.metric == "mean_tpot_ms" and change.index == 5
+    assert change.sentence.startswith("eagle3-5step chat c1 TPOT +10.7%")
+
+
 def test_missed_speedup_is_a_regression_naming_the_numbers() -> None:
     current = spec([600, 601, 599, 600, 600])
     result = evaluate(current, plain([610, 611, 609, 610, 610]), marker(min_speedup=1.1), LIMITS, None, updating=False)
@@ -61,6 +145,7 @@ def test_missed_speedup_is_a_regression_naming_the_numbers() -> None:
     text = failure_message(current, result, result.missed)
     assert "REGRESSION eagle3-5step/chat/c1:" in text
     assert "min_speedup: speedup 0.984 [" in text and "must be >= 1.1: missed" in text
+    assert "(5 vs 5 rounds; prior run-to-run CV 2.0% per start (config run_to_run_cv; 0 recorded speedups" in text
 
 
 def test_a_noisy_reference_stops_adaptive_rounds_early() -> None:
@@ -175,8 +260,8 @@ def test_a_steady_history_decides_what_one_run_cannot(tmp_path: Path) -> None:
 def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> None:
     """Six nights at 700, then three at 644 (-8%), tonight at 644: the change point names the run it
     started with, by date and commit."""
-    from pytest_specperf.verdict.checks import history_changes
     from pytest_specperf.verdict.store import Provenance, StoredRun
+    from pytest_specperf.verdict.trends import history_changes
 
     nights = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(6)] + [[644.0] * 5] * 3
     runs = tuple(
@@ -186,11 +271,15 @@ def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> No
     )  # fmt: skip
     stored = dataclasses.replace(baseline_of(spec(nights[-1]), tmp_path / "b.json"), runs=runs)
     tonight = spec([644.0] * 5)
-    [sentence] = history_changes(tonight, stored)
-    assert sentence.startswith("eagle3-5step chat c1 output_throughput -8.")
+    [change] = history_changes(tonight, stored)  # TPOT and accept length did not move
+    sentence = change.sentence
+    assert sentence.startswith("eagle3-5step chat c1 throughput -8.")
     assert sentence.endswith("since the run of 2026-11-16 (commit c6aaaaa)")
+    assert (change.metric, change.index, change.runs, change.created[:10]) == ("output_throughput", 6, 10, "2026-11-16")
+    assert change.change.low < change.change.value < change.change.high < 1.0
     result = evaluate(tonight, None, None, LIMITS, stored, updating=False)
-    assert result.changes == [sentence]
+    assert result.changes == [change]
+    assert f"change point: {sentence}" in failure_message(tonight, result, [])
 
 
 def test_a_night_beyond_the_tolerance_is_not_recorded_even_when_inconclusive(tmp_path: Path) -> None:

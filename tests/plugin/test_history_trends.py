@@ -1,0 +1,56 @@
+"""Histories end to end: the speedup check's start-to-start spread from recorded speedups (runs of
+both servers paired by the session that stored them), and the history plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+
+SPEEDUP_TEST = """
+import pathlib
+
+import pytest
+
+@pytest.mark.specperf(server="eagle3-5step", min_speedup=1.01)
+def test_speedup(specperf, request):
+    # the checks are filled after the body: keep their messages for the test to read
+    out = pathlib.Path("checks.txt")
+    request.addfinalizer(lambda: out.write_text("\\n".join(c.message for c in specperf.checks)))
+"""
+
+
+def test_speedup_interval_comes_from_recorded_speedups_after_three_paired_nights(make_suite) -> None:
+    """Both servers' runs are stored by the same sessions: from the third recorded pair on, the
+    speedup's start-to-start spread is the recorded speedups' own, not the prior."""
+    suite = make_suite(SPEEDUP_TEST, servers=ONE_SPEC_SERVER, workloads=STEADY_WORKLOAD)
+    toml = suite.pytester.path / "specperf.toml"
+    toml.write_text(toml.read_text().replace("run_to_run_cv = 0\n", "run_to_run_cv = 0.02\n"))
+    checks = suite.pytester.path / "checks.txt"
+
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    assert "prior run-to-run CV 2.0% per start (config run_to_run_cv; 0 recorded speedups" in checks.read_text()
+    for night in (1, 2):
+        suite.run("--specperf-record").assert_outcomes(passed=1)
+        assert f"{night} recorded speedup" in checks.read_text(), checks.read_text()
+    sessions = [
+        [r["provenance"]["session"] for r in json.loads(path.read_text())["runs"]]
+        for path in (suite.pytester.path / ".specperf" / name / "default-c1.json" for name in ("eagle3-5step", "plain"))
+    ]
+    assert sessions[0] == sessions[1] and len(set(sessions[0])) == 3  # one pair per session
+
+    suite.run().assert_outcomes(passed=1)
+    text = checks.read_text()
+    assert "from 3 recorded speedups" in text and "start-to-start CV" in text, text
+    assert "prior run-to-run CV 2.0% per start" not in text
+
+
+def test_plot_draws_each_history(make_suite) -> None:
+    pytest.importorskip("matplotlib")
+    suite = make_suite(ONE_MEASURED_TEST, servers=ONE_SPEC_SERVER, workloads=STEADY_WORKLOAD)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    plots = suite.pytester.path / "plots"
+    suite.run("--specperf-record", f"--specperf-plot={plots}").assert_outcomes(passed=1)
+    names = sorted(p.name for p in plots.glob("history-*.png"))
+    assert names == ["history-eagle3-5step-default-c1.png", "history-plain-default-c1.png"]
