@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
     from pytest_specperf.config.workloads import Prompt
     from pytest_specperf.measure.http import SamplingParams
+    from pytest_specperf.measure.records import SpecCounters
 
 #: How a response streams: SGLang's native `/generate`, OpenAI chat, or OpenAI text completions.
 StreamMode = Literal["generate", "chat", "completions"]
@@ -81,6 +82,29 @@ class Engine(ABC):
     def version_path(self) -> str | None:
         """GET path whose JSON has the server's `version` (when `/server_info` has none)."""
         return None
+
+    #: GET path of the Prometheus text whose speculation counters `spec_counters` reads, or None
+    counters_path: ClassVar[str | None] = None
+
+    def spec_counters(self, metrics_text: str) -> SpecCounters | None:
+        """The server's cumulative speculation counters from its Prometheus text (None: it has none)."""
+        return None
+
+    def version_warning(self, version: object) -> str | None:
+        """A warning when the server's version is not one this plugin was checked against.
+
+        A local suffix (`0.5.23+specperf-sim`, `0.32.0+cpu`) is the same release; an unknown or
+        absent version says nothing.
+        """
+        if not isinstance(version, str) or not version.strip():
+            return None
+        if version.split("+", 1)[0] in self.known_versions:
+            return None
+        return (
+            f"{self.name} {version} is not a version this plugin was checked against "
+            f"(known: {', '.join(self.known_versions)}); it is measured as usual, but its endpoints, "
+            f"streams or counters may differ from docs/engines/{self.name}.md"
+        )
 
 
 def engine_names() -> tuple[str, ...]:

@@ -9,7 +9,9 @@ passed as it is.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
     from pytest_specperf.config.workloads import Prompt
     from pytest_specperf.measure.http import SamplingParams
+    from pytest_specperf.measure.records import SpecCounters
 
 #: The portable `algorithm` values and vLLM's speculative `method` for each.
 METHODS = {
@@ -151,6 +154,78 @@ class VLLM(Engine):
 
     def version_path(self) -> str | None:
         return "/version"
+
+    counters_path = "/metrics"  # open even with --api-key
+
+    def spec_counters(self, metrics_text: str) -> SpecCounters | None:
+        """`vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total` and the per-position
+        `vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`, summed over engines.
+
+        None when the server has no `vllm:spec_decode_num_drafts_total` (a plain server).
+        """
+        from pytest_specperf.measure.records import SpecCounters
+
+        totals: dict[str, float] = {}
+        per_position: dict[int, float] = {}
+        for name, labels, value in prometheus_samples(metrics_text, SPEC_COUNTERS):
+            if not math.isfinite(value):
+                continue  # a counter has none; a broken sample must not turn the sum into NaN
+            if name == PER_POSITION:
+                position = labels.get("position", "")
+                if position.isdigit():
+                    per_position[int(position)] = per_position.get(int(position), 0.0) + value
+            else:
+                totals[name] = totals.get(name, 0.0) + value
+        if DRAFTS not in totals:
+            return None
+        positions = max(per_position) + 1 if per_position else 0
+        return SpecCounters(
+            drafts=_count(totals[DRAFTS]),
+            draft_tokens=_count(totals.get(DRAFT_TOKENS, 0.0)),
+            accepted=_count(totals.get(ACCEPTED, 0.0)),
+            accepted_per_position=tuple(_count(per_position.get(i, 0.0)) for i in range(positions)),
+        )
+
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+SPEC_COUNTERS = frozenset((DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION))
+
+# a sample line of the Prometheus text format: name, optional {labels}, value, optional timestamp
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(\S+)(?:\s+\S+)?\s*$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of the metrics called `names` in Prometheus text exposition: (name, labels, value).
+
+    Enough of the format for counters: comments skipped, label values unescaped, a timestamp
+    ignored, NaN and ±Inf read by `float`; a line that does not parse is skipped.
+    """
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#") or not line.startswith(tuple(names)):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None or match.group(1) not in names:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        labels = {
+            k: re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
+            for k, v in _LABEL.findall(match.group(2) or "")
+        }
+        samples.append((match.group(1), labels, value))
+    return samples
+
+
+def _count(value: float) -> int:
+    """A counter's value as the integer it counts (vLLM writes `29.0`)."""
+    return round(value)
 
 
 def _is_int(value: Any) -> bool:

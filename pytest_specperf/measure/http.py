@@ -336,9 +336,9 @@ class ServerClient:
         """`/v1/loads` (accelerator name and count); None on servers that do not have it."""
         return self._json_or_none("/v1/loads")
 
-    def metrics_text(self) -> str | None:
+    def metrics_text(self, path: str = "/metrics") -> str | None:
         """Prometheus text from `/metrics`; None when the server runs without --enable-metrics."""
-        status, body = self._checked_call("GET", "/metrics", absent_ok=True)
+        status, body = self._checked_call("GET", path, absent_ok=True)
         return None if status in (404, 405) else body
 
     def _json_with_fallback(self, path: str, old_path: str) -> dict[str, Any]:

@@ -101,6 +101,63 @@ class Distribution:
 
 
 @dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """A server's cumulative speculation counters (vLLM's Prometheus `vllm:spec_decode_*_total`), or
+    their change over one round (`after - before`; rounds never overlap, so the change is the round's).
+
+    `drafts` counts verify steps that had drafts, `draft_tokens` the drafts proposed, `accepted` the
+    drafts accepted, and `accepted_per_position[i]` those accepted at draft position i (0-based).
+    """
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_position: tuple[int, ...] = ()
+
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
+        positions = len(self.accepted_per_position)
+        earlier = before.accepted_per_position + (0,) * (positions - len(before.accepted_per_position))
+        return SpecCounters(
+            drafts=self.drafts - before.drafts,
+            draft_tokens=self.draft_tokens - before.draft_tokens,
+            accepted=self.accepted - before.accepted,
+            accepted_per_position=tuple(a - b for a, b in zip(self.accepted_per_position, earlier, strict=False)),
+        )
+
+    @property
+    def accept_length(self) -> float | None:
+        """τ over these steps: 1 + accepted / steps (tokens per verify step, bonus included)."""
+        return 1 + self.accepted / self.drafts if self.drafts > 0 else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over proposed drafts."""
+        return self.accepted / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...]:
+        """Per draft position i: the share of verify steps whose draft was accepted at least to i."""
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts > 0 else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "accepted_per_position": list(self.accepted_per_position),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpecCounters:
+        return cls(
+            drafts=int(data["drafts"]),
+            draft_tokens=int(data["draft_tokens"]),
+            accepted=int(data["accepted"]),
+            accepted_per_position=tuple(int(a) for a in data.get("accepted_per_position", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RoundSample:
     """One round of a workload against one server: one sample of every metric."""
 
@@ -118,16 +175,38 @@ class RoundSample:
     acceptance_rate: float | None
     cached_tokens: int
     records: tuple[RequestRecord, ...] = field(default=(), compare=False, repr=False)
+    #: where `accept_length` came from: "responses" (the requests' own counts) or "prometheus" (the
+    #: server's counters scraped right before and after the round); None when the round has none
+    accept_length_source: str | None = None
+    #: the change of the server's speculation counters over this round, where the engine has them (vLLM)
+    spec_counters: SpecCounters | None = None
 
     def metric(self, name: str) -> float | None:
         """Scalar metric by its report name (see `METRICS`)."""
         return METRICS[name].read(self)
 
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...] | None:
+        """Per draft position: accepted there / verify steps, from the server's counters (None without)."""
+        if self.spec_counters is None or not self.spec_counters.acceptance_per_position:
+            return None
+        return self.spec_counters.acceptance_per_position
+
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
+        data = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("records", "accept_length_source", "spec_counters")
+        }
         for key in ("ttft_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms"):
             data[key] = asdict(data[key])
         data["records"] = [r.to_dict() for r in self.records]
+        # written only when known, so SGLang's rounds (and files written before them) keep their shape
+        if self.accept_length_source is not None:
+            data["accept_length_source"] = self.accept_length_source
+        if self.spec_counters is not None:
+            data["spec_counters"] = self.spec_counters.to_dict()
+            data["acceptance_per_position"] = list(self.acceptance_per_position or ())
         return data
 
     @classmethod
@@ -136,6 +215,8 @@ class RoundSample:
         for key in ("ttft_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms"):
             values[key] = Distribution.from_dict(values[key])
         values["records"] = tuple(RequestRecord.from_dict(r) for r in values.get("records", ()))
+        if values.get("spec_counters") is not None:
+            values["spec_counters"] = SpecCounters.from_dict(values["spec_counters"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
@@ -217,6 +298,35 @@ class Measurement:
     @property
     def request_count(self) -> int:
         return sum(r.request_count for r in self.rounds)
+
+    @property
+    def accept_length_source(self) -> str | None:
+        """Where the rounds' accept lengths came from ("responses", "prometheus"; both joined by "+")."""
+        sources = sorted({r.accept_length_source for r in self.rounds if r.accept_length_source})
+        return "+".join(s for s in sources if s) or None
+
+    @property
+    def spec_counters(self) -> SpecCounters | None:
+        """The speculation counters' change over all rounds together (None when no round has them)."""
+        deltas = [r.spec_counters for r in self.rounds if r.spec_counters is not None]
+        if not deltas:
+            return None
+        positions = max(len(d.accepted_per_position) for d in deltas)
+        return SpecCounters(
+            drafts=sum(d.drafts for d in deltas),
+            draft_tokens=sum(d.draft_tokens for d in deltas),
+            accepted=sum(d.accepted for d in deltas),
+            accepted_per_position=tuple(
+                sum(d.accepted_per_position[i] for d in deltas if i < len(d.accepted_per_position))
+                for i in range(positions)
+            ),
+        )
+
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...] | None:
+        """Per draft position, over all rounds: Σ accepted there / Σ verify steps (None without counters)."""
+        counters = self.spec_counters
+        return counters.acceptance_per_position or None if counters is not None else None
 
     @property
     def error_count(self) -> int:

@@ -27,7 +27,14 @@ from pytest_specperf.engines import engine_for
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, ServerClient
 from pytest_specperf.measure.load import run_requests
-from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.measure.records import (
+    Distribution,
+    Measurement,
+    MeasurementKey,
+    RequestRecord,
+    RoundSample,
+    SpecCounters,
+)
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.verdict.fingerprint import Fingerprint, capture
 
@@ -42,9 +49,17 @@ def distribution(values_s: Sequence[float]) -> Distribution:
 
 
 def summarise_round(
-    index: int, records: Sequence[RequestRecord], num_steps: int | None, eagle_topk: int | None
+    index: int,
+    records: Sequence[RequestRecord],
+    num_steps: int | None,
+    eagle_topk: int | None,
+    counters: SpecCounters | None = None,
 ) -> RoundSample:
-    """One round's sample of every metric, from its request records."""
+    """One round's sample of every metric, from its request records.
+
+    `counters` is the change of the server's speculation counters over the round (vLLM's Prometheus
+    counters); when no response carries its own counts, the round's accept length comes from them.
+    """
     ok = [r for r in records if r.ok and r.last_chunk is not None]
     tokens = sum(r.completion_tokens for r in ok)
     span = (max(r.last_chunk or r.sent for r in ok) - min(r.sent for r in ok)) if ok else 0.0
@@ -52,6 +67,9 @@ def summarise_round(
     accept = sum(r.verified_tokens for r in verified) / sum(r.verify_ct or 0 for r in verified) if verified else None
     per_request = float(np.mean([r.accept_length for r in verified])) if verified else None
     rate = acceptance_rate(verified, accept, num_steps, eagle_topk)
+    source = "responses" if accept is not None else None
+    if accept is None and counters is not None and counters.accept_length is not None:
+        accept, rate, source = counters.accept_length, counters.acceptance_rate, "prometheus"
     return RoundSample(
         index=index,
         duration_s=span,
@@ -67,6 +85,8 @@ def summarise_round(
         acceptance_rate=rate,
         cached_tokens=sum(r.cached_tokens for r in ok),
         records=tuple(records),
+        accept_length_source=source,
+        spec_counters=counters,
     )
 
 
@@ -120,6 +140,7 @@ class Measurer:
         self.progress = progress
         self._prompts: dict[str, list[Prompt]] = {}
         self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._no_counters: set[tuple[Any, ...]] = set()
 
     def prompts(self, workload: WorkloadConfig) -> list[Prompt]:
         if workload.name not in self._prompts:
@@ -153,7 +174,10 @@ class Measurer:
         self.extend(measurement, server, workload, self.config.rounds)
         info = self._server_info(server, client)
         measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
-        measurement.warnings.extend(sanity_warnings(measurement, info))
+        measurement.warnings.extend(sanity_warnings(measurement, info, speculative=cfg.is_speculative))
+        unknown = client.engine.version_warning(info.get("version"))
+        if unknown:
+            measurement.warnings.append(unknown)
         return measurement
 
     def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
@@ -212,8 +236,11 @@ class Measurer:
         while len(measurement.rounds) < target:
             index = len(measurement.rounds)
             self._flush(server, client, workload)
+            before = self._counters(server, client)
             records = self._run(server, client, workload, plan, concurrency)
-            sample = summarise_round(index, records, measurement.num_steps, measurement.eagle_topk)
+            after = self._counters(server, client) if before is not None else None
+            counters = after - before if after is not None and before is not None else None
+            sample = summarise_round(index, records, measurement.num_steps, measurement.eagle_topk, counters)
             measurement.rounds.append(sample)
             self._say(
                 f"{measurement.key.label}: round {index + 1}/{target}, {sample.output_throughput:.1f} tok/s"
@@ -240,6 +267,21 @@ class Measurer:
         server.check_alive()
         return list(result.records)
 
+    def _counters(self, server: RunningServer, client: ServerClient) -> SpecCounters | None:
+        """The server's speculation counters now (vLLM's `/metrics`), for a speculative server whose
+        engine has them; None otherwise, or when the scrape fails (said once per server start)."""
+        engine = client.engine
+        if engine.counters_path is None or not server.config.is_speculative:
+            return None
+        try:
+            return engine.spec_counters(client.metrics_text(engine.counters_path) or "")
+        except Exception as exc:
+            key = (server.name, server.url, server.startup_seconds)
+            if key not in self._no_counters:
+                self._no_counters.add(key)
+                self._say(f"{server.name}: {engine.counters_path} failed ({exc}); no counter deltas per round")
+            return None
+
     def _flush(self, server: RunningServer, client: ServerClient, workload: WorkloadConfig) -> None:
         server.check_alive()
         if client.engine.flush_path is None:
@@ -262,8 +304,13 @@ class Measurer:
             self.progress(message)
 
 
-def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) -> list[str]:
-    """Things that make the numbers suspect, recorded on the result and shown in the report."""
+def sanity_warnings(
+    measurement: Measurement, server_info: Mapping[str, Any], *, speculative: bool | None = None
+) -> list[str]:
+    """Things that make the numbers suspect, recorded on the result and shown in the report.
+
+    `speculative` says whether the server was configured to speculate (default: it has an
+    `algorithm`; a vLLM server may have a raw `speculative_config` instead)."""
     warnings = []
     errors, total = measurement.error_count, measurement.request_count
     if errors:
@@ -275,7 +322,9 @@ def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) ->
         outside = [a for a in accept if not 1.0 <= a <= ceiling]
         if outside:
             warnings.append(f"accept length {outside[0]:.2f} outside [1, min(steps, draft_tokens - 1) + 1 = {ceiling}]")
-    if measurement.algorithm is None and accept:
+    if speculative is None:
+        speculative = measurement.algorithm is not None
+    if not speculative and accept:
         warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
     level = measurement.key.concurrency
     graph_bs = cuda_graph_max_bs(server_info)

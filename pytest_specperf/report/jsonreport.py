@@ -111,6 +111,8 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "verdict": row.verdict.value,
         "reason": reason,
         "summary": summary_json(m),
+        "accept_length_source": m.accept_length_source,
+        "acceptance_per_position": list(per_position) if (per_position := m.acceptance_per_position) else None,
         "estimates": {
             "output_throughput": estimate_json(row.throughput),
             "accept_length": estimate_json(row.accept_length),

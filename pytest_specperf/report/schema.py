@@ -144,7 +144,21 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "accept_length": _nullable(_NUM),
                 "accept_length_per_request": _nullable(_NUM),
                 "acceptance_rate": _nullable(_NUM),
+                "accept_length_source": {"enum": ["responses", "prometheus"]},
+                "spec_counters": {"$ref": "#/$defs/spec_counters"},
+                "acceptance_per_position": {"type": "array", "items": _NUM},
                 "records": {"type": "array", "items": {"$ref": "#/$defs/record"}},
+            },
+        },
+        "spec_counters": {
+            "type": "object",
+            "description": "The change of the server's speculation counters over a round (vLLM's Prometheus).",
+            "required": ["drafts", "draft_tokens", "accepted", "accepted_per_position"],
+            "properties": {
+                "drafts": _INT,
+                "draft_tokens": _INT,
+                "accepted": _INT,
+                "accepted_per_position": {"type": "array", "items": _INT},
             },
         },
         "summary": {
@@ -208,6 +222,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "verdict": {"enum": [v.value for v in Verdict]},
                 "reason": _nullable(_STR),
                 "summary": {"$ref": "#/$defs/summary"},
+                "accept_length_source": _nullable({"enum": ["responses", "prometheus", "prometheus+responses"]}),
+                "acceptance_per_position": _nullable({"type": "array", "items": _NUM}),
                 "estimates": {
                     "type": "object",
                     "required": _keys("output_throughput accept_length mean_tpot_ms mean_ttft_ms speedup vs_baseline"),

@@ -119,7 +119,7 @@ def summary_blocks(
 ) -> list[Block]:
     """The whole summary, in reading order. `full` adds the latency percentiles."""
     blocks = [header_block(report, store, sources), main_block(report)]
-    blocks += [b for b in (cost_block(report),) if b is not None]
+    blocks += [b for b in (cost_block(report), acceptance_block(report)) if b is not None]
     blocks += [fit_block(fit) for fit in report.fits]
     for sweep in report.sweeps:
         blocks += sweep_blocks(sweep, _reference_name(report))
@@ -283,6 +283,27 @@ def cost_cells(row: Row) -> list[str]:
         signed_pm(cost.headroom, 2),
         alpha,
     ]
+
+
+def acceptance_block(report: Report) -> Block | None:
+    """Acceptance per draft position (vLLM's counters), and which τ came from counters, not responses."""
+    bullets = []
+    for row in report.rows:
+        m = row.measurement
+        per_position = m.acceptance_per_position
+        source = m.accept_length_source or ""
+        if not per_position and "prometheus" not in source:
+            continue
+        line = f"{m.key.label}: " + (" ".join(f"{rate:.2f}" for rate in per_position) if per_position else "-")
+        if "prometheus" in source:
+            line += "; τ from the /metrics counter deltas (the responses carry no per-request counts)"
+        bullets.append(line)
+    if not bullets:
+        return None
+    return Block(
+        title="acceptance by draft position 1, 2, ... (accepted there / verify steps, from the server's counters):",
+        bullets=tuple(bullets),
+    )
 
 
 def fit_block(fit: Fit) -> Block:

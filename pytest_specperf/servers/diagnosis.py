@@ -19,9 +19,9 @@ PORT_IN_USE = "address already in use: another process took the server's port"
 SGLANG_STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), diagnosis)
     for pattern, diagnosis in (
-        (r"error: unrecognized arguments", "SGLang does not know a flag in the launch arguments (check `args`)"),
+        (r"error: unrecognized arguments", "the engine does not know a flag in the launch arguments (check `args`)"),
         (r"error: ambiguous option", "an abbreviated flag matches several SGLang flags (write it in full)"),
-        (r"error: argument --", "SGLang refused a flag's value (check `args`)"),
+        (r"error: argument --", "the engine refused a flag's value (check `args`)"),
         (r"address already in use|errno 98\b", PORT_IN_USE),
         (
             r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory",

@@ -17,7 +17,6 @@ import time
 from .cli import PROG, SimConfigError, SimServerConfig, parse_config
 from .engine import Engine, EngineSettings, SimSamplingParams
 from .server import ServerState, SimHTTPServer
-from .status import VERSION
 from .text import SimPrompt
 
 log = logging.getLogger("specperf.sim")
@@ -116,7 +115,7 @@ def _banner(cfg: SimServerConfig, tuned: bool, missing: tuple[str, ...]) -> None
     log.info(
         "pytest-specperf simulator %s -- NOT a real SGLang server, no GPU is used. profile=%s (%s), "
         "time_scale=%g, seed=%d, NCCL %s",
-        VERSION,
+        cfg.sim.version,
         cfg.profile.name,
         cfg.profile.source,
         cfg.sim.time_scale,

@@ -62,6 +62,13 @@ class SimOptions:
     batch_acceptance: float = 0.0
     start_seed: int | None = None
     """--sim-start-seed: which start this is, for the run and round factors (None: the port)."""
+    #: the SGLang release the simulator reports (its contract stays 0.5.23's): to test version warnings
+    sglang_version: str = "0.5.23"
+
+    @property
+    def version(self) -> str:
+        """The `version` of /server_info: the SGLang release with a `+specperf-sim` suffix."""
+        return f"{self.sglang_version}+specperf-sim"
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CV",
         help="acceptance that depends on which prompts share a decode step: a factor with this CV per set of "
         "prompts (concurrency > 1 only); seeded by --sim-seed",
+    )
+    sim.add_argument(
+        "--sim-sglang-version",
+        default="0.5.23",
+        metavar="V",
+        help="the SGLang version to report (behaviour stays 0.5.23's): a server of a version the plugin does not know",
     )
     return p
 
@@ -318,6 +331,7 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         round_jitter=args.sim_round_jitter,
         batch_acceptance=args.sim_batch_acceptance,
         start_seed=args.sim_start_seed,
+        sglang_version=args.sim_sglang_version,
     )
 
 

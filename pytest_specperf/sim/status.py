@@ -13,7 +13,7 @@ from .cli import SimServerConfig
 from .engine import Snapshot
 
 SGLANG_VERSION = "0.5.23"
-VERSION = f"{SGLANG_VERSION}+specperf-sim"
+VERSION = f"{SGLANG_VERSION}+specperf-sim"  # by default; `--sim-sglang-version` changes the release
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def server_info(st: ServerStatus) -> dict:
             "max_req_input_len": prof.context_length - 1,
             "startup_time": st.startup_time,
             "kv_events": None,
-            "version": VERSION,
+            "version": cfg.sim.version,
             "frontend": "python",
         }
     )
@@ -180,7 +180,7 @@ def loads(st: ServerStatus) -> dict:
         }
     return {
         "timestamp": dt.datetime.now(dt.UTC).isoformat(),
-        "version": VERSION,
+        "version": cfg.sim.version,
         "accelerator": cfg.profile.server.accelerator,
         "num_accelerators": cfg.tp_size,
         "loads": [load],

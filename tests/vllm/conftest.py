@@ -71,15 +71,17 @@ def vllm_processes(token: str) -> list[psutil.Process]:
 class VllmSuite:
     pytester: pytest.Pytester
     token: str
+    path: Path
 
     def processes(self) -> list[psutil.Process]:
         return vllm_processes(self.token)
 
     @property
     def run_dir(self) -> Path:
-        return self.pytester.path / "specperf-run"
+        return self.path / "specperf-run"
 
     def run(self, *args: str) -> pytest.RunResult:
+        assert self.path == self.pytester.path, "a suite in a subfolder runs with popen(cwd=suite.path)"
         return self.pytester.runpytest_subprocess(f"--specperf-run-dir={self.run_dir}", *args, timeout=600)
 
     def starts(self) -> list[str]:
@@ -109,11 +111,22 @@ args = ["--enforce-eager"]
 
 
 @pytest.fixture
-def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Callable[..., VllmSuite]]:
-    """Write a vLLM suite (specperf.toml + tests); after the test, prove no vLLM process is left."""
-    token = uuid.uuid4().hex
+def vllm_suite(
+    pytester: pytest.Pytester, vllm_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., VllmSuite]]:
+    """Write a vLLM suite (specperf.toml + tests), in the test's folder or in a subfolder `where` (for
+    suites run side by side); after the test, prove that no vLLM process of any of them is left.
 
-    def make(tests: str, *, servers: str | None = None, extra: str = "") -> VllmSuite:
+    The suites take a measurement lock of their own: on a shared machine they would otherwise queue
+    behind other sessions' measurements (the lane checks behaviour, not speed)."""
+    monkeypatch.setenv("SPECPERF_LOCK_DIR", str(pytester.path / "machine-locks"))
+    tokens: list[str] = []
+
+    def make(
+        tests: str, *, servers: str | None = None, more_servers: str = "", extra: str = "", where: str | None = None
+    ) -> VllmSuite:
+        token = uuid.uuid4().hex
+        tokens.append(token)
         paths = vllm_models.model_paths(vllm_models_dir)
         config = textwrap.dedent(f"""
             [specperf]
@@ -131,14 +144,16 @@ def vllm_suite(pytester: pytest.Pytester, vllm_models_dir: Path) -> Iterator[Cal
             max_new_tokens = 32
             warmup = 0
             """)
-        body = servers if servers is not None else SERVERS
-        pytester.makefile(".toml", specperf=config + body.format(draft=paths["draft-noisy"], target=paths["target"]))
-        pytester.makepyfile(test_suite=textwrap.dedent(tests))
-        return VllmSuite(pytester, token)
+        body = (servers if servers is not None else SERVERS) + more_servers
+        folder = pytester.path / where if where else pytester.path
+        folder.mkdir(exist_ok=True)
+        (folder / "specperf.toml").write_text(config + body.format(draft=paths["draft-noisy"], target=paths["target"]))
+        (folder / "test_suite.py").write_text(textwrap.dedent(tests))
+        return VllmSuite(pytester, token, folder)
 
     yield make
     # a process the plugin just killed may still be exiting (or a zombie until its parent reaps it)
-    _, left = psutil.wait_procs(vllm_processes(token), timeout=10)
+    _, left = psutil.wait_procs([p for token in tokens for p in vllm_processes(token)], timeout=10)
     left = [p for p in left if _is_running(p)]
     for proc in left:
         proc.kill()
