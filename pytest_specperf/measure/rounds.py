@@ -176,8 +176,8 @@ class Measurer:
         measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
         measurement.warnings.extend(sanity_warnings(measurement, info, speculative=cfg.is_speculative))
         unknown = client.engine.version_warning(info.get("version"))
-        if unknown:
-            measurement.warnings.append(unknown)
+        if unknown:  # a note, not a warning: the numbers are no less true, so the run may be recorded
+            measurement.notes.append(unknown)
         return measurement
 
     def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:

@@ -15,18 +15,22 @@ def test_an_unknown_sglang_version_is_named_in_the_terminal_and_the_json(make_su
 
         @pytest.mark.specperf(server="eagle3-5step")
         def test_perf(specperf):
-            assert any("0.5.99+specperf-sim" in w for w in specperf.result.warnings)
+            assert any("0.5.99+specperf-sim" in n for n in specperf.result.notes)
         """,
         servers=one_spec_server('sim_args = ["--sim-sglang-version", "0.5.99"]'),
     )
     report = suite.pytester.path / "report.json"
-    result = suite.run(f"--specperf-json={report}")
+    result = suite.run(f"--specperf-json={report}", "--specperf-update")
     result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*not stored*")  # another version is named, and its run still becomes a baseline
     warning = "sglang 0.5.99+specperf-sim is not a version this plugin was checked against (known: 0.5.23)"
     assert f"eagle3-5step/default/c1: {warning}" in re.sub(r"\s+", " ", result.stdout.str())
     rows = {m["label"]: m for m in json.loads(report.read_text())["measurements"]}
-    assert any(warning in w for w in rows["eagle3-5step/default/c1"]["warnings"])
-    assert not any("checked against" in w for w in rows["plain/default/c1"]["warnings"])  # the default 0.5.23
+    assert any(warning in n for n in rows["eagle3-5step/default/c1"]["notes"])
+    assert not any("checked against" in n for n in rows["plain/default/c1"]["notes"])  # the default 0.5.23
+    assert (suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json").exists() or (
+        suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    ).exists()
 
 
 def test_version_warning() -> None:
