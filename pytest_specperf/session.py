@@ -282,7 +282,10 @@ class SpecperfSession:
             return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
-        disturbing = [w for w in measurement.warnings if not is_wait_note(w)]  # waiting disturbed nothing
+        from pytest_specperf.measure.rounds import is_repeat_note
+
+        # waiting disturbed nothing; a repeated prompt is the workload's, every night the same
+        disturbing = [w for w in measurement.warnings if not (is_wait_note(w) or is_repeat_note(w))]
         if disturbing:
             return f"sanity warning: {disturbing[0]}"
         return None

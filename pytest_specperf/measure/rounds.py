@@ -8,6 +8,7 @@ scoped to the round's own requests (Σ completion tokens / Σ verify steps from 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.config.workloads import (
+    BUILTIN_PREFIX,
     Prompt,
     WorkloadConfig,
     load_prompts,
@@ -153,6 +155,9 @@ class Measurer:
         info = self._server_info(server, client)
         measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
         measurement.warnings.extend(sanity_warnings(measurement, info))
+        note = repeat_note(workload, prompts)
+        if note is not None:
+            measurement.warnings.append(note)
         return measurement
 
     def _server_info(self, server: RunningServer, client: SGLangClient) -> dict[str, Any]:
@@ -259,6 +264,40 @@ class Measurer:
     def _say(self, message: str) -> None:
         if self.progress:
             self.progress(message)
+
+
+#: How a repeat note starts (`is_repeat_note`): the session stores such runs, the note is a property
+#: of the workload that every night shares, not a sign that this run was disturbed.
+REPEAT_NOTE_PREFIX = "a round repeats prompts:"
+
+
+def repeat_note(workload: WorkloadConfig, prompts: Sequence[Prompt]) -> str | None:
+    """A warning when one round sends a prompt more than once, None when every request is distinct.
+
+    A repeated prompt finds its own prefix in the radix cache from earlier in the same round (the
+    flush is per round), so its TTFT and prefill cost are flattering: a small prompt file, or
+    `num_requests` larger than the set. Prompts are compared by content, not by id.
+    """
+    plan = request_plan(workload, prompts)
+    distinct = len({json.dumps(p.content(), sort_keys=True) for p in plan})
+    if distinct == len(plan):
+        return None
+    available = len({json.dumps(p.content(), sort_keys=True) for p in prompts})
+    return (
+        f"{REPEAT_NOTE_PREFIX} {len(plan)} requests from {available} distinct prompt"
+        f"{'s' if available != 1 else ''} ({_source(workload.prompts)}), so {len(plan) - distinct} request(s) of "
+        "every round repeat an earlier one and may hit its prefix in the radix cache; "
+        f"give the workload at least {len(plan)} distinct prompts, or lower num_requests"
+    )
+
+
+def _source(spec: str) -> str:
+    """A builtin set as named, a prompt file by its name (its folder differs per machine)."""
+    return spec if spec.startswith(BUILTIN_PREFIX) else Path(spec).name
+
+
+def is_repeat_note(warning: str) -> bool:
+    return warning.startswith(REPEAT_NOTE_PREFIX)
 
 
 def sanity_warnings(measurement: Measurement, server_info: Mapping[str, Any]) -> list[str]:
