@@ -139,6 +139,7 @@ def run_schema(args: argparse.Namespace) -> int:
 # --- show --------------------------------------------------------------------------------------------
 
 
+STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
 SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "fingerprint")
 SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 
@@ -146,7 +147,7 @@ SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 def run_show(args: argparse.Namespace) -> int:
     root = Path(args.store)
     if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
+        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
     entries = BaselineStore(root).entries()
     if not entries:
         print(f"no stored baselines in {root}")
@@ -166,7 +167,7 @@ HISTORY_HEADERS = ("run", "stored", "commit", "segment", "tok/s", "τ", "rounds"
 def run_history(args: argparse.Namespace) -> int:
     root = Path(args.store)
     if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
+        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
     server, _, workload = args.select.partition("/")
     entries = [
         e for e in BaselineStore(root).entries()

@@ -14,7 +14,7 @@ SERVERS = ONE_SPEC_SERVER.replace("[specperf.servers.plain]\n", "[specperf.serve
 
 
 def runs_of(suite) -> list[dict]:
-    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     return json.loads(path.read_text())["runs"]
 
 

@@ -33,7 +33,13 @@ def pytest_unconfigure(config):
 #: a row compared with a stored baseline ("vs baseline" has a ratio): any verdict but NEW/INCOMPARABLE
 COMPARED = r"plain \(ref\) +default +1 .*%.* (PASS|IMPROVED|INCONCLUSIVE|REGRESSION)$"
 
-ONE_TEST = "import pytest\n\n@pytest.mark.specperf(server='plain', throughput=(1, None))\ndef test_perf(specperf):\n    pass\n"
+ONE_TEST = """
+import pytest
+
+@pytest.mark.specperf(server="plain", throughput=(1, None))
+def test_perf(specperf):
+    pass
+"""
 
 
 def test_switching_to_a_real_engine_gives_new_not_incomparable(make_suite, monkeypatch) -> None:
