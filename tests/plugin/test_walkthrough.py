@@ -89,3 +89,18 @@ def test_the_examples_absolute_thresholds_hold_on_the_modelled_gpu_node() -> Non
                 assert high >= 1.1 * tpot, (name, high, tpot)
             checked.append(name)
     assert sorted(checked) == ["test_code_throughput", "test_speculation_is_lossless"]
+
+
+def test_step5_the_dry_run_of_the_gpu_node_edit_compares_with_the_committed_baselines(example: pytest.Pytester) -> None:
+    """The edits specperf.toml's comments ask for on a GPU node (launcher, python, startup_timeout) leave
+    every fingerprint as it was, so `--specperf-launcher sim` compares with .specperf/sim/ instead of
+    failing as INCOMPARABLE."""
+    toml = example.path / "specperf.toml"
+    text = toml.read_text()
+    assert 'launcher = "sim"\n' in text and "startup_timeout = 120\n" in text
+    text = text.replace('launcher = "sim"\n', 'launcher = "sglang"\npython = "/opt/sglang/.venv/bin/python"\n')
+    toml.write_text(text.replace("startup_timeout = 120\n", "startup_timeout = 1800\n"))
+    result = example.runpytest("-p", "no:randomly", "--specperf-launcher", "sim", "-k", "code_throughput")
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r"eagle3-2step +code +1 .*%.* (PASS|IMPROVED|INCONCLUSIVE)$"])
+    assert "INCOMPARABLE" not in result.stdout.str()
