@@ -141,6 +141,7 @@ def run_schema(args: argparse.Namespace) -> int:
 # --- show --------------------------------------------------------------------------------------------
 
 
+STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
 SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "fingerprint")
 SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 
@@ -148,7 +149,7 @@ SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 def run_show(args: argparse.Namespace) -> int:
     root = Path(args.store)
     if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
+        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
     entries = BaselineStore(root).entries()
     if not entries:
         print(f"no stored baselines in {root}")
@@ -177,7 +178,7 @@ HISTORY_SERIES = (
 def run_history(args: argparse.Namespace) -> int:
     root = Path(args.store)
     if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory (stored baselines live in <store>/<server>/*.json)")
+        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
     server, _, workload = args.select.partition("/")
     stored = BaselineStore(root).entries()
     entries = [

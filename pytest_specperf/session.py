@@ -23,7 +23,7 @@ from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
 from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import Case, SpecperfMarker
-from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary
+from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary, is_simulated
 
 if TYPE_CHECKING:
     from pytest_specperf.report.analysis import Report
@@ -330,7 +330,7 @@ class SpecperfSession:
         """The stored baseline of a measurement (read once; StoreError names a bad file)."""
         if key not in self._baselines:
             try:
-                self._baselines[key] = self.store.load(key)
+                self._baselines[key] = self.store.load(key, simulated=self._simulated(key))
             except StoreError as exc:
                 if "upgrade" in str(exc):  # a newer schema already says what to do
                     raise
@@ -339,6 +339,13 @@ class SpecperfSession:
                     "baseline with --specperf-update"
                 ) from None
         return self._baselines[key]
+
+    def _simulated(self, key: MeasurementKey) -> bool:
+        """Whether `key` is measured on the simulator: its fingerprint says so, else the launcher."""
+        measurement = self.measurements.get(key)
+        if measurement is not None and measurement.fingerprint is not None:
+            return is_simulated(measurement.fingerprint)
+        return self.config.launcher == "sim"
 
     def _readable_baseline(self, key: MeasurementKey) -> StoredBaseline | None:
         """The baseline for a report row; a bad file was already reported by the tests using it."""

@@ -6,8 +6,14 @@ server starts: a typo found after a 15-minute server start is a wasted night.
 Prompt sources (`WorkloadConfig.prompts`):
 
 - ``builtin:<set>``: prompt sets written for this project and shipped as JSONL under
-  ``pytest_specperf/prompts/`` (one file per category). ``builtin:mixed`` interleaves all categories
-  round-robin, so any prefix of it is balanced across categories.
+  ``pytest_specperf/prompts/`` (one file per category). ``chat`` holds conversations (`messages`:
+  an optional system prompt, user turns, some earlier assistant turns; short and long user turns
+  as in real traffic), sent through the chat endpoint so the server applies the model's chat
+  template, as the draft model saw it in training; its 76 conversations are more than a default round
+  (32 requests) or any round of the example suite, so such a round never repeats one. ``code``, ``math``, ``qa`` and
+  ``summarization`` are raw text (24 or fewer each), sent to ``/generate`` without a template: for
+  completion-style workloads. ``builtin:mixed`` interleaves all categories round-robin, so any prefix
+  of it is balanced across categories (and mixes both kinds of request).
 - a path to a JSONL file (relative paths are resolved against the config file's folder), one object
   per line: ``{"prompt": "..."}`` (sent to ``/generate`` as raw text) or
   ``{"messages": [{"role": ..., "content": ...}, ...]}`` (sent to ``/v1/chat/completions`` so the
@@ -43,6 +49,8 @@ from pytest_specperf.errors import ConfigError, did_you_mean
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_CATEGORIES: tuple[str, ...] = ("chat", "code", "math", "summarization", "qa")
 BUILTIN_SETS: tuple[str, ...] = (*BUILTIN_CATEGORIES, "mixed")
+#: Built-in categories shipped as chat `messages` (the others are raw text).
+BUILTIN_CHAT_CATEGORIES: tuple[str, ...] = ("chat",)
 HASH_VERSION = 1
 _SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
 

@@ -8,6 +8,7 @@ scoped to the round's own requests (Σ completion tokens / Σ verify steps from 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.config.workloads import (
+    BUILTIN_PREFIX,
     Prompt,
     WorkloadConfig,
     load_prompts,
@@ -175,9 +177,10 @@ class Measurer:
         info = self._server_info(server, client)
         measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
         measurement.warnings.extend(sanity_warnings(measurement, info, speculative=cfg.is_speculative))
+        # notes, not warnings: the numbers are no less true, so the run may be recorded
         unknown = client.engine.version_warning(info.get("version"))
-        if unknown:  # a note, not a warning: the numbers are no less true, so the run may be recorded
-            measurement.notes.append(unknown)
+        repeats = repeat_note(workload, prompts)
+        measurement.notes += [note for note in (unknown, repeats) if note is not None]
         return measurement
 
     def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
@@ -302,6 +305,34 @@ class Measurer:
     def _say(self, message: str) -> None:
         if self.progress:
             self.progress(message)
+
+
+def repeat_note(workload: WorkloadConfig, prompts: Sequence[Prompt]) -> str | None:
+    """A note when one round sends a prompt more than once, None when every request is distinct.
+
+    A note, not a warning: it is a property of the workload that every night shares, not a sign
+    that this run was disturbed, so such runs are still recorded.
+
+    A repeated prompt finds its own prefix in the radix cache from earlier in the same round (the
+    flush is per round), so its TTFT and prefill cost are flattering: a small prompt file, or
+    `num_requests` larger than the set. Prompts are compared by content, not by id.
+    """
+    plan = request_plan(workload, prompts)
+    distinct = len({json.dumps(p.content(), sort_keys=True) for p in plan})
+    if distinct == len(plan):
+        return None
+    available = len({json.dumps(p.content(), sort_keys=True) for p in prompts})
+    return (
+        f"a round repeats prompts: {len(plan)} requests from {available} distinct prompt"
+        f"{'s' if available != 1 else ''} ({_source(workload.prompts)}), so {len(plan) - distinct} request(s) of "
+        "every round repeat an earlier one and may hit its prefix in the radix cache; "
+        f"give the workload at least {len(plan)} distinct prompts, or lower num_requests"
+    )
+
+
+def _source(spec: str) -> str:
+    """A builtin set as named, a prompt file by its name (its folder differs per machine)."""
+    return spec if spec.startswith(BUILTIN_PREFIX) else Path(spec).name
 
 
 def sanity_warnings(

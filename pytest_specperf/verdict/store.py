@@ -2,7 +2,17 @@
 
 Layout under the store directory (`store = ".specperf"` in the config)::
 
-    <store>/<server>/<workload>-c<concurrency>.json
+    <store>/<server>/<workload>-c<concurrency>.json        measured on a real engine (SGLang, vLLM)
+    <store>/sim/<server>/<workload>-c<concurrency>.json    measured on the simulator
+
+A simulator's baselines never share a file with a real engine's: a suite that switches from
+`launcher = "sim"` to a real launcher finds no baseline (NEW) instead of the simulator's
+(INCOMPARABLE, a failure on every check). Whether a run is simulated is read from its fingerprint
+(`launcher = sim`, also for a simulator attached by URL). The extra level cannot clash with a server
+called ``sim``: that server's files are ``<store>/sim/*.json``, the simulator's are one level deeper.
+Stores written before the ``sim/`` level keep working: a simulated session reads a simulator's
+baseline at the old place, and the first save of that key (by either kind of session) moves the file
+under ``sim/``; a real-engine session ignores it (NEW), never compares with it.
 
 A file is a *history* (schema_version 2): ``{"schema_version": 2, "kind": ..., "runs": [...]}``,
 oldest run first, newest last, at most `history` runs (config; oldest dropped). Each run keeps its
@@ -61,6 +71,8 @@ SCHEMA_VERSION = 2
 DEFAULT_HISTORY = 30
 KIND = "pytest-specperf baseline"
 LOCK_NAME = ".specperf.lock"
+#: The folder under the store that holds the simulator's baselines (see the module docstring).
+SIM_DIR = "sim"
 LOCK_TIMEOUT_S = 120.0
 GITIGNORE = f"# written by pytest-specperf: its lock and interrupted writes\n{LOCK_NAME}\n.*.tmp\n"
 
@@ -236,34 +248,56 @@ def safe_name(name: str) -> str:
 
 
 class BaselineStore:
-    """Stored baselines under `root`. Cheap to create: nothing is touched until used."""
+    """Stored baselines under `root`. Cheap to create: nothing is touched until used.
+
+    `simulated` selects the layer: the simulator's baselines under ``<root>/sim/``, a real engine's
+    directly under `root` (see the module docstring).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def path_for(self, key: MeasurementKey) -> Path:
+    def path_for(self, key: MeasurementKey, *, simulated: bool = False) -> Path:
         filename = f"{safe_name(key.workload)}-c{int(key.concurrency)}.json"
-        return self.root / safe_name(key.server) / filename
+        return (self.root / SIM_DIR if simulated else self.root) / safe_name(key.server) / filename
 
-    def load(self, key: MeasurementKey) -> StoredBaseline | None:
-        """The baseline for `key`, None when there is none; StoreError when it is unreadable."""
-        path = self.path_for(key)
+    def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:
+        """The baseline for `key` in the simulator's or the real layer, None when there is none;
+        StoreError when it is unreadable. A simulator's baseline at the pre-``sim/`` place counts
+        for the simulator's layer only."""
+        path = self.path_for(key, simulated=simulated)
         if not path.exists():
-            return None
-        baseline = read_baseline(path)
+            if not simulated:
+                return None
+            legacy = self._legacy_simulated(key)
+            if legacy is None:
+                return None
+            baseline = legacy
+        else:
+            baseline = read_baseline(path)
+            if not simulated and is_simulated(baseline.fingerprint):
+                return None  # a simulator's baseline from before the sim/ level: never a real one's
         if baseline.measurement.key != key:
             raise StoreError(
-                f"{path}: holds the baseline of {baseline.measurement.key.label}, "
+                f"{baseline.path}: holds the baseline of {baseline.measurement.key.label}, "
                 f"not {key.label} (names that differ only in case on a case-insensitive file system?)"
             )
         return baseline
 
+    def _legacy_simulated(self, key: MeasurementKey) -> StoredBaseline | None:
+        """A simulator's baseline stored before the ``sim/`` level existed (at the real layer's path)."""
+        path = self.path_for(key)
+        if not path.exists():
+            return None
+        baseline = read_baseline(path)
+        return baseline if is_simulated(baseline.fingerprint) else None
+
     def entries(self) -> list[StoredBaseline]:
-        """Every stored baseline, sorted by path; StoreError on the first unreadable file."""
+        """Every stored baseline (both layers), sorted by path; StoreError on the first unreadable file."""
         if not self.root.is_dir():
             return []
-        paths = sorted(p for p in self.root.glob("*/*.json") if not p.name.startswith("."))
-        return [read_baseline(p) for p in paths]
+        paths = [*self.root.glob("*/*.json"), *(self.root / SIM_DIR).glob("*/*.json")]
+        return [read_baseline(p) for p in sorted(p for p in paths if not p.name.startswith("."))]
 
     def save(
         self,
@@ -294,9 +328,11 @@ class BaselineStore:
         new = Summary.of(measurement)
         provenance = Provenance.here(suite_dir, session)
         dumps({"run": StoredRun(measurement, new, provenance, 0).to_dict()})  # fail before touching the store
-        path = self.path_for(measurement.key)
+        simulated = is_simulated(measurement.fingerprint)
+        path = self.path_for(measurement.key, simulated=simulated)
         try:
             with self._locked():
+                self._move_legacy_simulated(measurement.key)
                 previous, error = _old_history(path)
                 kept = _move_aside(path, "unreadable") if error else None
                 runs = list(previous.runs) if previous else []
@@ -318,6 +354,23 @@ class BaselineStore:
             segment=segment, runs=len(runs), new_segment=new_segment or previous is None,
         )  # fmt: skip
 
+    def _move_legacy_simulated(self, key: MeasurementKey) -> None:
+        """Under the lock: a simulator's history at the real layer's path moves under ``sim/`` (or aside,
+        when ``sim/`` already has one), so neither layer ever appends to the other's file."""
+        legacy = self.path_for(key)
+        try:
+            baseline = read_baseline(legacy) if legacy.exists() else None
+        except StoreError:
+            return  # unreadable: `save` of a real run moves it aside and says so
+        if baseline is None or not is_simulated(baseline.fingerprint):
+            return
+        target = self.path_for(key, simulated=True)
+        if target.exists():
+            _move_aside(legacy, "simulated")
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(legacy, target)
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -330,6 +383,11 @@ class BaselineStore:
                 f"{lock_path}: still locked after {LOCK_TIMEOUT_S:.0f} s; another pytest-specperf "
                 "process is writing this store (or died holding the lock on a network file system)"
             ) from exc
+
+
+def is_simulated(fingerprint: Fingerprint) -> bool:
+    """Whether a run was measured on the simulator (its fingerprint's launcher is ``sim``)."""
+    return fingerprint.identity.get("launcher") == "sim"
 
 
 def _document(runs: list[StoredRun]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def test_plain(specperf):
 def stored_baseline(suite) -> Path:
     """Measure and store the plain baseline once; the path of the stored file."""
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    (path,) = (suite.pytester.path / ".specperf" / "plain").glob("*.json")
+    (path,) = (suite.pytester.path / ".specperf" / "sim" / "plain").glob("*.json")
     return path
 
 
@@ -318,7 +318,7 @@ def test_server_fault(make_suite, one_spec_server, fault: Fault) -> None:
     rows = {m["server"]: m["verdict"] for m in report["measurements"]}
     assert rows.get("eagle3-5step") == fault.verdict
     if fault.stored is not None:
-        store = suite.pytester.path / ".specperf"
+        store = suite.pytester.path / ".specperf" / "sim"
         stored = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
         assert stored == sorted(fault.stored)
     assert suite.processes() == []
@@ -362,7 +362,7 @@ def test_signal_to_pytest(make_suite, sig: signal.Signals, exit_code: int, repor
     if reported:
         report = json.loads(report_path.read_text())
         assert {m["server"] for m in report["measurements"]} == {"plain", "eagle3-5step"}
-    store = suite.pytester.path / ".specperf"
+    store = suite.pytester.path / ".specperf" / "sim"
     stored = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
     # runs are stored after all their checks: an interrupted or killed session leaves the store as it was
     assert stored == []

@@ -27,7 +27,7 @@ def store_suite(make_suite, tests: str = ONE_MEASURED_TEST, extra: str = ""):
 
 
 def stored(suite) -> dict[str, str]:
-    root = suite.pytester.path / ".specperf"
+    root = suite.pytester.path / ".specperf" / "sim"  # the simulator's baselines
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.json"))}
 
 
@@ -81,7 +81,7 @@ def test_corrupt_baseline_row_is_error(make_suite, xdist: bool) -> None:
         pytest.importorskip("xdist")
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    broken = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    broken = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     broken.write_text("{not json")
     before = stored(suite)
     report = suite.pytester.path / "out.json"
@@ -99,7 +99,7 @@ def test_corrupt_baseline_row_is_error(make_suite, xdist: bool) -> None:
 def test_newer_schema_baseline_row_is_error(make_suite) -> None:
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     data = json.loads(path.read_text())
     data["schema_version"] = 99
     path.write_text(json.dumps(data))
@@ -120,7 +120,7 @@ def test_read_only_store_is_a_one_line_error(make_suite, immutable) -> None:
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
     before = stored(suite)
-    make_immutable(immutable, suite.pytester.path / ".specperf" / "eagle3-5step")
+    make_immutable(immutable, suite.pytester.path / ".specperf" / "sim" / "eagle3-5step")
     report = suite.pytester.path / "out.json"
     result = suite.run("--specperf-update", f"--specperf-json={report}")
     # the test passed; its run is stored after the checks, and a store that cannot be written fails the session
@@ -210,7 +210,7 @@ def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> 
     warnings = json.loads(report.read_text())["warnings"]
     assert any("another measurement overlapped" in w and "other/default/c1" in w for w in warnings), warnings
     # a disturbed run is not the new normal: it is not stored, and the report says why
-    assert not (path / ".specperf" / "plain" / "default-c1.json").exists()
+    assert not (path / ".specperf" / "sim" / "plain" / "default-c1.json").exists()
     assert any(
         w.startswith("not stored plain/default/c1: sanity warning: another measurement overlapped") for w in warnings
     )
@@ -270,7 +270,7 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
     assert {p.name for p in written} >= {"out.json", "out.md", "out.bmf.json", "default-c1.json"}
     for text in [result.stdout.str(), result.stderr.str(), *(p.read_text(errors="replace") for p in written)]:
         assert HF_VALUE not in text and SK_VALUE not in text
-    stored = json.loads((suite.pytester.path / ".specperf" / "plain" / "default-c1.json").read_text())
+    stored = json.loads((suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.json").read_text())
     assert stored["runs"][-1]["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
 
 

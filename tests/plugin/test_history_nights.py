@@ -10,7 +10,7 @@ from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 
 def runs_of(suite) -> list[dict]:
-    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     return json.loads(path.read_text())["runs"]
 
 

@@ -219,3 +219,49 @@ def test_lossless_needs_a_speculative_server_at_temperature_zero(make_suite, mar
     result = suite.run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([expected])
+
+
+def test_a_round_that_repeats_prompts_says_so_in_terminal_and_json(make_suite) -> None:
+    """Three prompts, five requests a round: two requests repeat one; the report says it, and the
+    run is still stored (the repeat is the workload's, every night the same, not a disturbance)."""
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_perf(specperf):\n    pass\n",
+        servers="[specperf.servers.plain]\n",
+        workloads="""
+        [specperf.workloads.default]
+        prompts = "small.jsonl"
+        num_requests = 5
+        max_new_tokens = 8
+        warmup = 0
+        """,
+    )
+    rows = [{"prompt": f"Tell me about the number {n}."} for n in (1, 2, 3)]
+    (suite.pytester.path / "small.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = suite.run("--specperf-json=report.json", "--specperf-update")
+    result.assert_outcomes(passed=1)
+    expected = "a round repeats prompts: 5 requests from 3 distinct prompts (small.jsonl), so 2 request(s)"
+    result.stdout.fnmatch_lines(["warnings:", f"*plain/default/c1: {expected}*"])
+    report = json.loads((suite.pytester.path / "report.json").read_text())
+    (measurement,) = report["measurements"]
+    assert any(n.startswith(expected) for n in measurement["notes"]) and not measurement["warnings"]
+    assert any(expected in w for w in report["warnings"])
+    assert (suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.json").is_file()
+
+
+def test_a_round_of_distinct_prompts_has_no_repeat_warning(make_suite) -> None:
+    suite = make_suite(
+        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_perf(specperf):\n    pass\n",
+        servers="[specperf.servers.plain]\n",
+        workloads="""
+        [specperf.workloads.default]
+        prompts = "builtin:chat"
+        num_requests = 64
+        max_new_tokens = 2
+        concurrency = 8
+        warmup = 0
+        """,
+    )
+    result = suite.run("--specperf-json=report.json")
+    result.assert_outcomes(passed=1)
+    report = json.loads((suite.pytester.path / "report.json").read_text())
+    assert not any("repeats prompts" in w for w in report["warnings"])

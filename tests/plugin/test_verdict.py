@@ -41,8 +41,8 @@ def test_update_then_rerun_passes(make_suite) -> None:
         ["*stored baselines (--specperf-update), old → new tok/s:*", "*eagle3-5step/default/c1: none → *"]
     )
     assert [p.relative_to(suite.pytester.path / ".specperf").as_posix() for p in stored_files(suite)] == [
-        "eagle3-5step/default-c1.json",
-        "plain/default-c1.json",
+        "sim/eagle3-5step/default-c1.json",
+        "sim/plain/default-c1.json",
     ]
     second = suite.run()
     second.assert_outcomes(passed=1)
@@ -178,7 +178,7 @@ def test_lossless_takes_true_false_or_a_share(make_suite, value: str) -> None:
 def test_corrupt_stored_baseline_is_a_clear_error(make_suite) -> None:
     suite = verdict_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    broken = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    broken = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     broken.write_text("{not json")
     result = suite.run()
     result.assert_outcomes(errors=1)
@@ -304,7 +304,7 @@ def test_record_appends_and_update_starts_a_segment(make_suite) -> None:
             "*eagle3-5step/default/c1: * → *segment 0, 4 runs)*",
         ]
     )
-    path = suite.pytester.path / ".specperf" / "eagle3-5step" / "default-c1.json"
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0]
     checked = suite.run()
     checked.assert_outcomes(passed=1)

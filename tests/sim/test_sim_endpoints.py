@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -383,3 +384,20 @@ def test_api_key(sim_factory):
         == 200
     )
     assert sim.get("/flush_cache", headers=ok).status_code == 200
+
+
+def test_chat_prompt_tokens_count_every_turn_and_the_template(spec_sim):
+    """A multi-turn conversation from builtin:chat is one prompt: every turn and the template's role
+    markers count as prompt tokens, and an earlier turn changes the answer as the last one does."""
+    from pytest_specperf.config.workloads import load_prompts
+    from pytest_specperf.sim.text import chat_prompt, tokenize
+
+    conversation = next(p for p in load_prompts("builtin:chat", Path(".")) if p.messages and len(p.messages) >= 4)
+    messages = [dict(m) for m in conversation.messages or ()]
+    body = {"messages": messages, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    out = spec_sim.post("/v1/chat/completions", json=body).json()
+    content_tokens = sum(len(tokenize(m["content"])) for m in messages)
+    assert out["usage"]["prompt_tokens"] == len(tokenize(chat_prompt(messages))) > content_tokens
+    changed = [{**messages[0], "content": messages[0]["content"] + " Reply in French."}, *messages[1:]]
+    other = spec_sim.post("/v1/chat/completions", json={**body, "messages": changed}).json()
+    assert other["choices"][0]["message"]["content"] != out["choices"][0]["message"]["content"]

@@ -98,9 +98,8 @@ def test_show_missing_store_is_an_error(tmp_path: Path, capsys) -> None:
 
 
 def test_show_names_a_corrupt_baseline(tmp_path: Path, capsys) -> None:
-    store = BaselineStore(tmp_path)
-    store.save(plain(), suite_dir=None)
-    bad = tmp_path / "plain" / "chat-c1.json"
+    bad = BaselineStore(tmp_path).save(plain(), suite_dir=None).path
+    assert bad == tmp_path / "sim" / "plain" / "chat-c1.json"
     bad.write_text("{ not json")
     code, _, err = run(capsys, "show", tmp_path)
     assert code == 2 and str(bad) in err and "not valid JSON" in err

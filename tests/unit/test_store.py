@@ -19,7 +19,7 @@ from pytest_specperf.verdict.store import SCHEMA_VERSION, BaselineStore, Summary
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
 FINGERPRINT = Fingerprint(
-    identity={"launcher": "sim", "model": "m", "gpu": "NVIDIA H200", "gpu_count": "8"},
+    identity={"launcher": "sglang", "model": "m", "gpu": "NVIDIA H200", "gpu_count": "8"},
     environment={"sglang.version": "0.5.23", "NCCL_ALGO": "Ring"},
 )
 
@@ -510,3 +510,59 @@ def test_empty_runs_is_corrupt(store: BaselineStore) -> None:
     with pytest.raises(StoreError, match="corrupt baseline: runs must be a non-empty list") as info:
         store.load(KEY)
     assert str(path) in str(info.value)
+
+
+# --- the simulator's layer -------------------------------------------------------------------
+
+
+SIM_FINGERPRINT = Fingerprint(identity={**FINGERPRINT.identity, "launcher": "sim"}, environment=FINGERPRINT.environment)
+
+
+def test_simulated_runs_are_stored_under_sim_and_never_read_as_a_real_engines(store: BaselineStore) -> None:
+    saved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None)
+    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.json"
+    assert store.load(KEY, simulated=True) is not None
+    assert store.load(KEY) is None  # a real-engine session finds no baseline: NEW, not INCOMPARABLE
+    real = store.save(measurement(), suite_dir=None)
+    assert real.path == store.root / "eagle3-5step" / "chat-c1.json" and real.runs == 1
+    assert store.load(KEY, simulated=True).fingerprint.identity["launcher"] == "sim"  # type: ignore[union-attr]
+    assert store.load(KEY).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
+    assert [e.path for e in store.entries()] == [real.path, saved.path]
+
+
+def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: BaselineStore) -> None:
+    key = MeasurementKey("sim", "chat", 1)
+    real = store.save(measurement(key=key), suite_dir=None)
+    simulated = store.save(measurement(key=key, fingerprint=SIM_FINGERPRINT), suite_dir=None)
+    assert real.path == store.root / "sim" / "chat-c1.json"
+    assert simulated.path == store.root / "sim" / "sim" / "chat-c1.json"
+    assert store.load(key).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
+    assert store.load(key, simulated=True).fingerprint.identity["launcher"] == "sim"  # type: ignore[union-attr]
+    assert len(store.entries()) == 2
+
+
+def legacy_simulated_store(store: BaselineStore) -> Path:
+    """A store written before the sim/ level: a simulator's history at <store>/<server>/."""
+    moved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None).path
+    legacy = store.root / "eagle3-5step" / "chat-c1.json"
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(moved, legacy)
+    return legacy
+
+
+def test_a_store_from_before_the_sim_level_still_reads_and_moves_on_the_next_save(store: BaselineStore) -> None:
+    legacy = legacy_simulated_store(store)
+    found = store.load(KEY, simulated=True)
+    assert found is not None and found.path == legacy
+    assert store.load(KEY) is None
+    saved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None, new_segment=False)
+    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.json"
+    assert saved.runs == 2 and not legacy.exists()  # the history went on, in its new place
+
+
+def test_a_real_run_moves_an_old_simulated_history_out_of_its_way(store: BaselineStore) -> None:
+    legacy = legacy_simulated_store(store)
+    saved = store.save(measurement(), suite_dir=None)
+    assert saved.path == legacy and saved.runs == 1 and saved.old is None
+    assert store.load(KEY).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
+    assert store.load(KEY, simulated=True) is not None  # kept, under sim/

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_specperf.config.workloads import (
     BUILTIN_CATEGORIES,
+    BUILTIN_CHAT_CATEGORIES,
     BUILTIN_SETS,
     DEFAULT_WORKLOAD,
     Prompt,
@@ -179,16 +180,39 @@ def test_builtin_categories_have_enough_prompts() -> None:
         prompts = load_prompts(f"builtin:{category}", Path("."))
         assert len(prompts) >= 20, category
         assert {p.category for p in prompts} == {category}
-        assert all(p.text and p.messages is None for p in prompts)
+        if category in BUILTIN_CHAT_CATEGORIES:
+            assert all(p.messages and p.text is None for p in prompts)
+        else:
+            assert all(p.text and p.messages is None for p in prompts)
         total += len(prompts)
     assert total >= 100
     assert len(BUILTIN_CATEGORIES) >= 5
 
 
-def test_builtin_ids_and_texts_are_unique() -> None:
+def test_builtin_chat_is_chat_and_a_round_never_repeats_a_conversation() -> None:
+    """Distinct conversations for the default round and the example suite's largest one (x2 for
+    headroom); system prompts on some, earlier assistant turns on some, user turns short and long."""
+    chat = load_prompts("builtin:chat", Path("."))
+    assert BUILTIN_CHAT_CATEGORIES == ("chat",)
+    assert len({json.dumps(p.content()) for p in chat}) == len(chat) >= 2 * WorkloadConfig("x").num_requests
+    for prompt in chat:
+        assert prompt.messages is not None
+        roles = [m["role"] for m in prompt.messages]
+        assert roles[-1] == "user" and set(roles) <= {"system", "user", "assistant"}, prompt.id
+        assert "system" not in roles[1:], prompt.id
+        conversation = [r for r in roles if r != "system"]
+        assert conversation[::2] == ["user"] * len(conversation[::2]), prompt.id  # turns alternate
+        assert conversation[1::2] == ["assistant"] * len(conversation[1::2]), prompt.id
+    assert sum(p.messages[0]["role"] == "system" for p in chat if p.messages) >= 5
+    assert sum(len(p.messages or ()) >= 3 for p in chat) >= 5  # multi-turn conversations
+    user_words = sorted(len(p.messages[-1]["content"].split()) for p in chat if p.messages)
+    assert user_words[0] <= 10 and user_words[len(user_words) // 2] <= 30 and user_words[-1] >= 150
+
+
+def test_builtin_ids_and_contents_are_unique() -> None:
     mixed = load_prompts("builtin:mixed", Path("."))
     assert len({p.id for p in mixed}) == len(mixed)
-    assert len({p.text for p in mixed}) == len(mixed)
+    assert len({json.dumps(p.content()) for p in mixed}) == len(mixed)
 
 
 def test_mixed_interleaves_categories() -> None:
@@ -199,7 +223,7 @@ def test_mixed_interleaves_categories() -> None:
 
 
 def test_builtin_lengths_vary() -> None:
-    lengths = [len(p.text or "") for p in load_prompts("builtin:mixed", Path("."))]
+    lengths = [len(json.dumps(p.content())) for p in load_prompts("builtin:mixed", Path("."))]
     assert min(lengths) < 60 and max(lengths) > 600
 
 
