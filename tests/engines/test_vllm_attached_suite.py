@@ -185,7 +185,7 @@ def test_tau_from_counter_deltas_per_position_and_an_unknown_version(pytester, f
         }
         assert sample["acceptance_rate"] == pytest.approx(16 / 26)
     warning = "vllm 0.31.0 is not a version this plugin was checked against (known: 0.32.0)"
-    assert any(warning in w for w in row["warnings"])
+    assert any(warning in n for n in row["notes"])
     out = re.sub(r"\s+", " ", result.stdout.str())
     assert "acceptance by draft position" in out
     assert "ngram/default/c1: 0.80 0.40 0.40; τ from the /metrics counter deltas" in out
