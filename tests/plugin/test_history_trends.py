@@ -36,7 +36,9 @@ def test_speedup_interval_comes_from_recorded_speedups_after_three_paired_nights
         assert f"{night} recorded speedup" in checks.read_text(), checks.read_text()
     sessions = [
         [r["provenance"]["session"] for r in json.loads(path.read_text())["runs"]]
-        for path in (suite.pytester.path / ".specperf" / name / "default-c1.json" for name in ("eagle3-5step", "plain"))
+        for path in (
+            suite.pytester.path / ".specperf" / "sim" / name / "default-c1.json" for name in ("eagle3-5step", "plain")
+        )
     ]
     assert sessions[0] == sessions[1] and len(set(sessions[0])) == 3  # one pair per session
 
