@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -105,6 +105,8 @@ class SpecperfConfig:
     api_key: str | None = field(default=None, repr=False)
     sim_profile: str | None = None
     sim_time_scale: float = 1.0
+    #: --sim-* flags every simulated server gets (before its own `sim_args`), e.g. run-to-run jitter
+    sim_args: tuple[str, ...] = ()
     servers: Mapping[str, ServerConfig] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)
 
@@ -178,7 +180,7 @@ GLOBAL_KEYS = {
     "engine", "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
     "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
     "run_to_run_cv", "run_to_run_cv_accept_length", "env", "env_patterns",
-    "api_key", "sim_profile", "sim_time_scale", "servers", "workloads",
+    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
 }  # fmt: skip
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
@@ -222,6 +224,7 @@ class _Parser:
             "api_key": get.string("api_key", None),
             "sim_profile": get.string("sim_profile", None),
             "sim_time_scale": get.number("sim_time_scale", 1.0, minimum=0),
+            "sim_args": tuple(check_sim_args(get.string_list("sim_args", ()), self.where("", "sim_args"))),
         }
         for key in ("max_regression", "max_regression_accept_length"):
             if values[key] >= 1:
@@ -389,9 +392,14 @@ def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str] = R
         flag = arg.split("=", 1)[0]
         if flag in reserved:
             raise ConfigError(f"{where} args", f"{flag} is not allowed here: {reserved[flag]}")
-    for arg in server.sim_args:
+    check_sim_args(server.sim_args, f"{where} sim_args")
+
+
+def check_sim_args(args: Sequence[str], where: str) -> Sequence[str]:
+    for arg in args:
         if not arg.startswith("--sim-") and arg.startswith("--"):
-            raise ConfigError(f"{where} sim_args", f"{arg}: only --sim-* flags belong here (others go in `args`)")
+            raise ConfigError(where, f"{arg}: only --sim-* flags belong here (others go in `args`)")
+    return args
 
 
 def check_engines(config: SpecperfConfig, where: str) -> None:

@@ -218,7 +218,7 @@ def sim_args(server: ServerConfig, config: SpecperfConfig) -> list[str]:
         if config.source is not None and (config.source.parent / profile).is_file():
             profile = str(config.source.parent / profile)
         args += ["--sim-profile", profile]
-    return args + list(server.sim_args)
+    return [*args, *config.sim_args, *server.sim_args]
 
 
 # --------------------------------------------------------------------------------------------

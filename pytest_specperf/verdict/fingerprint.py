@@ -37,6 +37,7 @@ UNSET = "unset"
 DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
     "NCCL_*",
     "SGLANG_*",
+    "VLLM_*",
     "CUDA_*",
     "TORCH_*",
     "NVIDIA_*",

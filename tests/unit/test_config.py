@@ -207,3 +207,10 @@ def test_abbreviations_are_spelled_out_so_identity_and_tp_size_see_them(tmp_path
     server = load(tmp_path, _plain_args('["--tp", "8", "--mem-fraction=0.8", "--trust-remote-code"]')).servers["plain"]
     assert server.args == ("--tp-size", "8", "--mem-fraction-static=0.8", "--trust-remote-code")
     assert server.tp_size == 8
+
+
+def test_suite_sim_args_take_only_simulator_flags(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE.replace('model = "m"', 'model = "m"\nsim_args = ["--sim-run-jitter", "0.02"]'))
+    assert config.sim_args == ("--sim-run-jitter", "0.02")
+    text = BASE.replace('model = "m"', 'model = "m"\nsim_args = ["--tp-size", "8"]')
+    assert "[specperf] sim_args: --tp-size: only --sim-* flags belong here" in error(tmp_path, text)

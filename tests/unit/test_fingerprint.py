@@ -157,6 +157,14 @@ def test_env_patterns_are_configurable() -> None:
     assert "OMP_*" in DEFAULT_ENV_PATTERNS
 
 
+def test_a_vllm_servers_variables_are_recorded_by_default() -> None:
+    env = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "VLLM_API_KEY": "sk-x"}
+    fp = take(server_env=env)
+    assert fp.environment["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert fp.environment["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN"
+    assert fp.environment["VLLM_API_KEY"] == REDACTED
+
+
 def test_simulator_marker_wins_and_records_profile() -> None:
     info = {
         **SERVER_INFO,

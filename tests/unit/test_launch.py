@@ -90,6 +90,13 @@ def test_the_simulator_gets_the_same_arguments(tmp_path: Path) -> None:
     assert argv[3 + len(sglang_args) :] == ("--sim-time-scale", "0.5")
 
 
+def test_suite_sim_args_come_before_a_servers_own(tmp_path: Path) -> None:
+    jittery = SpecperfConfig(**{**CONFIG.__dict__, "launcher": "sim", "sim_args": ("--sim-run-jitter", "0.02")})
+    server = ServerConfig(**{**EAGLE.__dict__, "sim_args": ("--sim-draft-slowdown", "8")})
+    argv = plan(server, jittery, tmp_path).argv
+    assert argv[-4:] == ("--sim-run-jitter", "0.02", "--sim-draft-slowdown", "8")
+
+
 def test_the_api_key_is_passed_but_never_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECPERF_API_KEY", "sk-secret")
     launch = plan(tmp=tmp_path)
