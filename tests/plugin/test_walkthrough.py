@@ -38,7 +38,8 @@ def test_step2_tuning_variables_are_reported_as_environment_drift(
         monkeypatch.setenv(name, value)
     result = example.runpytest("-p", "no:randomly", "-k", "code")
     result.assert_outcomes(passed=1)
-    result.stdout.re_match_lines([r"plain \(ref\) +code +1 .* \+4\d\.\d% .* IMPROVED"])
+    # the modelled +43%, give or take both starts' own speed (the example's 2% run-to-run jitter)
+    result.stdout.re_match_lines([r"plain \(ref\) +code +1 .* \+(3[3-9]|4\d|5[0-3])\.\d% .* IMPROVED"])
     result.stdout.fnmatch_lines(
         ["environment drift since the stored baseline:", "*plain/code/c1: NCCL_ALGO: unset → Ring*"]
     )
