@@ -226,14 +226,15 @@ def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyP
 def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite, one_spec_server) -> None:
     """A bound inside the interval cannot be decided: the run says so, and --specperf-strict fails it.
 
-    Seeded HTTP 500s make rounds differ a lot (and the same way in every run), so the interval of two
-    rounds is wide and the first run's own mean lies inside the second run's interval.
+    Seeded HTTP 500s make the rounds' accept lengths differ (and the same way in every run: which requests
+    fail depends on the seed, not on the machine's speed), so the interval of two rounds is wide and the
+    first run's own mean accept length lies inside the second run's interval.
     """
     noisy = one_spec_server('sim_args = ["--sim-error-rate", "0.4", "--sim-seed", "11"]')
     probe = verdict_suite(
         make_suite,
         "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9)\ndef test_x(specperf):\n"
-        "    print('MEAN', sum(specperf.result.samples('output_throughput')) / len(specperf.result.rounds))\n",
+        "    print('MEAN', sum(specperf.result.samples('accept_length')) / len(specperf.result.rounds))\n",
         servers=noisy,
     )
     set_in_config(probe, "rounds = 4\n", "rounds = 2\nmax_rounds = 2\n")
@@ -242,7 +243,7 @@ def test_inconclusive_passes_with_a_warning_and_fails_when_strict(make_suite, on
     test = probe.pytester.path / "test_suite.py"
     test.write_text(
         "import pytest\n\n"
-        f"@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9, throughput=({mean:.3f}, None))\n"
+        f"@pytest.mark.specperf(server='eagle3-5step', max_error_rate=0.9, accept_length=({mean:.4f}, None))\n"
         "def test_x(specperf):\n    pass\n"
     )
     result = probe.run()
