@@ -194,12 +194,9 @@ class ResponseStream:
             raise StreamError(f"final {where} has no integer completion_tokens")
         text = "".join(self.pieces) if self.chat else self.text
         spec = self.spec
-        return RequestRecord(
-            index=index,
-            sent=sent,
-            first_chunk=self.first,
-            last_chunk=self.last,
-            num_chunks=self.num_chunks,
+        return self._record(
+            index,
+            sent,
             prompt_tokens=_int_or(self.prompt_tokens, 0),
             completion_tokens=completion,
             cached_tokens=_int_or(self.cached_tokens, 0),
@@ -210,18 +207,21 @@ class ResponseStream:
             finish_reason=reason,
             output_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             output=text,
-            chunk_gaps=tuple(self.gaps),
         )
 
     def failed(self, index: int, sent: float, reason: str) -> RequestRecord:
+        """What was seen of a failed request: its timings so far, no tokens (an error adds no throughput)."""
+        return self._record(index, sent, error=reason)
+
+    def _record(self, index: int, sent: float, **fields: Any) -> RequestRecord:
         return RequestRecord(
             index=index,
             sent=sent,
             first_chunk=self.first,
             last_chunk=self.last,
             num_chunks=self.num_chunks,
-            error=reason,
             chunk_gaps=tuple(self.gaps),
+            **fields,
         )
 
 

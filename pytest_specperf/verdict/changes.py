@@ -54,12 +54,15 @@ class ChangePoint:
 
     @property
     def percent(self) -> str:
-        """'-8.1% [-9.5, -6.7]'."""
-        c = self.change
-        text = f"{(c.value - 1) * 100:+.1f}%"
-        if c.bounded:
-            text += f" [{(c.low - 1) * 100:+.1f}, {(c.high - 1) * 100:+.1f}]"
-        return text
+        return change_percent(self.change)
+
+
+def change_percent(change: Estimate) -> str:
+    """A ratio as a change in percent with its interval: '-8.1% [-9.5, -6.7]'."""
+    text = f"{(change.value - 1) * 100:+.1f}%"
+    if change.bounded:
+        text += f" [{(change.low - 1) * 100:+.1f}, {(change.high - 1) * 100:+.1f}]"
+    return text
 
 
 def robust_sigma(logs: Sequence[float]) -> float:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.verdict.changes import change_points
+from pytest_specperf.verdict.changes import change_percent, change_points
 from pytest_specperf.verdict.history import SpeedupSpread
 from pytest_specperf.verdict.stats import Estimate, mean_estimate, ratio_estimate
 from pytest_specperf.verdict.store import StoredBaseline, StoredRun
@@ -62,12 +62,7 @@ class HistoryChange:
 
     @property
     def percent(self) -> str:
-        """'-8.1% [-9.5, -6.7]'."""
-        c = self.change
-        text = f"{(c.value - 1) * 100:+.1f}%"
-        if c.bounded:
-            text += f" [{(c.low - 1) * 100:+.1f}, {(c.high - 1) * 100:+.1f}]"
-        return text
+        return change_percent(self.change)
 
     @property
     def sentence(self) -> str:
