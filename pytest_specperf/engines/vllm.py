@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode
 
@@ -161,13 +162,17 @@ class VLLM(Engine):
         """`vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total` and the per-position
         `vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}`, summed over engines.
 
-        None when the server has no `vllm:spec_decode_num_drafts_total` (a plain server).
+        None when the server has no `vllm:spec_decode_num_drafts_total` (a plain server) or the text
+        does not parse.
         """
         from pytest_specperf.measure.records import SpecCounters
 
+        samples = prometheus_samples(metrics_text, SPEC_COUNTERS)
+        if samples is None:
+            return None
         totals: dict[str, float] = {}
         per_position: dict[int, float] = {}
-        for name, labels, value in prometheus_samples(metrics_text, SPEC_COUNTERS):
+        for name, labels, value in samples:
             if not math.isfinite(value):
                 continue  # a counter has none; a broken sample must not turn the sum into NaN
             if name == PER_POSITION:
@@ -193,34 +198,21 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 SPEC_COUNTERS = frozenset((DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION))
 
-# a sample line of the Prometheus text format: name, optional {labels}, value, optional timestamp
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(\S+)(?:\s+\S+)?\s*$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]] | None:
+    """The samples of the metrics called `names` in a Prometheus text exposition: (name, labels, value).
 
-
-def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]]:
-    """The samples of the metrics called `names` in Prometheus text exposition: (name, labels, value).
-
-    Enough of the format for counters: comments skipped, label values unescaped, a timestamp
-    ignored, NaN and ±Inf read by `float`; a line that does not parse is skipped.
+    Parsed by prometheus_client's own parser; None when the text does not parse (a scrape that
+    cannot be read gives no counters rather than a partial sum).
     """
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#") or not line.startswith(tuple(names)):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None or match.group(1) not in names:
-            continue
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            continue
-        labels = {
-            k: re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
-            for k, v in _LABEL.findall(match.group(2) or "")
-        }
-        samples.append((match.group(1), labels, value))
-    return samples
+    try:
+        return [
+            (sample.name, dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name in names
+        ]
+    except ValueError:
+        return None
 
 
 def _count(value: float) -> int:

@@ -83,12 +83,12 @@ def test_prometheus_text_details() -> None:
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2.0',
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",position="1"} 1.0',
             "vllm:spec_decode_num_draft_tokens_total 30",
-            "garbage line",
         ]
     )
     assert VLLM().spec_counters(text) == Counters(drafts=15, draft_tokens=30, accepted=7, accepted_per_position=(0, 3))
-    labels = [labels for _, labels, _ in prometheus_samples(text, frozenset({"vllm:spec_decode_num_drafts_total"}))]
-    assert labels[0]["model_name"] == 'm, "quoted" {x}'
+    samples = prometheus_samples(text, frozenset({"vllm:spec_decode_num_drafts_total"}))
+    assert samples is not None and samples[0][1]["model_name"] == 'm, "quoted" {x}'
+    assert VLLM().spec_counters(text + "\ngarbage line {\n") is None  # an unreadable scrape, not a partial sum
 
 
 def _record(i: int, *, verify_ct: int | None = None, accepted: int | None = None) -> RequestRecord:
