@@ -1,4 +1,4 @@
-"""A tiny HTTP server that answers every POST with a canned event stream (chunked), for replays."""
+"""Tiny HTTP servers for replays: canned event streams (chunked), as a real engine sends them."""
 
 from __future__ import annotations
 
@@ -10,15 +10,45 @@ from typing import Any
 import pytest
 
 
-class _QuietServer(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that hangs up after an error event is part of what is tested
 
 
+def send_stream(handler: BaseHTTPRequestHandler, pieces: list[bytes]) -> None:
+    """Answer 200 with `pieces` as an event stream, one HTTP chunk each."""
+    handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    for piece in pieces:
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+    handler.wfile.write(b"0\r\n\r\n")
+
+
 @pytest.fixture
-def canned_server() -> Iterator[Callable[[list[bytes]], str]]:
+def serve() -> Iterator[Callable[[type[BaseHTTPRequestHandler]], str]]:
+    """`serve(Handler)` → the URL of a server on 127.0.0.1 answering with `Handler`; stopped after the test."""
+    servers: list[QuietServer] = []
+
+    def start(handler: type[BaseHTTPRequestHandler]) -> str:
+        httpd = QuietServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield start
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def canned_server(serve: Callable[[type[BaseHTTPRequestHandler]], str]) -> Callable[[list[bytes]], str]:
     """`canned_server(pieces)` → the URL of a server streaming `pieces` to every POST."""
-    servers: list[_QuietServer] = []
 
     def start(pieces: list[bytes]) -> str:
         class Handler(BaseHTTPRequestHandler):
@@ -28,21 +58,8 @@ def canned_server() -> Iterator[Callable[[list[bytes]], str]]:
                 pass
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                for piece in pieces:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                self.wfile.write(b"0\r\n\r\n")
+                send_stream(self, pieces)
 
-        httpd = _QuietServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
+        return serve(Handler)
 
-    yield start
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+    return start

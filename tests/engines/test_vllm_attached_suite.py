@@ -9,12 +9,13 @@ import json
 import re
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import send_stream
 
 from pytest_specperf.report.schema import validate
 
@@ -36,17 +37,9 @@ def stream_without_metrics(endpoint: str) -> list[bytes]:
     return events
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def fake_vllm() -> Iterator[Callable[[str], str]]:
+def fake_vllm(serve: Callable[[type[BaseHTTPRequestHandler]], str]) -> Callable[[str], str]:
     """`fake_vllm(version)` → the URL of a stand-in speculative vLLM server reporting that version."""
-    servers: list[_Server] = []
 
     def start(version: str) -> str:
         served = [0]
@@ -99,30 +92,18 @@ def fake_vllm() -> Iterator[Callable[[str], str]]:
                     self._send(404, json.dumps({"detail": "Not Found"}))
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 events = streams.get(self.path)
                 if events is None:
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
                     self._send(404, json.dumps({"detail": "Not Found"}))
                     return
                 with lock:
                     served[0] += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                for piece in events:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                self.wfile.write(b"0\r\n\r\n")
+                send_stream(self, events)
 
-        httpd = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
+        return serve(Handler)
 
-    yield start
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+    return start
 
 
 CONFIG = """
