@@ -90,8 +90,8 @@ class Engine(ABC):
         """The server's cumulative speculation counters from its Prometheus text (None: it has none)."""
         return None
 
-    def version_warning(self, version: object) -> str | None:
-        """A warning when the server's version is not one this plugin was checked against.
+    def version_note(self, version: object) -> str | None:
+        """A note when the server's version is not one this plugin was checked against.
 
         A local suffix (`0.5.23+specperf-sim`, `0.32.0+cpu`) is the same release; an unknown or
         absent version says nothing.

@@ -178,7 +178,7 @@ class Measurer:
         measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
         measurement.warnings.extend(sanity_warnings(measurement, info, speculative=cfg.is_speculative))
         # notes, not warnings: the numbers are no less true, so the run may be recorded
-        unknown = client.engine.version_warning(info.get("version"))
+        unknown = client.engine.version_note(info.get("version"))
         repeats = repeat_note(workload, prompts)
         measurement.notes += [note for note in (unknown, repeats) if note is not None]
         return measurement

@@ -31,13 +31,13 @@ def test_an_unknown_sglang_version_is_named_in_the_terminal_and_the_json(make_su
     assert (suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json").is_file()
 
 
-def test_version_warning() -> None:
+def test_version_note() -> None:
     sglang, vllm = engine_for("sglang"), engine_for("vllm")
-    assert sglang.version_warning("0.5.23") is None
-    assert sglang.version_warning("0.5.23+specperf-sim") is None  # a local build of a known release
-    assert vllm.version_warning("0.32.0+cpu") is None
-    assert vllm.version_warning(None) is None and vllm.version_warning("") is None  # unknown says nothing
-    message = vllm.version_warning("0.33.1")
+    assert sglang.version_note("0.5.23") is None
+    assert sglang.version_note("0.5.23+specperf-sim") is None  # a local build of a known release
+    assert vllm.version_note("0.32.0+cpu") is None
+    assert vllm.version_note(None) is None and vllm.version_note("") is None  # unknown says nothing
+    message = vllm.version_note("0.33.1")
     assert message is not None and message.startswith(
         "vllm 0.33.1 is not a version this plugin was checked against (known: 0.32.0)"
     )
