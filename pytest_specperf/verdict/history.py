@@ -7,25 +7,31 @@ false REGRESSION on ~2% of checks, a third of 20-check nights (benchmarks/verdic
 
 Model, on the log scale (so "ratio" and "percent" mean the same thing whatever the metric's unit)::
 
-    y_i = log(mean of run i's rounds) = mu + b_i + e_i,   b_i ~ N(0, tau^2)   (run offset)
+    y_i = log(mean of run i's rounds) = mu + b_i + e_i,   b_i ~ N(0, tau^2)   (one server start)
                                                             e_i ~ N(0, v_i)     (round noise of the mean)
 
-`v_i` is the delta-method variance of run i's mean, s_i^2 / (n_i * mean_i^2). Tonight is run 0,
-*one more run*, not the mean of infinitely many, so the interval for tonight's ratio to the
-segment level ybar = mean(y_1..y_k) is a prediction interval::
+`v_i` is the delta-method variance of run i's mean, s_i^2 / (n_i * mean_i^2). Tonight is one more
+run — or the mean of s runs when it was confirmed on a second server start (`NightLevel`) — so the
+interval for tonight's ratio to the segment level ybar = mean(y_1..y_k) is a prediction interval::
 
-    d = y_0 - ybar,   Var(d) = tau^2 + v_0 + (tau^2 + vbar) / k
+    d = y_0 - ybar,   Var(d) = tau^2 / s + v_0 + (tau^2 + vbar) / k
 
-* k >= `MIN_RUNS` recorded runs: S^2 = sample variance of y_1..y_k estimates tau^2 + vbar, so
-  Var(d) = S^2 / k + tau_hat^2 + v_0 with tau_hat^2 = max(0, S^2 - vbar) (method of moments, as
-  DerSimonian-Laird). With no round noise this is exactly the textbook prediction interval
-  ybar ± t(k-1) · S · sqrt(1 + 1/k); Welch-Satterthwaite combines it with tonight's round noise.
+* k >= `MIN_RUNS` runs: S^2 = sample variance of y_1..y_k estimates tau^2 + vbar, so
+  tau_hat^2 = max(0, S^2 - vbar) (method of moments, as DerSimonian-Laird) and
+  Var(d) = tau_hat^2 / s + S^2 / k + v_0. With s = 1 and no round noise this is exactly the
+  textbook prediction interval ybar ± t(k-1) · S · sqrt(1 + 1/k). Degrees of freedom: Welch-
+  Satterthwaite over the parts, S^2 with k - 1 (`_fixed_part`).
 * k < `MIN_RUNS`: two runs say next to nothing about a spread (a 90% interval for a standard
   deviation from 2 runs spans a factor of ~30), so tau is a prior, the config's `run_to_run_cv`,
   taken as known; the report says so and how many recorded runs will replace it.
 
+The history defends itself (`reject_outliers`): one bad recorded run would otherwise inflate S and
+blind the gate (a -15% run among 10 drops first-night detection of a -10% change from 75% to ~1%).
+A run whose deleted residual lies beyond t_0.999(k - 2) is left out of the level and the spread;
+it stays in the file, and the report names it.
+
 The ratio reported is exp(d), tonight over the segment's geometric level; its interval is
-exp(d ± t · sqrt(Var(d))). The three-way decision and `max_regression` apply to it unchanged
+exp(d ± t · sqrt(Var(d))). The decision and `max_regression` apply to it unchanged
 (stats.classify_ratio). Everything here is pure: no pytest, no I/O.
 """
 
@@ -36,17 +42,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pytest_specperf.verdict.stats import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_MAX_ROUNDS,
-    Decision,
-    Estimate,
-    RoundsAdvice,
-    _t_quantile,
-)
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
 
 #: Recorded runs a segment needs before its own spread replaces the prior run-to-run CV.
 MIN_RUNS: Final = 3
+#: Runs a segment needs before one of them can be rejected as an outlier.
+MIN_RUNS_TO_REJECT: Final = 5
+#: One-sided level of the deleted-residual test: a normal history rejects a run of 10 ~1% of the time.
+REJECT_QUANTILE: Final = 0.999
+#: Power the smallest detectable change is quoted at.
+DETECTION_POWER: Final = 0.80
 
 
 @dataclass(frozen=True)
@@ -71,17 +76,87 @@ class RunLevel:
 
 
 @dataclass(frozen=True)
+class NightLevel:
+    """Tonight: the mean of one or more server starts' log means (a confirmation adds a start)."""
+
+    log_mean: float
+    variance: float  # round noise of the mean over starts: sum(v_j) / s^2
+    df: float  # its degrees of freedom (inf without round noise)
+    starts: int
+    rounds: int  # rounds of every start together
+
+    @classmethod
+    def of(cls, starts: Sequence[Sequence[float]]) -> NightLevel:
+        if not starts:
+            raise ValueError("tonight needs at least one start with samples")
+        levels = [RunLevel.of(s) for s in starts]
+        s = len(levels)
+        variance = math.fsum(r.variance for r in levels) / (s * s)
+        df = _satterthwaite([(r.variance / (s * s), r.rounds - 1 if r.rounds > 1 else math.inf) for r in levels])
+        return cls(math.fsum(r.log_mean for r in levels) / s, variance, df, s, sum(r.rounds for r in levels))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A recorded run left out of the level and the spread: its deleted residual t beyond `limit`."""
+
+    index: int  # in the runs handed to `compare_with_history`
+    t: float
+    limit: float
+    ratio: float  # the run over the level of the others
+
+    def describe(self) -> str:
+        return f"{self.ratio - 1:+.1%} against the other runs (deleted-residual t = {self.t:+.1f}, limit {self.limit:.2f})"
+
+
+def reject_outliers(levels: Sequence[float], *, min_runs: int = MIN_RUNS_TO_REJECT) -> list[Rejection]:
+    """Runs (log levels) that do not belong with the others, worst first, one at a time.
+
+    Each run is held against the mean and spread of the *others* (the deleted residual
+    t_i = (y_i - ybar_-i) / (s_-i · sqrt(1 + 1/(m-1))), Student t with m - 2 df for a normal history),
+    so a wild run cannot hide by inflating the spread it is judged by. The worst beyond
+    t_`REJECT_QUANTILE`(m - 2) goes, and the rest is tested again, while at least `min_runs` are
+    left to judge by. Every run is tested, the first of a segment too: the run that `--specperf-update`
+    started the segment with is held against the runs after it. Two-sided: a fast outlier widens the
+    spread as much as a slow one.
+    """
+    kept = list(range(len(levels)))
+    rejected: list[Rejection] = []
+    while len(kept) > min_runs:
+        m = len(kept)
+        limit = _one_sided_t(REJECT_QUANTILE, m - 2)
+        worst = max((_deleted_residual(levels, kept, i) for i in kept), key=lambda r: abs(r.t))
+        if not abs(worst.t) > limit:
+            break
+        rejected.append(Rejection(worst.index, worst.t, limit, worst.ratio))
+        kept.remove(worst.index)
+    return rejected
+
+
+def _deleted_residual(levels: Sequence[float], kept: Sequence[int], i: int) -> Rejection:
+    others = [levels[j] for j in kept if j != i]
+    m = len(others)
+    mean = math.fsum(others) / m
+    sd = math.sqrt(math.fsum((y - mean) ** 2 for y in others) / (m - 1))
+    gap = levels[i] - mean
+    t = gap / (sd * math.sqrt(1.0 + 1.0 / m)) if sd > 0.0 else (math.copysign(math.inf, gap) if gap else 0.0)
+    return Rejection(i, t, math.nan, math.exp(gap))
+
+
+@dataclass(frozen=True)
 class HistoryComparison:
     """Tonight's ratio to the segment level, and what the interval rests on."""
 
     ratio: Estimate
     level: float  # the segment's geometric level, in the metric's unit
-    runs: int  # recorded runs in the segment
+    runs: int  # recorded runs the level and spread rest on (rejected ones left out)
     run_cv: float  # run-to-run CV used: estimated from the segment, or the prior
     prior: bool  # True when run_cv is the configured prior (fewer than MIN_RUNS runs)
-    fixed_variance: float  # Var(d) that more rounds tonight cannot shrink
+    fixed_variance: float  # Var(d) that more rounds tonight cannot shrink (one start)
     fixed_df: float  # its degrees of freedom (inf for a prior)
-    round_cv: float | None  # tonight's round-to-round CV
+    round_cv: float | None  # tonight's round-to-round CV (first start)
+    starts: int = 1
+    rejected: tuple[Rejection, ...] = ()
 
     @property
     def runs_to_replace_prior(self) -> int:
@@ -91,6 +166,10 @@ class HistoryComparison:
     def describe(self) -> str:
         """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)'."""
         runs = f"{self.runs} recorded run{'s' if self.runs != 1 else ''}"
+        if self.rejected:
+            runs += f" ({len(self.rejected)} more rejected as outlier{'s' if len(self.rejected) != 1 else ''})"
+        if self.starts > 1:
+            runs = f"{self.starts} server starts tonight; {runs}"
         if not self.prior:
             return f"{runs}, run-to-run CV {self.run_cv:.1%}"
         more = self.runs_to_replace_prior
@@ -101,88 +180,122 @@ class HistoryComparison:
 
 
 def compare_with_history(
-    current: Sequence[float],
+    current: Sequence[float] | Sequence[Sequence[float]],
     runs: Sequence[Sequence[float]],
     prior_cv: float,
     confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    reject: bool = True,
 ) -> HistoryComparison:
-    """Tonight's rounds (`current`) against the segment's runs (each a list of round samples)."""
+    """Tonight (round samples, or one list per server start) against the segment's counted runs
+    (each a list of round samples; refused runs are not handed in). Outliers among the runs are
+    left out when `reject` (`reject_outliers`)."""
     if not runs:
         raise ValueError("compare_with_history needs at least one recorded run")
     if prior_cv < 0.0:
         raise ValueError(f"prior run-to-run CV must be >= 0, got {prior_cv}")
-    tonight = RunLevel.of(current)
+    starts = _starts(current)
+    tonight = NightLevel.of(starts)
     levels = [RunLevel.of(r) for r in runs]
+    rejected = reject_outliers([r.log_mean for r in levels]) if reject else []
+    out = {r.index for r in rejected}
+    levels = [r for i, r in enumerate(levels) if i not in out]
     k = len(levels)
     ybar = math.fsum(r.log_mean for r in levels) / k
-    vbar = math.fsum(r.variance for r in levels) / k
     d = tonight.log_mean - ybar
-    v0 = tonight.variance
-    df0 = tonight.rounds - 1
+    tau2, fixed, fixed_df, prior = _fixed_part(levels, ybar, prior_cv, tonight.starts)
+    first = RunLevel.of(starts[0])
+    round_cv = math.sqrt(first.variance * first.rounds) if first.rounds >= 2 else None
+    n = tonight.rounds
+    if tonight.variance == 0.0 and fixed == 0.0 and min(len(s) for s in starts) < 2:
+        ratio = Estimate.unknown(math.exp(d), n, confidence)
+    else:
+        total = fixed + tonight.variance
+        df = _satterthwaite([(fixed, fixed_df), (tonight.variance, tonight.df)])
+        half = _t_quantile(confidence, df) * math.sqrt(total)
+        ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
+    single = _fixed_part(levels, ybar, prior_cv, 1)
+    return HistoryComparison(
+        ratio, math.exp(ybar), k, math.sqrt(tau2), prior, single[1], single[2], round_cv,
+        tonight.starts, tuple(rejected),
+    )  # fmt: skip
+
+
+def _starts(current: Sequence[float] | Sequence[Sequence[float]]) -> list[list[float]]:
+    """One list of samples per server start (a flat list is one start)."""
+    if current and isinstance(current[0], Sequence):
+        return [[float(x) for x in s] for s in current]  # type: ignore[union-attr]
+    return [[float(x) for x in current]]  # type: ignore[arg-type]
+
+
+def _fixed_part(
+    levels: Sequence[RunLevel], ybar: float, prior_cv: float, starts: int
+) -> tuple[float, float, float, bool]:
+    """(tau^2, the variance of d that tonight's rounds cannot shrink, its df, prior used?).
+
+    With k >= MIN_RUNS: tau_hat^2 / s + S^2 / k = S^2 (1/s + 1/k) - vbar / s, where S^2 has k - 1
+    degrees of freedom and vbar (the runs' mean round noise) their pooled rounds: Satterthwaite
+    over the two (the formula holds for a difference; floored at 1). Counting S^2's k - 1 alone
+    overstates the df when round noise is a large share: at night SD 2%, round CV 3% and 5 rounds
+    a 90% interval from 3 / 5 / 10 runs covers 87.5 / 88.4 / 88.7%, with these df 89.4 / 90.5 / 90.8%.
+    """
+    k = len(levels)
+    vbar = math.fsum(r.variance for r in levels) / k
+    vbar_df = float(sum(r.rounds - 1 for r in levels)) or math.inf
     if k >= MIN_RUNS:
         s2 = math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1)
         tau2 = max(0.0, s2 - vbar)
-        fixed = tau2 + s2 / k
-        fixed_df: float = k - 1
-        prior = False
-    else:
-        tau2 = prior_cv * prior_cv
-        fixed = tau2 * (1.0 + 1.0 / k) + vbar / k
-        fixed_df = math.inf if vbar == 0.0 else _satterthwaite(
-            [(tau2 * (1.0 + 1.0 / k), math.inf), (vbar / k, sum(r.rounds - 1 for r in levels) or 1)]
-        )
-        prior = True
-    n = tonight.rounds
-    round_cv = math.sqrt(v0 * n) if n >= 2 else None
-    level = math.exp(ybar)
-    if n < 2 and fixed == 0.0:
-        ratio = Estimate.unknown(math.exp(d), n, confidence)
-    else:
-        total = fixed + v0
-        df = _satterthwaite([(fixed, fixed_df), (v0, df0 if df0 > 0 else math.inf)])
-        half = _t_quantile(confidence, df) * math.sqrt(total)
-        ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
-    return HistoryComparison(ratio, level, k, math.sqrt(tau2), prior, fixed, fixed_df, round_cv)
+        if tau2 == 0.0:
+            return 0.0, s2 / k, float(k - 1), False
+        parts = [(s2 * (1.0 / starts + 1.0 / k), float(k - 1)), (-vbar / starts, vbar_df)]
+        return tau2, tau2 / starts + s2 / k, max(1.0, _satterthwaite(parts)), False
+    tau2 = prior_cv * prior_cv
+    fixed = tau2 * (1.0 / starts + 1.0 / k) + vbar / k
+    return tau2, fixed, _satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)]), True
 
 
-def advise_history(
-    comparison: HistoryComparison, bound: float, decision: Decision, *, max_rounds: int = DEFAULT_MAX_ROUNDS
-) -> RoundsAdvice:
-    """Would more rounds tonight decide an INCONCLUSIVE history check? Only tonight's round noise
-    shrinks with them; the run-to-run part (`fixed_variance`) does not, and often dominates.
+def smallest_detectable_change(
+    comparison: HistoryComparison,
+    max_regression: float,
+    *,
+    rounds: int,
+    starts: int = 1,
+    higher_is_better: bool = True,
+) -> float | None:
+    """The change (as a ratio, e.g. 0.90 for -10%) that a night of `rounds` rounds on `starts`
+    server starts flags as a REGRESSION with `DETECTION_POWER`, given this history.
 
-    A night whose point estimate already lies beyond the tolerance gets rounds up to `max_rounds`
-    even when the interval is not expected to clear the bound at tonight's estimate: its round
-    noise is still a share of the interval (a third at 3% round CV), and the estimate itself moves.
-    This is what lifts first-night detection of a -10% change from 68% to 76% with 10 recorded runs
-    (benchmarks/verdict_power.py), for +0.0-0.3 rounds per unchanged night."""
-    n = comparison.ratio.n
-    if decision is not Decision.INCONCLUSIVE:
-        return RoundsAdvice(False, None, f"already decided ({decision.value})")
+    A night is flagged when its interval clears the tolerance: d + t·SE < log(1 - m). With the true
+    change D, d ~ N(D, SE), so P(flag) = 0.8 at D = log(1 - m) - (t + z_0.8)·SE. SE takes tonight's
+    round noise at the planned rounds (the first start's round CV) and the history's fixed part.
+    None when tonight's round noise is unknown (one round).
+    """
     if comparison.round_cv is None:
-        return RoundsAdvice(n < max_rounds, None, f"spread unknown after {n} round(s); more rounds will show it")
-    beyond = comparison.ratio.value < bound if bound < 1.0 else comparison.ratio.value > bound
-    if beyond and n < max_rounds:
-        reason = f"tonight's estimate is beyond {bound:g}; up to {max_rounds} rounds shrink its round noise"
-        return RoundsAdvice(True, max_rounds, reason)
-    gap = abs(math.log(comparison.ratio.value) - math.log(bound))
-    for rounds in range(n + 1, max_rounds + 1):
-        v0 = comparison.round_cv**2 / rounds
-        df = _satterthwaite([(comparison.fixed_variance, comparison.fixed_df), (v0, rounds - 1)])
-        if _t_quantile(comparison.ratio.confidence, df) * math.sqrt(comparison.fixed_variance + v0) < gap:
-            return RoundsAdvice(True, rounds, f"round CV {comparison.round_cv:.1%}; ~{rounds} rounds would resolve it")
-    return RoundsAdvice(
-        False,
-        None,
-        f"run-to-run variance ({comparison.describe()}) keeps the interval across {bound:g}; "
-        f"more rounds tonight cannot resolve it, more recorded nights can",
-    )
+        return None
+    tau2 = comparison.run_cv**2
+    k = comparison.runs
+    fixed = comparison.fixed_variance - tau2 + tau2 / starts
+    noise = comparison.round_cv**2 / (rounds * starts)
+    df = _satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
+    se = math.sqrt(fixed + noise)
+    z = _one_sided_t(DETECTION_POWER, math.inf)
+    reach = _t_quantile(comparison.ratio.confidence, df) * se + z * se
+    if k < 1:
+        return None
+    if higher_is_better:
+        return math.exp(math.log(1.0 - max_regression) - reach)
+    return math.exp(math.log(1.0 + max_regression) + reach)
+
+
+def _one_sided_t(quantile: float, df: float) -> float:
+    """The `quantile` point of Student t with df degrees of freedom (normal for inf)."""
+    return _t_quantile(2.0 * quantile - 1.0, df)
 
 
 def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
     """Welch-Satterthwaite degrees of freedom of a sum of variance estimates (variance, df) pairs."""
     total = math.fsum(v for v, _ in parts)
-    den = math.fsum(v * v / df for v, df in parts if v > 0.0 and math.isfinite(df))
+    den = math.fsum(v * v / df for v, df in parts if v != 0.0 and math.isfinite(df))
     return total * total / den if den > 0.0 else math.inf
 
 
@@ -220,26 +333,29 @@ class SpeedupSpread:
 
 
 def speedup_estimate(
-    numerator: Sequence[float],
-    denominator: Sequence[float],
+    numerator: Sequence[float] | Sequence[Sequence[float]],
+    denominator: Sequence[float] | Sequence[Sequence[float]],
     run_cv: float,
     confidence: float = DEFAULT_CONFIDENCE,
     spread: SpeedupSpread | None = None,
 ) -> Estimate:
-    """Ratio of two servers' round means where each side is one server start: on the log scale
-    Var = v_x + v_y + between, Welch-Satterthwaite df. `between` is the recorded speedups' own
-    start-to-start variance (`spread`, k - 1 df) when given, else the prior 2·run_cv² (both starts
-    carry their own offset; taken as known).
+    """Ratio of two servers' levels where each side is one server start (or the mean of several,
+    lists per start): on the log scale Var = v_x + v_y + between, Welch-Satterthwaite df.
+    `between` is the recorded speedups' own start-to-start variance (`spread`, k - 1 df) when given,
+    else the prior 2·run_cv² (both starts carry their own offset; taken as known); a side measured
+    on s starts carries 1/s of its share.
 
     With run_cv 0 and no spread this is the log-scale twin of the Fieller ratio interval (stats.ratio_estimate)."""
-    x, y = RunLevel.of(numerator), RunLevel.of(denominator)
+    x, y = NightLevel.of(_starts(numerator)), NightLevel.of(_starts(denominator))
     d = x.log_mean - y.log_mean
     n = min(x.rounds, y.rounds)
-    between, between_df = (spread.variance, spread.df) if spread is not None else (2.0 * run_cv * run_cv, math.inf)
-    if n < 2 and between == 0.0:
+    share = 0.5 * (1.0 / x.starts + 1.0 / y.starts)
+    if spread is not None:
+        between, between_df = spread.variance * share, spread.df
+    else:
+        between, between_df = 2.0 * run_cv * run_cv * share, math.inf
+    if n < 2 and between == 0.0 and x.variance == 0.0 and y.variance == 0.0:
         return Estimate.unknown(math.exp(d), n, confidence)
-    df = _satterthwaite(
-        [(between, between_df), (x.variance, x.rounds - 1 or math.inf), (y.variance, y.rounds - 1 or math.inf)]
-    )
+    df = _satterthwaite([(between, between_df), (x.variance, x.df), (y.variance, y.df)])
     half = _t_quantile(confidence, df) * math.sqrt(between + x.variance + y.variance)
     return Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence)

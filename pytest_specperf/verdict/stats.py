@@ -23,9 +23,9 @@ Methods, and why:
 * Zero variance with n ≥ 2 (e.g. accept length at temperature 0, or a clock too coarse to see the
   spread): the interval is degenerate at the value. That is what the data says; a check at exactly
   the threshold then passes, because thresholds are inclusive.
-* Interval level: decisions are two one-sided claims ("credibly on the good side", "credibly on the
-  bad side"), so each end of a reported interval is a one-sided bound at
-  ``(1 + confidence) / 2``. ``DEFAULT_CONFIDENCE = 0.90`` (two-sided), i.e. each claim is made at
+* Interval level: a check fails only on a credible miss (the whole interval on the bad side), so
+  each end of a reported interval is a one-sided bound at ``(1 + confidence) / 2``; an estimate on
+  the bad side without that credibility is SUSPECT (`decide_threshold`). ``DEFAULT_CONFIDENCE = 0.90`` (two-sided), i.e. each claim is made at
   one-sided 95% — the convention of equivalence testing (TOST). A wrong MET or a wrong MISSED
   therefore has probability ≤ 5% per look when the truth sits exactly on the threshold, and far less
   when it does not. benchmarks/verdict_power.py measures the regression check (max_regression 0.05)
@@ -64,11 +64,23 @@ class Direction(Enum):
 
 
 class Decision(Enum):
-    """Outcome of one check: evidence says met, evidence says missed, or it cannot tell yet."""
+    """Outcome of one check (see `decide_threshold`).
+
+    MET: no credible miss and the estimate on the good side. SUSPECT: the estimate on the bad side,
+    but not credibly so. MISSED: credibly on the bad side. INCONCLUSIVE exists only under the strict
+    reading, where MET needs the whole interval on the good side: the estimate is on the good side
+    but not credibly so.
+    """
 
     MET = "met"
+    SUSPECT = "suspect"
     MISSED = "missed"
     INCONCLUSIVE = "inconclusive"
+
+    @property
+    def settled(self) -> bool:
+        """MET or MISSED: nothing a second look could change about which side the evidence is on."""
+        return self in (Decision.MET, Decision.MISSED)
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,8 @@ class Estimate:
 class RegressionResult:
     """Current vs stored baseline: the decision, the ratio behind it, and both sides' summaries.
 
-    MET: credibly no worse than the tolerance; MISSED: a credible regression beyond it;
+    MET: no credible regression and the estimate within the tolerance; SUSPECT: the estimate beyond
+    it, not credibly; MISSED: a credible regression beyond it (see `decide_threshold`);
     ``improved``: credibly better than the tolerance in the good direction (report IMPROVED).
     ``current``/``baseline`` are None when the result was built from a ratio alone.
     """
@@ -255,36 +268,68 @@ def _fieller(
 # --- decisions -----------------------------------------------------------------------------------
 
 
-def decide_threshold(estimate: Estimate, threshold: float, direction: Direction) -> Decision:
-    """MET if the whole interval is on the good side of ``threshold`` (inclusive), MISSED if the
-    whole interval is on the bad side, else INCONCLUSIVE. E.g. speedup ≥ 1.1, TTFT p99 ≤ 200 ms."""
+def decide_threshold(estimate: Estimate, threshold: float, direction: Direction, *, strict: bool = False) -> Decision:
+    """MISSED when the whole interval is on the bad side of ``threshold``; SUSPECT when only the
+    estimate is; else MET (thresholds are inclusive). E.g. speedup >= 1.1, TTFT p99 <= 200 ms.
+
+    Why not "MET only when the whole interval is on the good side": a night whose estimate is
+    within the tolerance but whose interval reaches across it is the normal night of a noisy key
+    (a quarter of real nights), and a warning that fires that often is ignored. `strict` keeps that
+    reading: the estimate on the good side without the interval is INCONCLUSIVE.
+    """
+    good = _good_side(estimate, threshold, direction)
+    if good.bad_credibly:
+        return Decision.MISSED
+    if not good.value:
+        return Decision.SUSPECT
+    if strict and not good.credibly:
+        return Decision.INCONCLUSIVE
+    return Decision.MET
+
+
+@dataclass(frozen=True)
+class _Sides:
+    value: bool  # the point estimate is on the good side (inclusive)
+    credibly: bool  # the whole interval is
+    bad_credibly: bool  # the whole interval is on the bad side
+
+
+def _good_side(estimate: Estimate, threshold: float, direction: Direction) -> _Sides:
     if direction is Direction.HIGHER_IS_BETTER:
-        if estimate.low >= threshold:
-            return Decision.MET
-        return Decision.MISSED if estimate.high < threshold else Decision.INCONCLUSIVE
-    if estimate.high <= threshold:
-        return Decision.MET
-    return Decision.MISSED if estimate.low > threshold else Decision.INCONCLUSIVE
+        return _Sides(estimate.value >= threshold, estimate.low >= threshold, estimate.high < threshold)
+    return _Sides(estimate.value <= threshold, estimate.high <= threshold, estimate.low > threshold)
 
 
-def decide_range(estimate: Estimate, lo: float | None, hi: float | None) -> Decision:
-    """MET if the interval lies within [lo, hi] (None = open end), MISSED if it lies wholly outside."""
+def decide_range(estimate: Estimate, lo: float | None, hi: float | None, *, strict: bool = False) -> Decision:
+    """`decide_threshold` on both ends of [lo, hi] (None = open end): the worse end decides."""
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"range ({lo}, {hi}) is empty")
-    if (lo is not None and estimate.high < lo) or (hi is not None and estimate.low > hi):
-        return Decision.MISSED
-    if (lo is None or estimate.low >= lo) and (hi is None or estimate.high <= hi):
-        return Decision.MET
-    return Decision.INCONCLUSIVE
+    ends = [
+        decide_threshold(estimate, bound, direction, strict=strict)
+        for bound, direction in ((lo, Direction.HIGHER_IS_BETTER), (hi, Direction.LOWER_IS_BETTER))
+        if bound is not None
+    ]
+    return worst_decision(ends)
 
 
-def classify_ratio(ratio: Estimate, max_regression: float, direction: Direction) -> RegressionResult:
+#: Decisions from the worst to the best.
+DECISION_ORDER: Final = (Decision.MISSED, Decision.SUSPECT, Decision.INCONCLUSIVE, Decision.MET)
+
+
+def worst_decision(decisions: Iterable[Decision]) -> Decision:
+    """The worst of some decisions (MET for none)."""
+    return min(decisions, key=DECISION_ORDER.index, default=Decision.MET)
+
+
+def classify_ratio(
+    ratio: Estimate, max_regression: float, direction: Direction, *, strict: bool = False
+) -> RegressionResult:
     """Regression decision from a current/baseline ratio Estimate (see `decide_regression`)."""
     if not 0.0 <= max_regression < 1.0:
         raise ValueError(f"max_regression must be within [0, 1), got {max_regression}")
     worse, better = _tolerance_bounds(max_regression, direction)
     # "Meeting" the check means staying on the good side of the regression bound.
-    decision = decide_threshold(ratio, worse, direction)
+    decision = decide_threshold(ratio, worse, direction, strict=strict)
     # An improvement must exceed the tolerance: a ratio degenerate *at* 1 + m is not one.
     improved = ratio.low > better if direction is Direction.HIGHER_IS_BETTER else ratio.high < better
     return RegressionResult(decision, improved, ratio, max_regression, direction)
@@ -297,6 +342,7 @@ def decide_regression(
     direction: Direction,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
+    strict: bool = False,
 ) -> RegressionResult:
     """Compare current rounds with stored baseline rounds through the ratio of their means.
 
@@ -304,7 +350,7 @@ def decide_regression(
     max_regression; lower-is-better mirrors both. Each claim needs the whole interval beyond the
     bound, so a wrong claim has probability ≤ (1 - confidence)/2 per look at the boundary.
     """
-    result = classify_ratio(ratio_estimate(current, baseline, confidence), max_regression, direction)
+    result = classify_ratio(ratio_estimate(current, baseline, confidence), max_regression, direction, strict=strict)
     return RegressionResult(
         result.decision,
         result.improved,
@@ -382,7 +428,7 @@ def advise_rounds(
     n = estimate.n
     cv = estimate.cv if cv is None else cv
     finite = [b for b in bounds if b is not None]
-    if decision is not Decision.INCONCLUSIVE:
+    if decision.settled:
         return RoundsAdvice(False, None, f"already decided ({decision.value})")
     if cv is None or not finite or not math.isfinite(estimate.value):
         helps = n < max_rounds
@@ -404,7 +450,7 @@ def advise_regression(result: RegressionResult, *, max_rounds: int = DEFAULT_MAX
     """`advise_rounds` for a regression check: only current rounds can be added, the baseline is fixed."""
     if result.current is None or result.baseline is None:
         raise ValueError("advise_regression needs a result from decide_regression (with both sides)")
-    if result.decision is Decision.INCONCLUSIVE and result.baseline.cv is None:
+    if not result.decision.settled and result.baseline.cv is None:
         reason = f"the stored baseline's spread is unknown ({result.baseline.n} round(s)); store it again"
         return RoundsAdvice(False, None, reason)
     return advise_rounds(
