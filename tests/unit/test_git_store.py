@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,30 @@ def test_git_hook_variables_never_point_at_the_users_repository(
     assert (suite / ".git" / "index").read_bytes() == before
     assert len(branch_runs(remote, "eagle3-5step/chat-c1.json")) == 1
     assert os.environ.get("GIT_DIR") is None
+
+
+def test_the_specperf_command_reads_a_branch(
+    remote: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_specperf.cli import main
+
+    store = store_of(checkout(remote, tmp_path / "a"), tmp_path / "work")
+    store.prepare()
+    store.save(measurement(key=SHARED), suite_dir=None, session="s1")
+    store.save(measurement(key=SHARED, throughputs=(80.0, 82.0)), suite_dir=None, session="s2", new_segment=False)
+    store.publish()
+    store.close()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    where = f"git:{remote}#{BRANCH}"
+    assert main(["history", "plain", "--store", where]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plain/chat/c1: 2 runs, ")
+    assert [line.split()[4] for line in out.splitlines()[3:5]] == ["72.0±3.4", "81.0±6.3"]  # tok/s of both runs
+    assert main(["show", where]) == 0
+    assert capsys.readouterr().out.startswith(f"stored baselines in {where}:")
+    assert main(["diff", where, where]) == 0  # a store against itself: nothing regressed
+    assert main(["show", f"git:{tmp_path / 'nowhere.git'}#{BRANCH}"]) == 2
+    assert "cannot reach the remote" in capsys.readouterr().err
+    assert list(temporary.iterdir()) == []  # every temporary work tree is gone
