@@ -105,6 +105,31 @@ def test_offline_store_records_locally_and_says_so(make_suite, tmp_path: Path) -
     ]
 
 
+def test_a_refused_push_fails_the_night_and_says_where_the_runs_are(make_suite, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "--quiet", "--bare", str(remote))
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nexit 1\n")  # a protected branch, a token that may not write
+    hook.chmod(0o755)
+    suite = make_suite(ONE_MEASURED_TEST, extra=LENIENT)
+    git(suite.pytester.path, "init", "--quiet")
+    git(suite.pytester.path, "commit", "--quiet", "--allow-empty", "-m", "the suite")
+    git(suite.pytester.path, "remote", "add", "origin", str(remote))
+    report = suite.pytester.path / "report.json"
+    result = suite.run("--specperf-record", f"--specperf-json={report}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed; its night was not kept
+    assert result.parseoutcomes() == {"passed": 1}
+    rows = json.loads(report.read_text())["measurements"]
+    assert {m["label"]: m["verdict"] for m in rows} == {"plain/default/c1": "ERROR", "eagle3-5step/default/c1": "ERROR"}
+    reason = rows[0]["reason"]
+    assert reason.startswith(f"git:{BRANCH}: the push was refused ([remote rejected] (pre-receive hook declined))")
+    work = next(suite.run_dir.glob("history-*"))
+    assert f"committed in {work} (HEAD)" in reason
+    assert (work / "sim" / "eagle3-5step" / "default-c1.json").is_file()  # kept: nothing is lost
+    assert "recorded runs (--specperf-record)" not in result.stdout.str()  # nothing claims they were stored
+    assert git(remote, "for-each-ref") == ""
+
+
 class Machine:
     """One CI machine: its own checkout of the suite, its shard, its own measurement lock."""
 
