@@ -1,8 +1,9 @@
 """The `specperf` command: read stored baselines and JSON reports without running pytest.
 
-    specperf show [STORE]                         stored baselines as a table (default store: .specperf)
+    specperf show [STORE]                         stored baselines as a table (default store: .specperf;
+                                                  a directory, or git:<branch> / git:<url>#<branch>)
     specperf history [SERVER[/WORKLOAD]]          each stored history as a series of runs, with its
-                     [--store DIR]                segments and change points
+                     [--store STORE]              segments and change points
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
@@ -22,12 +23,14 @@ never counted as a regression.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.records import Measurement
@@ -44,6 +47,9 @@ from pytest_specperf.report.jsonreport import (
 )
 from pytest_specperf.report.schema import REPORT_SCHEMA
 from pytest_specperf.report.terminal import pm, render_text, summary_blocks, text_table
+from pytest_specperf.store import Store, open_store
+from pytest_specperf.store.records import KIND as BASELINE_KIND
+from pytest_specperf.store.records import StoredBaseline, StoredRun, read_baseline
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.checks import Verdict, verdict_of
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
@@ -56,8 +62,6 @@ from pytest_specperf.verdict.stats import (
     mean_estimate,
     ratio_estimate,
 )
-from pytest_specperf.verdict.store import KIND as BASELINE_KIND
-from pytest_specperf.verdict.store import BaselineStore, StoredBaseline, StoredRun, read_baseline
 from pytest_specperf.verdict.trends import paired_runs
 
 OK, REGRESSED, FAILED = 0, 1, 2
@@ -85,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,schema}")
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
-    show.add_argument("store", nargs="?", default=".specperf", help="store directory (default: .specperf)")
+    show.add_argument("store", nargs="?", default=".specperf", help=STORE_HELP)
     show.set_defaults(run=run_show)
 
     history = commands.add_parser(
@@ -93,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
     )  # fmt: skip
     history.add_argument("select", nargs="?", default="", metavar="SERVER[/WORKLOAD]", help="default: every key")
-    history.add_argument("--store", default=".specperf", help="store directory (default: .specperf)")
+    history.add_argument("--store", default=".specperf", help=STORE_HELP)
     history.set_defaults(run=run_history)
 
     compare = commands.add_parser(
@@ -102,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=formatter,
     )
-    compare.add_argument("old", type=Path, help="JSON report, stored baseline file, or store directory")
-    compare.add_argument("new", type=Path, help="JSON report, stored baseline file, or store directory")
+    compare.add_argument("old", help="JSON report, stored baseline file, store directory, or git:... store")
+    compare.add_argument("new", help="JSON report, stored baseline file, store directory, or git:... store")
     compare.add_argument(
         "--max-regression",
         type=float,
@@ -142,15 +146,33 @@ def run_schema(args: argparse.Namespace) -> int:
 
 
 STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
+STORE_HELP = "store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)"
 SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "fingerprint")
 SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
 
 
+@contextlib.contextmanager
+def opened_store(setting: str) -> Iterator[Store]:
+    """The store `setting` names, ready to read (a git store fetched into a temporary work tree)."""
+    location = StoreLocation.parse(setting, base=Path.cwd(), where="store")
+    if location.path is not None and not location.path.is_dir():
+        raise SpecperfError(f"{Path(setting)}: no such store directory ({STORE_LAYOUT})")
+    store = open_store(location)
+    try:
+        store.prepare()
+        yield store
+    finally:
+        store.close()
+
+
+def _shown(setting: str) -> str:
+    return setting if setting.startswith(GIT_PREFIX) else str(Path(setting))
+
+
 def run_show(args: argparse.Namespace) -> int:
-    root = Path(args.store)
-    if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
-    entries = BaselineStore(root).entries()
+    root = _shown(args.store)
+    with opened_store(args.store) as store:
+        entries = store.entries()
     if not entries:
         print(f"no stored baselines in {root}")
         return OK
@@ -176,11 +198,10 @@ HISTORY_SERIES = (
 
 
 def run_history(args: argparse.Namespace) -> int:
-    root = Path(args.store)
-    if not root.is_dir():
-        raise SpecperfError(f"{root}: no such store directory ({STORE_LAYOUT})")
+    root = _shown(args.store)
     server, _, workload = args.select.partition("/")
-    stored = BaselineStore(root).entries()
+    with opened_store(args.store) as store:
+        stored = store.entries()
     entries = [
         e for e in stored
         if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)
@@ -290,7 +311,7 @@ def fingerprint_line(fingerprint: object) -> str:
 class Side:
     """One side of a diff: where it came from and its measurements by label."""
 
-    path: Path
+    path: Path | str
     measurements: dict[str, Measurement]
 
 
@@ -354,20 +375,22 @@ def run_diff(args: argparse.Namespace) -> int:
     return REGRESSED if regressed else OK
 
 
-def load_side(path: Path) -> Side:
-    """A store directory, a stored baseline file or a JSON report, as measurements by label."""
-    if path.is_dir():
-        found = [b.measurement for b in BaselineStore(path).entries()]
+def load_side(given: str | Path) -> Side:
+    """A store (a directory or git:...), a stored baseline file or a JSON report, as measurements by label."""
+    path = Path(given)
+    if str(given).startswith(GIT_PREFIX) or path.is_dir():
+        with opened_store(str(given)) as store:
+            found = [b.measurement for b in store.entries()]
         if not found:
-            raise SpecperfError(f"{path}: no stored baselines in this directory")
+            raise SpecperfError(f"{_shown(str(given))}: no stored baselines in this store")
+        return Side(_shown(str(given)), {m.key.label: m for m in found})
+    data = read_document(path)
+    if is_report(data):
+        found = load_report(path, data).measurements
+    elif data.get("kind") == BASELINE_KIND:
+        found = [read_baseline(path).measurement]
     else:
-        data = read_document(path)
-        if is_report(data):
-            found = load_report(path, data).measurements
-        elif data.get("kind") == BASELINE_KIND:
-            found = [read_baseline(path).measurement]
-        else:
-            raise ReportError(f"{path}: neither a pytest-specperf JSON report nor a stored baseline")
+        raise ReportError(f"{path}: neither a pytest-specperf JSON report nor a stored baseline")
     return Side(path, {m.key.label: m for m in found})
 
 

@@ -1,4 +1,4 @@
-"""JSON files that are never half-written and whose read errors name the file.
+"""JSON files that are never half-written, whose read errors name the file, and whose names are safe.
 
 Stored baselines, reports and the xdist registry all go through here: a crash or a concurrent
 reader must see either the old file or the new one, never a torn one.
@@ -7,9 +7,11 @@ reader must see either the old file or the new one, never a torn one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +25,10 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))})
 
 
 # mkstemp creates 0600 files; baselines and reports are shared (CI artifacts, other users): use the umask.
@@ -89,3 +95,12 @@ def clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [clean(v) for v in value]
     return value
+
+
+def safe_name(name: str) -> str:
+    """`name` as a portable file name; changed names get a hash so they cannot collide."""
+    safe = _UNSAFE_CHARS.sub("_", name).strip("._")[:80]
+    if safe == name and name.upper() not in _RESERVED:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{safe or 'x'}-{digest}"

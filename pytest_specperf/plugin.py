@@ -214,14 +214,13 @@ class SpecperfPlugin:
         if self.config is not None:
             workerinput = getattr(self.pytest_config, "workerinput", None)
             self.session = SpecperfSession(
-                self.config,
-                self.options,
-                self.run_dir,
-                progress=self.progress,
-                worker=workerinput["workerid"] if workerinput else None,
-                shared_dir=self.shared_dir,
-                session_id=self.session_id,
-            )
+                self.config, self.options, self.run_dir, progress=self.progress, shared_dir=self.shared_dir,
+                worker=workerinput["workerid"] if workerinput else None, session_id=self.session_id,
+            )  # fmt: skip
+            try:  # a shared store's remote must answer before any server starts
+                self.session.prepare_store()
+            except SpecperfError as exc:
+                raise pytest.UsageError(f"pytest-specperf: store: {exc}") from None
             self._install_signal_handlers()
             atexit.register(self._shutdown)
 

@@ -20,10 +20,11 @@ from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
+from pytest_specperf.store import open_store
+from pytest_specperf.store.records import SaveResult, StoredBaseline, Summary, is_simulated
 from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import Case, SpecperfMarker
-from pytest_specperf.verdict.store import BaselineStore, SaveResult, StoredBaseline, Summary, is_simulated
 
 if TYPE_CHECKING:
     from pytest_specperf.report.analysis import Report
@@ -78,6 +79,7 @@ class SpecperfSession:
     saved: dict[MeasurementKey, SaveResult] = field(default_factory=dict)
     not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
     store_failed: bool = False
+    store_warnings: list[str] = field(default_factory=list)
     _suspect: dict[MeasurementKey, str] = field(default_factory=dict)
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
@@ -103,7 +105,9 @@ class SpecperfSession:
             still_needed=self.still_needed,
         )
         self.measurer = Measurer(self.config, self.progress)
-        self.store = BaselineStore(self.config.store)
+        self.store = open_store(
+            self.config.store, work_dir=self.run_dir / f"history-{self.session_id}", follower=self.worker is not None
+        )
         self.machine_lock = MachineLock(self.session_id)
 
     # ---- planning -------------------------------------------------------------------------
@@ -233,6 +237,14 @@ class SpecperfSession:
         if self.cache is not None:
             self.cache.put(measurement)
 
+    def prepare_store(self) -> None:
+        """Make the histories readable before anything is measured: a shared store fetches them here, so
+        an unreachable remote is an error now (StoreError), not after a night of measuring."""
+        self.store_warnings += self.store.prepare()
+        for line in self.store_warnings:
+            if self.progress:
+                self.progress(line)
+
     @property
     def storing(self) -> bool:
         return self.options.update or self.options.record or self.options.update_force
@@ -271,6 +283,21 @@ class SpecperfSession:
             except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
                 self.record_error(key, str(exc))
                 self.store_failed = True
+        self._publish_store()
+
+    def _publish_store(self) -> None:
+        """A shared store's saved runs go out (commit and push); if they cannot, their rows say ERROR."""
+        try:
+            lines = self.store.publish()
+        except SpecperfError as exc:  # saved in the work tree only: not stored for anyone else
+            for key in self.saved:
+                self.record_error(key, str(exc))
+            self.saved.clear()
+            self.store_failed = True
+            return
+        for line in lines:
+            if self.progress:
+                self.progress(line)
 
     def storing_interrupted(self) -> None:
         """An interrupted session stores nothing: its tests' checks did not all run."""
@@ -417,6 +444,7 @@ class SpecperfSession:
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
         report.warnings += self.pool_warnings()
+        report.warnings += self.store_warnings
 
         report.warnings += [f"change point: {change.sentence}" for row in report.rows for change in row.changes]
         report.warnings += [

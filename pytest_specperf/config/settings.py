@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pytest_specperf.config import values as check
+from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
 from pytest_specperf.engines.base import engine_for, engine_names
 from pytest_specperf.engines.sglang import KNOWN_ALGORITHMS, NEEDS_DRAFT_MODEL, RESERVED_FLAGS
@@ -28,6 +29,8 @@ from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 LAUNCHERS = ("sglang", "vllm", "sim")
 
 HTTP_URL = re.compile(r"^https?://[^/]+")
+
+DEFAULT_STORE = StoreLocation(path=Path(".specperf"))
 
 #: Placeholders a `command` template may use.
 COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
@@ -89,7 +92,7 @@ class SpecperfConfig:
     python: str = "python3"
     model: str | None = None
     reference: str = "plain"
-    store: Path = Path(".specperf")
+    store: StoreLocation = DEFAULT_STORE
     startup_timeout: float = 1800.0
     stop_timeout: float = 60.0
     max_servers: int = 1
@@ -177,8 +180,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 GLOBAL_KEYS = {
-    "engine", "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
-    "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
+    "engine", "launcher", "python", "model", "reference", "store", "offline_store", "startup_timeout", "stop_timeout",
+    "max_servers", "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
     "run_to_run_cv", "run_to_run_cv_accept_length", "env", "env_patterns",
     "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
 }  # fmt: skip
@@ -208,7 +211,7 @@ class _Parser:
             "python": get.string("python", "python3"),
             "model": get.string("model", None),
             "reference": get.string("reference", "plain"),
-            "store": base / get.string("store", ".specperf"),
+            "store": self.parse_store(get, base),
             "startup_timeout": get.number("startup_timeout", 1800.0, minimum=0, exclusive=True),
             "stop_timeout": get.number("stop_timeout", 60.0, minimum=0, exclusive=True),
             "max_servers": get.integer("max_servers", 1, minimum=1),
@@ -237,6 +240,14 @@ class _Parser:
         self.check_reference(config)
         check_engines(config, self.where(""))
         return config
+
+    def parse_store(self, get: _Getter, base: Path) -> StoreLocation:
+        """`store`, and `offline_store` (a git store's fallback directory, when its remote is unreachable)."""
+        store = StoreLocation.parse(get.string("store", ".specperf"), base=base, where=self.where("", "store"))
+        offline = get.string("offline_store", None)
+        if offline is not None and not store.is_git:
+            raise ConfigError(self.where("", "offline_store"), 'applies to a git store only (store = "git:...")')
+        return replace(store, offline=base / offline) if offline is not None else store
 
     def parse_servers(self, tables: dict[str, Any]) -> dict[str, ServerConfig]:
         servers = {}

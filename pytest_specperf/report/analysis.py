@@ -15,6 +15,7 @@ from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
+from pytest_specperf.store.records import SaveResult, StoredBaseline
 from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate, history_comparison
 from pytest_specperf.verdict.fingerprint import Change
 from pytest_specperf.verdict.stats import (
@@ -24,7 +25,6 @@ from pytest_specperf.verdict.stats import (
     ratio_estimate,
     rounds_to_resolve,
 )
-from pytest_specperf.verdict.store import SaveResult, StoredBaseline
 from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, history_changes, series
 
 #: Worst first: the verdict a measurement row shows when several tests share it.

@@ -30,10 +30,10 @@ from pytest_specperf.report.analysis import Fit, Report, Row, sweep_summaries
 from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
 from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
 from pytest_specperf.report.sweep import Crossover, LevelWinner
+from pytest_specperf.store.records import SaveResult, Summary
 from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import Change, Fingerprint
 from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
-from pytest_specperf.verdict.store import SaveResult, Summary
 from pytest_specperf.verdict.trends import HistoryChange, Point
 
 

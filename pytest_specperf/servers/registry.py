@@ -26,11 +26,10 @@ from typing import Any
 from filelock import FileLock
 
 from pytest_specperf.errors import ServerError
-from pytest_specperf.jsonfile import atomic_write
+from pytest_specperf.jsonfile import atomic_write, safe_name
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.launch import pid_alive
 from pytest_specperf.verdict.fingerprint import Fingerprint
-from pytest_specperf.verdict.store import safe_name
 
 POLL_S = 0.2
 

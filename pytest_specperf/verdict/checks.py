@@ -16,6 +16,7 @@ from enum import Enum
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
+from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
 from pytest_specperf.verdict.history import (
     MIN_RUNS,
@@ -40,7 +41,6 @@ from pytest_specperf.verdict.stats import (
     mean_estimate,
     ratio_estimate,
 )
-from pytest_specperf.verdict.store import StoredBaseline
 from pytest_specperf.verdict.trends import HistoryChange, history_changes, speedup_spread
 
 

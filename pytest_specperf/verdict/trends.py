@@ -3,7 +3,7 @@
 Four series per (server, workload, level): throughput, TPOT, accept length and, for a speculative
 config, its speedup over the reference. A speedup needs both servers' runs of the *same session*
 (one night's pair of server starts): runs are paired by the session id their provenance records
-(store.Provenance.session), never by date, so two sessions of one night are not mixed up. Runs
+(store/records.py, Provenance.session), never by date, so two sessions of one night are not mixed up. Runs
 stored before session ids existed have no partner, and no speedup in the series.
 
 Change points (verdict/changes.py) are searched in the current segment's runs with tonight
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import change_percent, change_points
 from pytest_specperf.verdict.history import SpeedupSpread
 from pytest_specperf.verdict.stats import Estimate, mean_estimate, ratio_estimate
-from pytest_specperf.verdict.store import StoredBaseline, StoredRun
 
 #: The key series of a history, with the name a report uses for each.
 KEY_METRICS: Final = {

@@ -12,9 +12,9 @@ from pathlib import Path
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.report.analysis import Report, build_report
+from pytest_specperf.store.records import Provenance, StoredBaseline, Summary
 from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import Fingerprint
-from pytest_specperf.verdict.store import Provenance, StoredBaseline, Summary
 
 SERVERS = {
     "plain": ServerConfig("plain"),
@@ -148,7 +148,7 @@ def history_report(not_stored: dict[MeasurementKey, str] | None = None) -> Repor
     """Ten stored nights of the 5-step config and the reference, paired by session: segment 0 (two
     nights at ~74 tok/s), then --specperf-update and segment 1: six nights at ~71, two at ~65.3 (-8%,
     from the run of 2026-11-18, commit c8aaaaa), tonight at 65.3 too. The reference stays at ~62.9."""
-    from pytest_specperf.verdict.store import StoredRun
+    from pytest_specperf.store.records import StoredRun
 
     def wobble(level: float, i: int) -> list[float]:
         return [round(level * (1 + 0.002 * ((i % 3) - 1)) + d, 2) for d in (-0.1, 0.1, 0.0)]

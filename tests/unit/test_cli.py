@@ -13,8 +13,8 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import dumps, load_report, report_document, write_json
 from pytest_specperf.report.schema import validate
+from pytest_specperf.store.file import FileStore
 from pytest_specperf.verdict.fingerprint import Fingerprint
-from pytest_specperf.verdict.store import BaselineStore
 
 
 def write_report(path: Path, measurements: list[Measurement], host: str = "gpu-a") -> Path:
@@ -45,7 +45,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_show_lists_stored_baselines(tmp_path: Path, capsys) -> None:
-    store = BaselineStore(tmp_path / ".specperf")
+    store = FileStore(tmp_path / ".specperf")
     for m in story_measurements().values():
         store.save(m, suite_dir=None)
     code, out, _ = run(capsys, "show", tmp_path / ".specperf")
@@ -59,7 +59,7 @@ def test_show_lists_stored_baselines(tmp_path: Path, capsys) -> None:
 
 
 def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys) -> None:
-    store = BaselineStore(tmp_path / ".specperf")
+    store = FileStore(tmp_path / ".specperf")
     nights = [71.0, 71.2, 70.9, 71.1, 71.0, 71.1, 65.3, 65.2, 65.4]  # -8% from the 7th run
     for night, tok_s in enumerate(nights):
         # the reference is stored by the same sessions (the speedup pairs) except in the first
@@ -98,7 +98,7 @@ def test_show_missing_store_is_an_error(tmp_path: Path, capsys) -> None:
 
 
 def test_show_names_a_corrupt_baseline(tmp_path: Path, capsys) -> None:
-    bad = BaselineStore(tmp_path).save(plain(), suite_dir=None).path
+    bad = FileStore(tmp_path).save(plain(), suite_dir=None).path
     assert bad == tmp_path / "sim" / "plain" / "chat-c1.json"
     bad.write_text("{ not json")
     code, _, err = run(capsys, "show", tmp_path)
@@ -137,8 +137,8 @@ def test_diff_tolerance_is_an_option(tmp_path: Path, capsys) -> None:
 
 
 def test_diff_of_baseline_files_shows_environment_drift(tmp_path: Path, capsys) -> None:
-    old = BaselineStore(tmp_path / "old").save(five(nccl="Tree"), suite_dir=None).path
-    new = BaselineStore(tmp_path / "new").save(five(71.2, nccl="Ring"), suite_dir=None).path
+    old = FileStore(tmp_path / "old").save(five(nccl="Tree"), suite_dir=None).path
+    new = FileStore(tmp_path / "new").save(five(71.2, nccl="Ring"), suite_dir=None).path
     code, out, _ = run(capsys, "diff", old, new)
     assert code == 0
     assert "fingerprint drift, old → new" in out and "NCCL_ALGO: Tree → Ring" in out
@@ -146,7 +146,7 @@ def test_diff_of_baseline_files_shows_environment_drift(tmp_path: Path, capsys) 
 
 def test_diff_of_stores_pairs_by_label(tmp_path: Path, capsys) -> None:
     for name, tok_s in (("old", 71.0), ("new", 80.0)):
-        store = BaselineStore(tmp_path / name)
+        store = FileStore(tmp_path / name)
         store.save(plain(), suite_dir=None)
         store.save(five(tok_s), suite_dir=None)
     code, out, _ = run(capsys, "diff", tmp_path / "old", tmp_path / "new")
@@ -188,7 +188,7 @@ def test_diff_missing_file(tmp_path: Path, capsys) -> None:
 
 
 def test_diff_reports_newer_stored_baseline(tmp_path: Path, capsys) -> None:
-    path = BaselineStore(tmp_path).save(five(), suite_dir=None).path
+    path = FileStore(tmp_path).save(five(), suite_dir=None).path
     data = json.loads(path.read_text())
     data["schema_version"] = 99
     path.write_text(json.dumps(data))

@@ -50,7 +50,7 @@ def test_loads_the_documented_shape(tmp_path: Path) -> None:
     assert config.servers["eagle"].num_draft_tokens == 3
     assert config.workloads["chat"].concurrency == (2,)
     assert "default" in config.workloads
-    assert config.store == tmp_path / ".specperf"
+    assert config.store.path == tmp_path / ".specperf" and not config.store.is_git
     assert config.effective_max_rounds == 2 * config.rounds
 
 
@@ -214,3 +214,46 @@ def test_suite_sim_args_take_only_simulator_flags(tmp_path: Path) -> None:
     assert config.sim_args == ("--sim-run-jitter", "0.02")
     text = BASE.replace('model = "m"', 'model = "m"\nsim_args = ["--tp-size", "8"]')
     assert "[specperf] sim_args: --tp-size: only --sim-* flags belong here" in error(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    ("value", "branch", "url"),
+    [
+        ("git:specperf-history", "specperf-history", None),
+        ("git:nightly/gpu", "nightly/gpu", None),
+        ("git:https://github.com/org/perf-history.git#main", "main", "https://github.com/org/perf-history.git"),
+        ("git:git@github.com:org/perf-history.git#main", "main", "git@github.com:org/perf-history.git"),
+        ("git:../history.git#main", "main", "HISTORY"),  # a local path, relative to the config file
+    ],
+)
+def test_a_git_store_is_a_branch_of_a_repository(tmp_path: Path, value: str, branch: str, url: str | None) -> None:
+    (tmp_path / "suite").mkdir()
+    text = BASE.replace('model = "m"', f'model = "m"\nstore = "{value}"')
+    config = load_config(write(tmp_path / "suite", text), "specperf")
+    assert config.store.is_git and config.store.path is None
+    assert config.store.branch == branch
+    assert config.store.url == (str(tmp_path / "history.git") if url == "HISTORY" else url)
+    assert config.store.base == tmp_path / "suite" and config.store.offline is None
+    assert str(config.store) == (value if url != "HISTORY" else f"git:{tmp_path / 'history.git'}#main")
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ('store = "git:"', "store: 'git:' does not name a valid git branch; write git:<branch>"),
+        ('store = "git:a..b"', "does not name a valid git branch"),
+        ('store = "git:#main"', "has an empty URL before '#'"),
+        ('store = "git:https://x-access-token:ghs_abc123@github.com/o/r.git#main"', "carries credentials; remove them"),
+        ('store = "git:https://ghp_abcdefghijklmnopqrstuvwx@github.com/o/r.git#main"', "carries credentials"),
+        ('store = ".specperf"\noffline_store = ".local"', 'offline_store: applies to a git store only (store = "git:'),
+    ],
+)
+def test_bad_store_settings_are_refused_with_the_key(tmp_path: Path, lines: str, expected: str) -> None:
+    message = error(tmp_path, BASE.replace('model = "m"', f'model = "m"\n{lines}'))
+    assert expected in message and "[specperf]" in message
+    assert "abc123" not in message and "ghp_" not in message  # a credential is never repeated back
+
+
+def test_offline_store_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    config = load(tmp_path, BASE.replace('model = "m"', 'model = "m"\nstore = "git:h"\noffline_store = "local"'))
+    assert config.store.offline == tmp_path / "local"

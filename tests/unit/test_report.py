@@ -27,8 +27,8 @@ from pytest_specperf.report.terminal import (
     summary_blocks,
     sweep_blocks,
 )
+from pytest_specperf.store.file import FileStore
 from pytest_specperf.verdict.stats import Estimate
-from pytest_specperf.verdict.store import BaselineStore
 
 STORY_TEXT = """\
 store: .specperf
@@ -307,7 +307,7 @@ def test_outputs_module_has_no_matplotlib_import() -> None:
 
 def test_saved_baselines_round_trip(tmp_path: Path) -> None:
     measurements = story_measurements()
-    store = BaselineStore(tmp_path)
+    store = FileStore(tmp_path)
     saved = {key: store.save(m, suite_dir=None) for key, m in measurements.items()}
     report = build_report(CONFIG, measurements, {}, {}, saved, updating=True)
     document = json.loads(dumps(report_document(report)))

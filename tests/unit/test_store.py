@@ -12,10 +12,12 @@ import pytest
 
 from pytest_specperf import jsonfile
 from pytest_specperf.errors import StoreError
+from pytest_specperf.jsonfile import safe_name
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
-from pytest_specperf.verdict import store as store_module
+from pytest_specperf.store import records as store_module
+from pytest_specperf.store.file import FileStore
+from pytest_specperf.store.records import SCHEMA_VERSION, Summary
 from pytest_specperf.verdict.fingerprint import Fingerprint
-from pytest_specperf.verdict.store import SCHEMA_VERSION, BaselineStore, Summary, safe_name
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
 FINGERPRINT = Fingerprint(
@@ -76,8 +78,8 @@ def measurement(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> BaselineStore:
-    return BaselineStore(tmp_path / ".specperf")
+def store(tmp_path: Path) -> FileStore:
+    return FileStore(tmp_path / ".specperf")
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -89,12 +91,12 @@ def leftovers(root: Path) -> list[Path]:
 # --- round trip -----------------------------------------------------------------------------
 
 
-def test_absent_is_none(store: BaselineStore) -> None:
+def test_absent_is_none(store: FileStore) -> None:
     assert store.load(KEY) is None
     assert store.entries() == []
 
 
-def test_round_trip(store: BaselineStore, tmp_path: Path) -> None:
+def test_round_trip(store: FileStore, tmp_path: Path) -> None:
     original = measurement(warnings=["concurrency above cuda-graph bs"])
     result = store.save(original, suite_dir=tmp_path)
     loaded = store.load(KEY)
@@ -111,7 +113,7 @@ def test_round_trip(store: BaselineStore, tmp_path: Path) -> None:
     assert store.entries() == [loaded]
 
 
-def test_gitignore_covers_the_lock(store: BaselineStore) -> None:
+def test_gitignore_covers_the_lock(store: FileStore) -> None:
     store.save(measurement(), suite_dir=None)
     ignored = (store.root / ".gitignore").read_text().splitlines()
     assert ".specperf.lock" in ignored and ".*.tmp" in ignored
@@ -120,7 +122,7 @@ def test_gitignore_covers_the_lock(store: BaselineStore) -> None:
     assert (store.root / ".gitignore").read_text() == "mine\n"  # never overwritten
 
 
-def test_summary_values(store: BaselineStore) -> None:
+def test_summary_values(store: FileStore) -> None:
     summary = store.save(measurement(), suite_dir=None).new
     assert summary == Summary(
         rounds=3,
@@ -133,7 +135,7 @@ def test_summary_values(store: BaselineStore) -> None:
     )
 
 
-def test_save_reports_old_and_new_summary(store: BaselineStore) -> None:
+def test_save_reports_old_and_new_summary(store: FileStore) -> None:
     first = store.save(measurement(throughputs=(60.0,)), suite_dir=None)
     second = store.save(measurement(throughputs=(75.0,)), suite_dir=None)
     assert first.old is None
@@ -141,7 +143,7 @@ def test_save_reports_old_and_new_summary(store: BaselineStore) -> None:
     assert second.new.output_throughput == 75.0
 
 
-def test_file_is_pretty_key_sorted_json(store: BaselineStore) -> None:
+def test_file_is_pretty_key_sorted_json(store: FileStore) -> None:
     path = store.save(measurement(), suite_dir=None).path
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
@@ -153,13 +155,13 @@ def test_file_is_pretty_key_sorted_json(store: BaselineStore) -> None:
     assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment"}
     assert "fingerprint" not in run["measurement"]  # stored once per run
     assert len(run["measurement"]["rounds"][0]["records"]) == 2
-    assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version", "session"}
+    assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version", "session", "run_id"}
     assert run["provenance"]["created"].endswith("+00:00")
     assert run["provenance"]["session"] is None  # saved outside a pytest session
     assert run["segment"] == 0
 
 
-def test_git_commit_in_provenance(store: BaselineStore, tmp_path: Path) -> None:
+def test_git_commit_in_provenance(store: FileStore, tmp_path: Path) -> None:
     repo = tmp_path / "suite"
     repo.mkdir()
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-c", "commit.gpgsign=false"]
@@ -170,7 +172,7 @@ def test_git_commit_in_provenance(store: BaselineStore, tmp_path: Path) -> None:
     assert store.load(KEY).provenance.git_commit == head.strip()
 
 
-def test_names_are_sanitised_without_collisions(store: BaselineStore) -> None:
+def test_names_are_sanitised_without_collisions(store: FileStore) -> None:
     a = MeasurementKey("team/eagle 3", "../chat", 8)
     b = MeasurementKey("team_eagle_3", "__chat", 8)
     path_a, path_b = store.path_for(a), store.path_for(b)
@@ -185,7 +187,7 @@ def test_names_are_sanitised_without_collisions(store: BaselineStore) -> None:
     assert safe_name("NUL") != "NUL"
 
 
-def test_summary_is_recomputed_not_trusted(store: BaselineStore) -> None:
+def test_summary_is_recomputed_not_trusted(store: FileStore) -> None:
     path = store.save(measurement(), suite_dir=None).path
     data = json.loads(path.read_text())
     data["runs"][0]["summary"]["output_throughput"] = 999.0  # a hand edit
@@ -193,7 +195,7 @@ def test_summary_is_recomputed_not_trusted(store: BaselineStore) -> None:
     assert store.load(KEY).summary.output_throughput == 72.0
 
 
-def test_non_finite_numbers_are_stored_as_null(store: BaselineStore) -> None:
+def test_non_finite_numbers_are_stored_as_null(store: FileStore) -> None:
     m = measurement()
     m.rounds[0] = round_sample(0, float("nan"), accept=float("inf"))
     text = store.save(m, suite_dir=None).path.read_text()
@@ -206,7 +208,7 @@ def test_non_finite_numbers_are_stored_as_null(store: BaselineStore) -> None:
 # --- secrets --------------------------------------------------------------------------------
 
 
-def test_no_secret_is_written(store: BaselineStore) -> None:
+def test_no_secret_is_written(store: FileStore) -> None:
     leaky = Fingerprint(
         identity={"launcher": "sglang", "args": "--api-key sk-live-123 --tp-size 8"},
         environment={"HF_TOKEN": "hf_whatever", "NCCL_ALGO": "Ring", "SGLANG_URL": "http://u:pw9@h/"},
@@ -218,7 +220,7 @@ def test_no_secret_is_written(store: BaselineStore) -> None:
     assert store.load(KEY).fingerprint.environment["NCCL_ALGO"] == "Ring"
 
 
-def test_refuses_a_measurement_without_fingerprint(store: BaselineStore) -> None:
+def test_refuses_a_measurement_without_fingerprint(store: FileStore) -> None:
     with pytest.raises(ValueError, match="without a fingerprint"):
         store.save(measurement(fingerprint=None), suite_dir=None)
     assert not store.root.exists()
@@ -227,13 +229,13 @@ def test_refuses_a_measurement_without_fingerprint(store: BaselineStore) -> None
 # --- atomic writes --------------------------------------------------------------------------
 
 
-def test_no_temp_files_left(store: BaselineStore) -> None:
+def test_no_temp_files_left(store: FileStore) -> None:
     for throughput in (1.0, 2.0, 3.0):
         store.save(measurement(throughputs=(throughput,)), suite_dir=None)
     assert leftovers(store.root) == []
 
 
-def test_failed_serialisation_leaves_old_file_intact(store: BaselineStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_serialisation_leaves_old_file_intact(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
     path = store.save(measurement(), suite_dir=None).path
     before = path.read_bytes()
 
@@ -248,7 +250,7 @@ def test_failed_serialisation_leaves_old_file_intact(store: BaselineStore, monke
 
 
 @pytest.mark.parametrize("step", ["fsync", "replace"])
-def test_failed_write_leaves_old_file_intact(store: BaselineStore, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+def test_failed_write_leaves_old_file_intact(store: FileStore, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
     """The temp file is half-written (or complete but not renamed) when the failure hits."""
     path = store.save(measurement(), suite_dir=None).path
     before = path.read_bytes()
@@ -273,7 +275,7 @@ SHARED = MeasurementKey("plain", "chat", 4)
 
 def _worker(root: str, worker: int, results: multiprocessing.Queue) -> None:
     """One xdist worker / CI job: saves its own key and the shared key, several times."""
-    store = BaselineStore(Path(root))
+    store = FileStore(Path(root))
     own = MeasurementKey(f"server-{worker}", "chat", 1)
     for i in range(SAVES):
         store.save(measurement(key=own, throughputs=(float(i),)), suite_dir=None)
@@ -284,7 +286,7 @@ def _worker(root: str, worker: int, results: multiprocessing.Queue) -> None:
         results.put((old, result.new.output_throughput))
 
 
-def test_concurrent_saves_lose_nothing(store: BaselineStore) -> None:
+def test_concurrent_saves_lose_nothing(store: FileStore) -> None:
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     results = context.Queue()
@@ -317,19 +319,19 @@ def test_concurrent_saves_lose_nothing(store: BaselineStore) -> None:
 # --- unreadable files -----------------------------------------------------------------------
 
 
-def write_raw(store: BaselineStore, content: str) -> Path:
+def write_raw(store: FileStore, content: str) -> Path:
     path = store.path_for(KEY)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content)
     return path
 
 
-def stored_dict(store: BaselineStore) -> dict:
+def stored_dict(store: FileStore) -> dict:
     path = store.save(measurement(), suite_dir=None).path
     return json.loads(path.read_text())
 
 
-def test_bad_json_names_the_file(store: BaselineStore) -> None:
+def test_bad_json_names_the_file(store: FileStore) -> None:
     path = write_raw(store, '{"schema_version": 1, "kind": ')
     with pytest.raises(StoreError, match="not valid JSON") as info:
         store.load(KEY)
@@ -354,7 +356,7 @@ def test_bad_json_names_the_file(store: BaselineStore) -> None:
         (lambda d: d.update(kind="something else"), "not a pytest-specperf baseline"),
     ],
 )
-def test_missing_or_wrong_fields(store: BaselineStore, mutate, message: str) -> None:
+def test_missing_or_wrong_fields(store: FileStore, mutate, message: str) -> None:
     data = stored_dict(store)
     mutate(data)
     path = write_raw(store, json.dumps(data))
@@ -363,7 +365,7 @@ def test_missing_or_wrong_fields(store: BaselineStore, mutate, message: str) -> 
     assert str(path) in str(info.value)
 
 
-def test_newer_schema_says_what_is_supported(store: BaselineStore) -> None:
+def test_newer_schema_says_what_is_supported(store: FileStore) -> None:
     data = stored_dict(store)
     data["schema_version"] = SCHEMA_VERSION + 1
     path = write_raw(store, json.dumps(data))
@@ -375,7 +377,7 @@ def test_newer_schema_says_what_is_supported(store: BaselineStore) -> None:
     assert f"supports (schema_version {SCHEMA_VERSION})" in message
 
 
-def test_update_refuses_to_overwrite_a_newer_schema(store: BaselineStore) -> None:
+def test_update_refuses_to_overwrite_a_newer_schema(store: FileStore) -> None:
     data = stored_dict(store)
     data["schema_version"] = SCHEMA_VERSION + 1
     path = write_raw(store, json.dumps(data))
@@ -391,7 +393,7 @@ def test_update_refuses_to_overwrite_a_newer_schema(store: BaselineStore) -> Non
     assert leftovers(store.root) == []
 
 
-def test_file_under_the_wrong_key_is_refused(store: BaselineStore) -> None:
+def test_file_under_the_wrong_key_is_refused(store: FileStore) -> None:
     text = store.save(measurement(), suite_dir=None).path.read_text()
     other = MeasurementKey(KEY.server, KEY.workload, 2)
     store.path_for(other).write_text(text)
@@ -399,7 +401,7 @@ def test_file_under_the_wrong_key_is_refused(store: BaselineStore) -> None:
         store.load(other)
 
 
-def test_save_keeps_a_corrupt_file_aside_and_says_so(store: BaselineStore) -> None:
+def test_save_keeps_a_corrupt_file_aside_and_says_so(store: FileStore) -> None:
     path = write_raw(store, "garbage")
     result = store.save(measurement(), suite_dir=None)
     assert result.old is None
@@ -415,10 +417,10 @@ def test_save_to_an_unwritable_store_is_one_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "store"
     blocker.write_text("a file where the store directory should be")  # unwritable even for root
     with pytest.raises(StoreError, match=r"cannot write the baseline \(.*\); make the store .* writable"):
-        BaselineStore(blocker).save(measurement(), suite_dir=None)
+        FileStore(blocker).save(measurement(), suite_dir=None)
 
 
-def test_save_replaces_a_file_with_a_corrupt_schema_version(store: BaselineStore) -> None:
+def test_save_replaces_a_file_with_a_corrupt_schema_version(store: FileStore) -> None:
     data = stored_dict(store)
     data["schema_version"] = "2"  # not an integer: corrupt, not newer
     write_raw(store, json.dumps(data))
@@ -427,7 +429,7 @@ def test_save_replaces_a_file_with_a_corrupt_schema_version(store: BaselineStore
     assert store.load(KEY) is not None
 
 
-def test_load_never_writes(store: BaselineStore) -> None:
+def test_load_never_writes(store: FileStore) -> None:
     path = write_raw(store, "garbage")
     mtime = os.stat(path).st_mtime_ns
     with pytest.raises(StoreError):
@@ -438,7 +440,7 @@ def test_load_never_writes(store: BaselineStore) -> None:
 # --- history ----------------------------------------------------------------------------------
 
 
-def test_record_appends_update_starts_a_segment(store: BaselineStore) -> None:
+def test_record_appends_update_starts_a_segment(store: FileStore) -> None:
     store.save(measurement(throughputs=(70.0,)), suite_dir=None)
     store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False)
     result = store.save(measurement(throughputs=(60.0,)), suite_dir=None, new_segment=True)
@@ -451,21 +453,21 @@ def test_record_appends_update_starts_a_segment(store: BaselineStore) -> None:
     assert loaded.summary.output_throughput == 61.0  # the newest run is the single baseline
 
 
-def test_each_run_keeps_the_session_that_stored_it(store: BaselineStore) -> None:
+def test_each_run_keeps_the_session_that_stored_it(store: FileStore) -> None:
     """The session id pairs a speculative run with the reference run measured with it (speedups)."""
     store.save(measurement(throughputs=(70.0,)), suite_dir=None, session="night1")
     store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False, session="night2")
     assert [r.provenance.session for r in store.load(KEY).runs] == ["night1", "night2"]
 
 
-def test_history_is_capped_oldest_dropped(store: BaselineStore) -> None:
+def test_history_is_capped_oldest_dropped(store: FileStore) -> None:
     for value in range(1, 8):
         result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
     assert result.runs == 3
     assert [r.summary.output_throughput for r in store.load(KEY).runs] == [5.0, 6.0, 7.0]
 
 
-def test_records_kept_for_newest_run_only(store: BaselineStore) -> None:
+def test_records_kept_for_newest_run_only(store: FileStore) -> None:
     for value in (1.0, 2.0, 3.0):
         path = store.save(measurement(throughputs=(value, value)), suite_dir=None, new_segment=False).path
     runs = json.loads(path.read_text())["runs"]
@@ -475,7 +477,7 @@ def test_records_kept_for_newest_run_only(store: BaselineStore) -> None:
     assert samples == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
 
 
-def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: BaselineStore) -> None:
+def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: FileStore) -> None:
     m = measurement(throughputs=(70.0, 72.0))
     body = m.to_dict()
     body.pop("fingerprint")
@@ -505,7 +507,7 @@ def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: Baseli
     assert [r.summary.output_throughput for r in store.load(KEY).current_segment] == [71.0, 71.0]
 
 
-def test_empty_runs_is_corrupt(store: BaselineStore) -> None:
+def test_empty_runs_is_corrupt(store: FileStore) -> None:
     path = write_raw(store, json.dumps({"schema_version": 2, "kind": "pytest-specperf baseline", "runs": []}))
     with pytest.raises(StoreError, match="corrupt baseline: runs must be a non-empty list") as info:
         store.load(KEY)
@@ -518,7 +520,7 @@ def test_empty_runs_is_corrupt(store: BaselineStore) -> None:
 SIM_FINGERPRINT = Fingerprint(identity={**FINGERPRINT.identity, "launcher": "sim"}, environment=FINGERPRINT.environment)
 
 
-def test_simulated_runs_are_stored_under_sim_and_never_read_as_a_real_engines(store: BaselineStore) -> None:
+def test_simulated_runs_are_stored_under_sim_and_never_read_as_a_real_engines(store: FileStore) -> None:
     saved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None)
     assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.json"
     assert store.load(KEY, simulated=True) is not None
@@ -530,7 +532,7 @@ def test_simulated_runs_are_stored_under_sim_and_never_read_as_a_real_engines(st
     assert [e.path for e in store.entries()] == [real.path, saved.path]
 
 
-def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: BaselineStore) -> None:
+def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: FileStore) -> None:
     key = MeasurementKey("sim", "chat", 1)
     real = store.save(measurement(key=key), suite_dir=None)
     simulated = store.save(measurement(key=key, fingerprint=SIM_FINGERPRINT), suite_dir=None)
@@ -541,7 +543,7 @@ def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: Bas
     assert len(store.entries()) == 2
 
 
-def legacy_simulated_store(store: BaselineStore) -> Path:
+def legacy_simulated_store(store: FileStore) -> Path:
     """A store written before the sim/ level: a simulator's history at <store>/<server>/."""
     moved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None).path
     legacy = store.root / "eagle3-5step" / "chat-c1.json"
@@ -550,7 +552,7 @@ def legacy_simulated_store(store: BaselineStore) -> Path:
     return legacy
 
 
-def test_a_store_from_before_the_sim_level_still_reads_and_moves_on_the_next_save(store: BaselineStore) -> None:
+def test_a_store_from_before_the_sim_level_still_reads_and_moves_on_the_next_save(store: FileStore) -> None:
     legacy = legacy_simulated_store(store)
     found = store.load(KEY, simulated=True)
     assert found is not None and found.path == legacy
@@ -560,7 +562,7 @@ def test_a_store_from_before_the_sim_level_still_reads_and_moves_on_the_next_sav
     assert saved.runs == 2 and not legacy.exists()  # the history went on, in its new place
 
 
-def test_a_real_run_moves_an_old_simulated_history_out_of_its_way(store: BaselineStore) -> None:
+def test_a_real_run_moves_an_old_simulated_history_out_of_its_way(store: FileStore) -> None:
     legacy = legacy_simulated_store(store)
     saved = store.save(measurement(), suite_dir=None)
     assert saved.path == legacy and saved.runs == 1 and saved.old is None

@@ -56,7 +56,7 @@ def test_speedup_interval_includes_both_start_offsets() -> None:
 
 def paired_history(server_runs: list[list[float]], path: Path, sessions: list[str | None], make=None):
     """A one-segment history of `make` (spec by default) runs, each stored by the session in `sessions`."""
-    from pytest_specperf.verdict.store import Provenance, StoredRun
+    from pytest_specperf.store.records import Provenance, StoredRun
 
     make = make or spec
     runs = tuple(
@@ -226,7 +226,7 @@ def test_a_row_no_test_asked_for_keeps_the_workloads_error_tolerance() -> None:
 
 def history_of(runs: list[list[float]], path: Path):
     """A stored history of one segment, one run per list of round throughputs."""
-    from pytest_specperf.verdict.store import StoredRun
+    from pytest_specperf.store.records import StoredRun
 
     stored = [baseline_of(spec(r), path) for r in runs]
     entries = tuple(StoredRun(b.measurement, b.summary, b.provenance, 0) for b in stored)
@@ -260,7 +260,7 @@ def test_a_steady_history_decides_what_one_run_cannot(tmp_path: Path) -> None:
 def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> None:
     """Six nights at 700, then three at 644 (-8%), tonight at 644: the change point names the run it
     started with, by date and commit."""
-    from pytest_specperf.verdict.store import Provenance, StoredRun
+    from pytest_specperf.store.records import Provenance, StoredRun
     from pytest_specperf.verdict.trends import history_changes
 
     nights = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(6)] + [[644.0] * 5] * 3

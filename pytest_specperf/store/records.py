@@ -1,5 +1,8 @@
 """Stored baselines: one reviewable JSON file per (server, workload, concurrency), holding a history.
 
+This module is what every backend keeps (store/file.py in a directory, store/git.py on a branch, in
+the same layout) and how one file is read and written, independent of where it lives.
+
 Layout under the store directory (`store = ".specperf"` in the config)::
 
     <store>/<server>/<workload>-c<concurrency>.json        measured on a real engine (SGLang, vLLM)
@@ -30,57 +33,36 @@ sorted keys so that `--specperf-update` produces a small, readable diff in a pul
 A file holds the raw evidence (per-round samples, per-request records), the fingerprint (so a
 number never travels without its environment: docs/story.md), a summary for reviewers, and
 provenance (when, on which host, from which commit, by which pytest session: runs of two servers
-stored by one session were measured together, which pairs them into a history of speedups).
-
-Writes are atomic (temp file in the same directory, fsync, `os.replace`) and serialised by one
-lock file per store, `<store>/.specperf.lock`. A store-wide lock is enough: saves are rare (once
-per measurement under `--specperf-update` or `--specperf-record`) and short, and one lock also
-covers creating directories. The lock
-file stays (filelock leaves it), so the first save also writes `<store>/.gitignore` naming it
-and stray temp files, unless a `.gitignore` is already there. Readers take no lock: `os.replace`
-means they see the old or the new file, never half of one.
+stored by one session were measured together, which pairs them into a history of speedups), and
+the run's own id, so a run appended twice (re-applied after a rejected push) is kept once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import math
-import os
-import re
 import socket
 import statistics
 import subprocess
-from collections.abc import Iterator
+import uuid
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 import pytest_specperf
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
-from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.jsonfile import clean, read_json_object
+from pytest_specperf.measure.records import Measurement
 from pytest_specperf.verdict.fingerprint import Fingerprint
 
 SCHEMA_VERSION = 2
 #: Runs a history keeps when the config does not say (`history`).
 DEFAULT_HISTORY = 30
 KIND = "pytest-specperf baseline"
-LOCK_NAME = ".specperf.lock"
-#: The folder under the store that holds the simulator's baselines (see the module docstring).
-SIM_DIR = "sim"
-LOCK_TIMEOUT_S = 120.0
-GITIGNORE = f"# written by pytest-specperf: its lock and interrupted writes\n{LOCK_NAME}\n.*.tmp\n"
-
-_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))})
 
 
-class _NewerSchemaError(StoreError):
+class NewerSchemaError(StoreError):
     """A stored file written by a newer pytest-specperf (a schema_version this one cannot read)."""
 
     def __init__(self, message: str, version: int) -> None:
@@ -127,6 +109,10 @@ class Provenance:
     `session` is the id of the session that stored the run: runs of two servers with the same id
     were measured together (a speculative config and its reference), which is how a history of
     speedups is paired. Runs stored before it existed have None.
+
+    `run_id` names the run itself: a history holds a run once, however often it is appended (a
+    shared store re-applies a session's runs after another job pushed first; a push that reached the
+    remote but reported a failure is retried). Runs stored before it existed have None.
     """
 
     created: str
@@ -134,6 +120,7 @@ class Provenance:
     host: str
     specperf_version: str
     session: str | None = None
+    run_id: str | None = None
 
     @classmethod
     def here(cls, suite_dir: Path | None, session: str | None = None) -> Provenance:
@@ -143,6 +130,7 @@ class Provenance:
             host=socket.gethostname(),
             specperf_version=pytest_specperf.__version__,
             session=session,
+            run_id=uuid.uuid4().hex[:16],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,8 +138,9 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        required = {f.name: data[f.name] for f in fields(cls) if f.name != "session"}
-        return cls(**required, session=data.get("session"))  # no session: stored before session ids
+        optional = ("session", "run_id")  # absent in runs stored before they existed
+        required = {f.name: data[f.name] for f in fields(cls) if f.name not in optional}
+        return cls(**required, session=data.get("session"), run_id=data.get("run_id"))
 
 
 @dataclass(frozen=True)
@@ -221,6 +210,20 @@ class SaveResult:
     new_segment: bool = True
 
 
+def new_run(measurement: Measurement, *, suite_dir: Path | None, session: str | None = None) -> StoredRun:
+    """Tonight's run of `measurement`, ready to append: summary, provenance (with a new run id).
+
+    Its segment is set by the history it is appended to. A measurement without a fingerprint is
+    refused: a number without its environment is a phantom.
+    """
+    if not isinstance(measurement.fingerprint, Fingerprint):
+        raise ValueError(
+            f"{measurement.key.label}: refusing to store a baseline without a fingerprint "
+            "(a number without its environment is a phantom)"
+        )
+    return StoredRun(measurement, Summary.of(measurement), Provenance.here(suite_dir, session), 0)
+
+
 def git_commit(directory: Path) -> str | None:
     """HEAD of the git repository containing `directory`, or None (not a repo, no git)."""
     try:
@@ -238,159 +241,12 @@ def git_commit(directory: Path) -> str | None:
     return commit if done.returncode == 0 and commit else None
 
 
-def safe_name(name: str) -> str:
-    """`name` as a portable file name; changed names get a hash so they cannot collide."""
-    safe = _UNSAFE_CHARS.sub("_", name).strip("._")[:80]
-    if safe == name and name.upper() not in _RESERVED:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{safe or 'x'}-{digest}"
-
-
-class BaselineStore:
-    """Stored baselines under `root`. Cheap to create: nothing is touched until used.
-
-    `simulated` selects the layer: the simulator's baselines under ``<root>/sim/``, a real engine's
-    directly under `root` (see the module docstring).
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def path_for(self, key: MeasurementKey, *, simulated: bool = False) -> Path:
-        filename = f"{safe_name(key.workload)}-c{int(key.concurrency)}.json"
-        return (self.root / SIM_DIR if simulated else self.root) / safe_name(key.server) / filename
-
-    def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:
-        """The baseline for `key` in the simulator's or the real layer, None when there is none;
-        StoreError when it is unreadable. A simulator's baseline at the pre-``sim/`` place counts
-        for the simulator's layer only."""
-        path = self.path_for(key, simulated=simulated)
-        if not path.exists():
-            if not simulated:
-                return None
-            legacy = self._legacy_simulated(key)
-            if legacy is None:
-                return None
-            baseline = legacy
-        else:
-            baseline = read_baseline(path)
-            if not simulated and is_simulated(baseline.fingerprint):
-                return None  # a simulator's baseline from before the sim/ level: never a real one's
-        if baseline.measurement.key != key:
-            raise StoreError(
-                f"{baseline.path}: holds the baseline of {baseline.measurement.key.label}, "
-                f"not {key.label} (names that differ only in case on a case-insensitive file system?)"
-            )
-        return baseline
-
-    def _legacy_simulated(self, key: MeasurementKey) -> StoredBaseline | None:
-        """A simulator's baseline stored before the ``sim/`` level existed (at the real layer's path)."""
-        path = self.path_for(key)
-        if not path.exists():
-            return None
-        baseline = read_baseline(path)
-        return baseline if is_simulated(baseline.fingerprint) else None
-
-    def entries(self) -> list[StoredBaseline]:
-        """Every stored baseline (both layers), sorted by path; StoreError on the first unreadable file."""
-        if not self.root.is_dir():
-            return []
-        paths = [*self.root.glob("*/*.json"), *(self.root / SIM_DIR).glob("*/*.json")]
-        return [read_baseline(p) for p in sorted(p for p in paths if not p.name.startswith("."))]
-
-    def save(
-        self,
-        measurement: Measurement,
-        *,
-        suite_dir: Path | None,
-        new_segment: bool = True,
-        history: int = DEFAULT_HISTORY,
-        session: str | None = None,
-    ) -> SaveResult:
-        """Append `measurement` to the history of its key, as a new segment or into the current one.
-
-        The new run is built and serialised before the lock is taken, so a failure there leaves the
-        store untouched; reading the old history, appending and writing happen under the lock, so two
-        jobs appending at once both land. A previous file that is corrupt is moved aside
-        (`SaveResult.kept_as`; `replaced_error` says why), never silently overwritten; one of a newer
-        schema_version is refused: a newer pytest-specperf wrote it, and rewriting it in this version's
-        schema would lose data. A store that cannot be written is one StoreError line. `session`
-        (the pytest session's id) pairs this run with the other servers' runs of the same session.
-        """
-        if not isinstance(measurement.fingerprint, Fingerprint):
-            raise ValueError(
-                f"{measurement.key.label}: refusing to store a baseline without a fingerprint "
-                "(a number without its environment is a phantom)"
-            )
-        if history < 1:
-            raise ValueError(f"history must keep at least 1 run, got {history}")
-        new = Summary.of(measurement)
-        provenance = Provenance.here(suite_dir, session)
-        dumps({"run": StoredRun(measurement, new, provenance, 0).to_dict()})  # fail before touching the store
-        simulated = is_simulated(measurement.fingerprint)
-        path = self.path_for(measurement.key, simulated=simulated)
-        try:
-            with self._locked():
-                self._move_legacy_simulated(measurement.key)
-                previous, error = _old_history(path)
-                kept = _move_aside(path, "unreadable") if error else None
-                runs = list(previous.runs) if previous else []
-                segment = (runs[-1].segment + (1 if new_segment else 0)) if runs else 0
-                runs.append(StoredRun(measurement, new, provenance, segment))
-                runs = runs[-history:]
-                atomic_write(path, dumps(_document(runs)))
-                if not (self.root / ".gitignore").exists():
-                    atomic_write(self.root / ".gitignore", GITIGNORE)
-        except OSError as exc:
-            raise StoreError(
-                f"{path}: cannot write the baseline ({exc.strerror or exc}"
-                + (f": {exc.filename}" if exc.filename and str(exc.filename) != str(path) else "")
-                + f"); make the store {self.root} writable, or point `store` (config) at a writable directory"
-            ) from None
-        old = previous.summary if previous else None
-        return SaveResult(
-            path=path, old=old, new=new, replaced_error=error, kept_as=kept,
-            segment=segment, runs=len(runs), new_segment=new_segment or previous is None,
-        )  # fmt: skip
-
-    def _move_legacy_simulated(self, key: MeasurementKey) -> None:
-        """Under the lock: a simulator's history at the real layer's path moves under ``sim/`` (or aside,
-        when ``sim/`` already has one), so neither layer ever appends to the other's file."""
-        legacy = self.path_for(key)
-        try:
-            baseline = read_baseline(legacy) if legacy.exists() else None
-        except StoreError:
-            return  # unreadable: `save` of a real run moves it aside and says so
-        if baseline is None or not is_simulated(baseline.fingerprint):
-            return
-        target = self.path_for(key, simulated=True)
-        if target.exists():
-            _move_aside(legacy, "simulated")
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(legacy, target)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        lock_path = self.root / LOCK_NAME
-        try:
-            with filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S):
-                yield
-        except filelock.Timeout as exc:
-            raise StoreError(
-                f"{lock_path}: still locked after {LOCK_TIMEOUT_S:.0f} s; another pytest-specperf "
-                "process is writing this store (or died holding the lock on a network file system)"
-            ) from exc
-
-
 def is_simulated(fingerprint: Fingerprint) -> bool:
     """Whether a run was measured on the simulator (its fingerprint's launcher is ``sim``)."""
     return fingerprint.identity.get("launcher") == "sim"
 
 
-def _document(runs: list[StoredRun]) -> dict[str, Any]:
+def document(runs: list[StoredRun]) -> dict[str, Any]:
     """The schema-2 document; per-request records only for the newest run (the file stays reviewable)."""
     bodies = [run.to_dict() for run in runs]
     for body in bodies[:-1]:
@@ -402,34 +258,6 @@ def _document(runs: list[StoredRun]) -> dict[str, Any]:
 def dumps(document: dict[str, Any]) -> str:
     """The stored text: scrubbed, key-sorted, indent 2, trailing newline."""
     return json.dumps(clean(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def _move_aside(path: Path, why: str) -> Path:
-    """Rename a file that is about to be replaced to `<name>.<why>-<UTC time>`: kept, out of the way.
-
-    The new name does not end in `.json`, so the store no longer reads it, and it says why it is there.
-    """
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    target = path.with_name(f"{path.name}.{why}-{stamp}")
-    os.replace(path, target)
-    return target
-
-
-def _old_history(path: Path) -> tuple[StoredBaseline | None, str | None]:
-    """The history about to be appended to; an unreadable one is reported (and moved aside), not fatal."""
-    if not path.exists():
-        return None, None
-    try:
-        return read_baseline(path), None
-    except _NewerSchemaError as exc:
-        raise StoreError(
-            f"{path}: refusing to overwrite a baseline of schema_version {exc.version}, newer than this "
-            f"pytest-specperf ({pytest_specperf.__version__}) writes (schema_version {SCHEMA_VERSION}): a newer "
-            "pytest-specperf stored it and downgrading it would lose data; upgrade pytest-specperf "
-            "(or delete the file to start a new baseline with this version)"
-        ) from None
-    except StoreError as exc:
-        return None, str(exc)
 
 
 def read_baseline(path: Path) -> StoredBaseline:
@@ -474,7 +302,7 @@ def _check_header(path: Path, data: dict[str, Any]) -> int:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise StoreError(f"{path}: corrupt baseline: bad schema_version {version!r}")
     if version > SCHEMA_VERSION:
-        raise _NewerSchemaError(
+        raise NewerSchemaError(
             f"{path}: schema_version {version} is newer than this pytest-specperf "
             f"({pytest_specperf.__version__}) supports (schema_version {SCHEMA_VERSION}); "
             "upgrade pytest-specperf to read it",

@@ -1,0 +1,87 @@
+"""Where the histories live: the `store` setting, parsed once (config, `specperf --store`).
+
+Two forms, chosen by the value (as pytest-benchmark's `--benchmark-storage` picks a backend by
+its URI): a path is a directory of JSON files (the file store), ``git:`` is a branch of a git
+repository that every machine recording into the history shares (the git store)::
+
+    store = ".specperf"                                            a directory, relative to the config file
+    store = "git:specperf-history"                                 a branch of the suite's own repository (origin)
+    store = "git:https://github.com/org/perf-history.git#nightly"  a branch of any repository git can reach
+    store = "git:/srv/git/perf-history.git#nightly"                a local path (relative: to the config file)
+
+A git URL never carries credentials: they come from git's own configuration (a credential helper,
+an SSH key, the CI's token as actions/checkout stores it), so they are never in a committed config,
+a message or a report. A URL with a password or token, or an HTTP(S) URL with a user name, is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pytest_specperf.errors import ConfigError
+from pytest_specperf.redact import redact_url
+
+GIT_PREFIX = "git:"
+#: What `git check-ref-format --branch` refuses, as a pattern (checked without running git).
+_BAD_BRANCH = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|/\.|\.lock/|^@$")
+_LOCAL_PATH = re.compile(r"^(?:/|\./|\.\./|~)")
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A directory (`path`), or a `branch` of the git repository at `url` (None: the suite's own
+    repository's `origin`, found from `base`). `offline` is where a git store records when its remote
+    cannot be reached; None makes an unreachable remote an error."""
+
+    path: Path | None = None
+    branch: str | None = None
+    url: str | None = None
+    base: Path | None = None
+    offline: Path | None = None
+
+    @property
+    def is_git(self) -> bool:
+        return self.branch is not None
+
+    def __str__(self) -> str:
+        """The setting as written, credentials never shown (they are refused anyway)."""
+        if self.branch is None:
+            return str(self.path)
+        return f"{GIT_PREFIX}{redact_url(self.url)}#{self.branch}" if self.url else f"{GIT_PREFIX}{self.branch}"
+
+    @classmethod
+    def parse(cls, value: str, *, base: Path, where: str) -> StoreLocation:
+        """`value` as the config or the command line gives it; relative paths are relative to `base`."""
+        if not value.startswith(GIT_PREFIX):
+            return cls(path=base / value)
+        rest = value[len(GIT_PREFIX) :]
+        url, _, branch = rest.rpartition("#") if "#" in rest else ("", "", rest)
+        if not branch or _BAD_BRANCH.search(branch):
+            raise ConfigError(
+                where,
+                f"{value!r} does not name a valid git branch; write git:<branch> (a branch of the suite's own "
+                "repository) or git:<url>#<branch>, e.g. git:specperf-history",
+            )
+        if "#" in rest and not url:
+            raise ConfigError(where, f"{value!r} has an empty URL before '#'; write git:<url>#<branch> or git:<branch>")
+        if url and _has_credentials(url):
+            raise ConfigError(
+                where,
+                f"the URL of {redact_url(value)!r} carries credentials; remove them: git's own configuration "
+                "supplies them (a credential helper, an SSH key, the CI's token), never the plugin's config",
+            )
+        if url and _LOCAL_PATH.match(url):
+            url = str((base / Path(url).expanduser()).resolve())
+        return cls(branch=branch, url=url or None, base=base)
+
+
+def _has_credentials(url: str) -> bool:
+    """A password or token in the URL, or a user name in an HTTP(S) URL (where it is the token)."""
+    parts = urlsplit(url)
+    if parts.password or (parts.username and parts.scheme.lower() in ("http", "https")):
+        return True
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if parts.netloc else url
+    return redact_url(bare) != bare

@@ -1,0 +1,71 @@
+"""What the plugin asks of a store, whatever keeps the histories: the `Store` protocol.
+
+The verdict code reads a key's history (`load`), the report and the `specperf` command list every
+history (`entries`), and a session that records appends its runs (`save`). A store that lives
+elsewhere than the local disk (a git branch today, a server tomorrow) also needs two moments of
+the session: `prepare` before the first read (fetch; an unreachable remote must fail here, before
+any server starts, not after an hour of measuring) and `publish` after the last save (commit and
+push, merging with what other jobs pushed meanwhile). `close` releases what `prepare` set up.
+
+Every backend keeps the same documents (store/records.py) in the same layout (store/file.py), in
+a local directory, `root`, once prepared: pytest-xdist workers read that directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.store.records import DEFAULT_HISTORY, SaveResult, StoredBaseline
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A place where run histories live. Errors are `StoreError`, one line naming the place and the fix."""
+
+    @property
+    def location(self) -> str:
+        """Where the histories live, as a report names it (credentials never shown)."""
+        ...
+
+    @property
+    def root(self) -> Path:
+        """The local directory the histories are read from and appended to, once prepared."""
+        ...
+
+    def prepare(self) -> list[str]:
+        """Make the histories readable (fetch them); lines for the user that say what was done.
+
+        Called once per session before any history is read, before any server starts."""
+        ...
+
+    def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:
+        """The history of `key` (the simulator's layer or a real engine's); None when there is none."""
+        ...
+
+    def entries(self) -> list[StoredBaseline]:
+        """Every stored history, in a stable order."""
+        ...
+
+    def save(
+        self,
+        measurement: Measurement,
+        *,
+        suite_dir: Path | None,
+        new_segment: bool = True,
+        history: int = DEFAULT_HISTORY,
+        session: str | None = None,
+    ) -> SaveResult:
+        """Append tonight's run of `measurement` to its history (a new segment, or the current one)."""
+        ...
+
+    def publish(self) -> list[str]:
+        """Make the saved runs visible to everyone who reads the store (commit and push); lines that say so.
+
+        Called once, after the session's last save; nothing to do when nothing was saved."""
+        ...
+
+    def close(self) -> None:
+        """Release what `prepare` set up (a work tree); safe to call more than once."""
+        ...
