@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
@@ -51,11 +52,10 @@ from pytest_specperf.store import Store, open_store
 from pytest_specperf.store.records import KIND as BASELINE_KIND
 from pytest_specperf.store.records import StoredBaseline, StoredRun, read_baseline
 from pytest_specperf.verdict.changes import change_points
-from pytest_specperf.verdict.checks import Verdict, verdict_of
+from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, check_regression
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
 from pytest_specperf.verdict.stats import (
     Decision,
-    Direction,
     Estimate,
     RegressionResult,
     decide_regression,
@@ -63,6 +63,7 @@ from pytest_specperf.verdict.stats import (
     ratio_estimate,
 )
 from pytest_specperf.verdict.trends import paired_runs
+from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 OK, REGRESSED, FAILED = 0, 1, 2
 EXIT_CODES = """exit codes:
@@ -309,10 +310,12 @@ def fingerprint_line(fingerprint: object) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a diff: where it came from and its measurements by label."""
+    """One side of a diff: where it came from, its measurements by label and, for a store or a stored
+    baseline file, the histories they are the newest runs of."""
 
     path: Path | str
     measurements: dict[str, Measurement]
+    histories: dict[str, StoredBaseline] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,7 @@ class Comparison:
         return verdict_of(
             missed=any(r.decision is Decision.MISSED for r in results),
             incomparable=self.drift is not None and not self.drift.comparable,
+            suspect=any(r.decision is Decision.SUSPECT for r in results),
             inconclusive=any(r.decision is Decision.INCONCLUSIVE for r in results),
             improved=any(r.improved for r in results),
             new=False,
@@ -348,12 +352,14 @@ def run_diff(args: argparse.Namespace) -> int:
             raise SpecperfError(f"--{name.replace('_', '-')} must be a fraction in [0, 1), got {value}")
     old, new = load_side(args.old), load_side(args.new)
     pairs = pair_up(old, new)
+    limits = Limits(args.max_regression, args.max_regression_accept_length, 0.0)
     comparisons = [
-        compare(label, a, b, args.max_regression, args.max_regression_accept_length) for label, a, b in pairs
+        compare(label, a, b, limits, old.histories.get(label), new.histories.get(label)) for label, a, b in pairs
     ]
     print(f"old: {old.path}\nnew: {new.path}")
-    print(f"ratios new/old with 90% intervals; regression = credibly worse than -{args.max_regression:.0%} tok/s "
-          f"or -{args.max_regression_accept_length:.0%} τ")  # fmt: skip
+    basis = "the new run against the old history, as the tests judge it" if old.histories else "rounds of both sides"
+    print(f"ratios new/old with 90% intervals ({basis}); regression = credibly worse than "
+          f"-{args.max_regression:.0%} tok/s or -{args.max_regression_accept_length:.0%} τ")  # fmt: skip
     print()
     for line in text_table(DIFF_HEADERS, [diff_cells(c) for c in comparisons], (32,)):
         print(line)
@@ -380,18 +386,35 @@ def load_side(given: str | Path) -> Side:
     path = Path(given)
     if str(given).startswith(GIT_PREFIX) or path.is_dir():
         with opened_store(str(given)) as store:
-            found = [b.measurement for b in store.entries()]
-        if not found:
+            histories = store.entries()
+        if not histories:
             raise SpecperfError(f"{_shown(str(given))}: no stored baselines in this store")
-        return Side(_shown(str(given)), {m.key.label: m for m in found})
+        return _history_side(_shown(str(given)), histories)
     data = read_document(path)
     if is_report(data):
         found = load_report(path, data).measurements
     elif data.get("kind") == BASELINE_KIND:
-        found = [read_baseline(path).measurement]
+        return _history_side(path, [read_baseline(path)])
     else:
         raise ReportError(f"{path}: neither a pytest-specperf JSON report nor a stored baseline")
     return Side(path, {m.key.label: m for m in found})
+
+
+def _history_side(path: Path | str, histories: list[StoredBaseline]) -> Side:
+    """Histories: each measured as its newest night (every start the night's session stored)."""
+    measurements = {h.measurement.key.label: newest_night(h) for h in histories}
+    return Side(path, measurements, {h.measurement.key.label: h for h in histories})
+
+
+def newest_night(history: StoredBaseline) -> Measurement:
+    """The newest run of a history with the other runs of its session (a second start), as one
+    measurement whose rounds keep their start."""
+    newest = history.runs[-1] if history.runs else None
+    if newest is None or not newest.provenance.session:
+        return history.measurement
+    night = [r for r in history.runs if r.provenance.session == newest.provenance.session]
+    rounds = [dataclasses.replace(x, start=i) for i, run in enumerate(night) for x in run.measurement.rounds]
+    return dataclasses.replace(history.measurement, rounds=rounds)
 
 
 def pair_up(old: Side, new: Side) -> list[tuple[str, Measurement, Measurement]]:
@@ -405,19 +428,47 @@ def pair_up(old: Side, new: Side) -> list[tuple[str, Measurement, Measurement]]:
     return [(label, old.measurements[label], new.measurements[label]) for label in common]
 
 
-def compare(label: str, old: Measurement, new: Measurement, max_tp: float, max_tau: float) -> Comparison:
-    def decide(metric: str, tolerance: float) -> RegressionResult | None:
-        current, stored = new.samples(metric), old.samples(metric)
-        if not current or not stored:
-            return None
-        return decide_regression(current, stored, tolerance, Direction.HIGHER_IS_BETTER)
-
+def compare(
+    label: str, old: Measurement, new: Measurement, limits: Limits,
+    history: StoredBaseline | None = None, new_history: StoredBaseline | None = None,
+) -> Comparison:  # fmt: skip
+    """New against old: against old's history with the tests' own history check when old is a
+    store or a stored baseline file (the runs new shares with it left out), else round against round."""
     drift = None
     if isinstance(old.fingerprint, Fingerprint) and isinstance(new.fingerprint, Fingerprint):
         drift = diff(old.fingerprint, new.fingerprint)
     if drift is not None and not drift.comparable:  # no comparison across setups, as in a test
         return Comparison(label, old, new, None, None, drift)
-    return Comparison(label, old, new, decide("output_throughput", max_tp), decide("accept_length", max_tau), drift)
+    if history is not None:
+        history = _without(history, new_history)
+    results = [_decide(old, new, metric, limits, history) for metric in JUDGED_METRICS]
+    return Comparison(label, old, new, results[0], results[1], drift)
+
+
+def _decide(
+    old: Measurement, new: Measurement, metric: str, limits: Limits, history: StoredBaseline | None
+) -> RegressionResult | None:
+    tolerance = limits.tolerance(metric)
+    if history is not None and history.runs:
+        check = check_regression(new, history, metric, tolerance)
+        if check is None or check.estimate is None:
+            return None
+        return RegressionResult(check.decision, check.improved, check.estimate, tolerance.max_regression,
+                                tolerance.direction)  # fmt: skip
+    current, stored = new.samples(metric), old.samples(metric)
+    if not current or not stored:
+        return None
+    return decide_regression(current, stored, tolerance.max_regression, tolerance.direction)
+
+
+def _without(history: StoredBaseline, night: StoredBaseline | None) -> StoredBaseline:
+    """`history` less the runs of the newest night of `night` (a store diffed with a later copy of
+    itself holds tonight's runs on both sides)."""
+    if night is None or not night.runs:
+        return history
+    newest = night.runs[-1].provenance.session
+    ids = {r.provenance.run_id for r in night.runs if r.provenance.session == newest and r.provenance.run_id}
+    return dataclasses.replace(history, runs=tuple(r for r in history.runs if r.provenance.run_id not in ids))
 
 
 def diff_cells(c: Comparison) -> list[str]:

@@ -77,7 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="like --specperf-update, but also store runs with failed checks, request errors or sanity warnings",
     )
     add(
-        "--specperf-strict", action="store_true", help="fail INCONCLUSIVE checks instead of passing them with a warning"
+        "--specperf-strict",
+        action="store_true",
+        help="pass only checks credibly within their thresholds (config strict)",
     )
     add(
         "--specperf-on-incomparable",
@@ -399,7 +401,7 @@ class SpecperfPlugin:
         if result.speedup is not None:
             item.user_properties.append(("specperf_speedup", round(result.speedup, 4)))
         outcome = outcome_of(
-            measurement, evaluation, on_incomparable=self.options.on_incomparable, strict=self.options.strict
+            measurement, evaluation, on_incomparable=self.options.on_incomparable, strict=self.session.strict
         )
         for message in outcome.warnings:
             warnings.warn(SpecperfWarning(message), stacklevel=1)

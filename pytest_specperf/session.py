@@ -22,9 +22,10 @@ from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
 from pytest_specperf.store import open_store
 from pytest_specperf.store.records import SaveResult, StoredBaseline, Summary, is_simulated
-from pytest_specperf.verdict.checks import Evaluation, Limits, Verdict, evaluate
+from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
 from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import Case, SpecperfMarker
+from pytest_specperf.verdict.verdicts import Verdict
 
 if TYPE_CHECKING:
     from pytest_specperf.report.analysis import Report
@@ -80,7 +81,12 @@ class SpecperfSession:
     not_stored: dict[MeasurementKey, str] = field(default_factory=dict)
     store_failed: bool = False
     store_warnings: list[str] = field(default_factory=list)
-    _suspect: dict[MeasurementKey, str] = field(default_factory=dict)
+    confirmations: dict[MeasurementKey, str] = field(default_factory=dict)  # why a night was decided on one start
+    second_starts: dict[str, list[MeasurementKey]] = field(default_factory=dict)  # keys measured again, by server
+    restarts: int = 0
+    _starts: dict[MeasurementKey, int] = field(
+        default_factory=dict
+    )  # the server start each measurement was last measured on
     _done: Counter[str] = field(default_factory=Counter)
     _baselines: dict[MeasurementKey, StoredBaseline | None] = field(default_factory=dict)
     _absorbed_errors: dict[MeasurementKey, str] = field(default_factory=dict)
@@ -204,6 +210,7 @@ class SpecperfSession:
                         key.concurrency,
                         is_reference=key.server == self.config.reference,
                     )
+                self._starts[key] = server.start
                 self._note(self.measurements[key], holding)
                 self._publish(self.measurements[key])
         except StalledServer as exc:  # hung: every further request would wait out the stall again
@@ -273,13 +280,15 @@ class SpecperfSession:
                 self.not_stored[key] = reason
                 continue
             try:
-                self.saved[key] = self.store.save(
-                    measurement,
-                    suite_dir=suite_dir,
-                    new_segment=self.options.update,
-                    history=self.config.history,
-                    session=self.session_id,
-                )
+                for start in range(measurement.starts):  # a stored run is one server start
+                    self.saved[key] = self.store.save(
+                        measurement.of_start(start) if measurement.starts > 1 else measurement,
+                        suite_dir=suite_dir,
+                        new_segment=self.options.update and start == 0,
+                        history=self.config.history,
+                        session=self.session_id,
+                        status=self._status(key),
+                    )
             except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
                 self.record_error(key, str(exc))
                 self.store_failed = True
@@ -306,23 +315,32 @@ class SpecperfSession:
                 self.not_stored[key] = "the session was interrupted before every check ran"
 
     def _unfit_to_store(self, key: MeasurementKey, measurement: Measurement) -> str | None:
-        """Why this run must not enter the history (None: it may)."""
+        """Why this run must not enter the history at all (None: it may). A REGRESSION or SUSPECT
+        night is stored, marked (`_status`): it counts in neither the level nor the spread, but change
+        points see it; what is left out here is a run whose numbers may be disturbed."""
         verdicts = self.verdicts.get(key, [])
-        for bad, why in (
-            (Verdict.ERROR, "a test of it errored"),
-            (Verdict.REGRESSION, "a check MISSED (REGRESSION)"),
-        ):
-            if bad in verdicts:
-                return why
+        if Verdict.ERROR in verdicts:
+            return "a test of it errored"
+        if Verdict.REGRESSION in verdicts and self.options.update:
+            return "a check MISSED (REGRESSION)"
         if Verdict.INCOMPARABLE in verdicts and not self.options.update:
             return "its baseline is INCOMPARABLE (another setup); --specperf-update starts a history for this one"
-        if key in self._suspect and not self.options.update:
-            return self._suspect[key]
         if measurement.error_count:
             return f"{measurement.error_count} of {measurement.request_count} requests failed"
         if measurement.warnings:
             return f"sanity warning: {measurement.warnings[0]}"
         return None
+
+    def _status(self, key: MeasurementKey) -> str:
+        """How tonight's runs of `key` count in its history: refused after a REGRESSION, suspect after
+        a SUSPECT check, else accepted (verdict/nightly.py stored_status); `--specperf-update` makes
+        them the new normal whatever they are."""
+        verdicts = self.verdicts.get(key, [])
+        if self.options.update:
+            return "accepted"
+        if Verdict.REGRESSION in verdicts:
+            return "refused"
+        return "suspect" if Verdict.SUSPECT in verdicts else "accepted"
 
     def finished(self, nodeid: str) -> None:
         """A test is done: stop its server when no remaining test (on any worker) needs it."""
@@ -386,7 +404,11 @@ class SpecperfSession:
         return Limits.of(self.config, workload, marker)
 
     def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
-        """All checks of a test; while any is inconclusive, measure more rounds (up to max_rounds)."""
+        """All checks of a test, at two looks fixed in advance (verdict/nightly.py): after `rounds`
+        rounds; when not every check is MET, after the server start is extended to `max_rounds`
+        rounds (not after a MISSED check: that start has said enough) and, when a check a start's
+        offset can explain is still beyond its threshold, after `rounds` more rounds on a second
+        server start."""
         planned = self.planned.get(nodeid)
         marker = planned.marker if planned else None
         key = result.key
@@ -395,54 +417,88 @@ class SpecperfSession:
             self._readable_baseline(reference.key) if reference is not None and not self.options.update else None
         )
         limits = self.limits(marker, key.workload)
-        while True:
-            evaluation = evaluate(
-                result, reference, marker, limits, baseline,
-                updating=self.options.update, reference_baseline=reference_baseline,
+
+        def look() -> Evaluation:
+            return evaluate(
+                result, reference, marker, limits, baseline, updating=self.options.update,
+                reference_baseline=reference_baseline, strict=self.strict, searches=self.searches,
             )  # fmt: skip
-            if evaluation.missed or not evaluation.inconclusive:
-                break
-            if len(result.rounds) >= self.config.effective_max_rounds or not evaluation.more_rounds_help:
-                break  # out of rounds, or more of this server's rounds cannot decide it (e.g. a noisy baseline)
-            server = self.pool.acquire(key.server)
-            with self._session_lock():
-                with self.machine_lock.hold(key.label) as holding:
-                    self.measurer.extend(result, server, self.config.workloads[key.workload], 1)
-                self._note(result, holding)
-                self._publish(result)
+
+        evaluation = look()
+        if not evaluation.settled and not evaluation.missed and self._extend(result):
+            evaluation = look()
+        if not evaluation.settled and evaluation.confirmable and self._second_start(result, evaluation):
+            evaluation = look()
         self.verdicts.setdefault(key, []).append(evaluation.verdict)
-        self._note_suspect(key, evaluation, limits)
         return evaluation
 
-    def _note_suspect(self, key: MeasurementKey, evaluation: Evaluation, limits: Limits) -> None:
-        """An INCONCLUSIVE regression check whose point estimate lies beyond the tolerance: not a
-        credible regression, but not a run to record as normal either (the history would absorb a
-        real change night by night)."""
-        for check in evaluation.inconclusive:
-            if not check.name.startswith("regression:") or check.estimate is None:
-                continue
-            metric = check.name.removeprefix("regression:")
-            tolerance = limits.max_regression if metric == "output_throughput" else limits.max_regression_accept_length
-            if check.estimate.value < 1.0 - tolerance:
-                self._suspect.setdefault(
-                    key,
-                    f"{metric} {check.estimate.value - 1:+.1%} against its history, beyond the tolerance "
-                    f"-{tolerance:.0%} though not credibly yet (INCONCLUSIVE)",
-                )
+    @property
+    def strict(self) -> bool:
+        return self.options.strict or self.config.strict
+
+    @property
+    def searches(self) -> int:
+        """Key series searched for changes tonight: every planned measurement's four."""
+        return max(1, 4 * len(self.planned_keys()))
+
+    def _extend(self, result: Measurement) -> bool:
+        """The second look's extra rounds: up to `max_rounds` on the start the rounds so far were
+        measured on, if that start is still the one running (False: nothing was added)."""
+        key = result.key
+        missing = self.config.effective_max_rounds - len(result.rounds)
+        if missing <= 0 or result.starts > 1 or self._starts.get(key) != self.pool.current_start(key.server):
+            return False
+        self._measure_more(result, lambda server: self.measurer.extend(
+            result, server, self.config.workloads[key.workload], missing))  # fmt: skip
+        return True
+
+    def _second_start(self, result: Measurement, evaluation: Evaluation) -> bool:
+        """Re-measure on another server start than the first: restart the server, unless it was
+        restarted since (for another measurement: one restart confirms every check of a server that
+        fails together). False when no second start can be had; the confirmation log says why."""
+        key = result.key
+        if result.starts > 1 or not self.config.confirm:
+            return False
+        beyond = ", ".join(c.name for c in evaluation.checks if c.beyond and c.start_sensitive)
+        if self._starts.get(key) == self.pool.current_start(key.server):
+            why = self.pool.cannot_restart(key.server)
+            if why is None and self.restarts >= self.config.max_restarts:
+                cap = self.config.max_restarts
+                why = f"the session already restarted {self.restarts} server(s) (max_restarts = {cap})"
+            if why is not None:
+                self.confirmations[key] = f"decided on one server start: {why}"
+                return False
+            self.restarts += 1
+            self.pool.restart(key.server, f"to confirm {key.label} ({beyond}) on a second start")
+        self._measure_more(result, lambda server: self.measurer.add_start(
+            result, server, self.config.workloads[key.workload]))  # fmt: skip
+        self.second_starts.setdefault(key.server, []).append(key)
+        return True
+
+    def _measure_more(self, result: Measurement, measure: Callable[[RunningServer], None]) -> None:
+        server = self.pool.acquire(result.key.server)
+        with self._session_lock():
+            with self.machine_lock.hold(result.key.label) as holding:
+                measure(server)
+            self._note(result, holding)
+            self._publish(result)
+        self._starts[result.key] = server.start
 
     # ---- results ------------------------------------------------------------------------------
 
     def report(self) -> Report:
         """The session's results as one report model (terminal, Markdown and JSON render it)."""
-        from pytest_specperf.report.analysis import build_report
+        from pytest_specperf.report.analysis import build_report, second_start_events
 
         baselines = {} if self.options.update else {k: self._readable_baseline(k) for k in self.measurements}
         report = build_report(
             self.config, self.measurements, self.verdicts, baselines, self.saved, updating=self.options.update,
-            not_stored=self.not_stored,
+            not_stored=self.not_stored, confirmations=self.confirmations, searches=self.searches,
         )  # fmt: skip
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
+        report.warnings += second_start_events(report.rows, self.second_starts)
+        report.second_starts = {server: list(keys) for server, keys in self.second_starts.items()}
         report.warnings += self.pool_warnings()
         report.warnings += self.store_warnings
 
@@ -482,12 +538,20 @@ class SpecperfSession:
             "pool_warnings": self.pool.report_lines,
             "saved": [
                 [
-                    k.server, k.workload, k.concurrency, str(s.path), s.old.to_dict() if s.old else None,
-                    s.new.to_dict(), s.segment, s.runs, s.new_segment,
+                    k.server,
+                    k.workload,
+                    k.concurrency,
+                    str(s.path),
+                    s.old.to_dict() if s.old else None,
+                    s.new.to_dict(),
+                    s.segment,
+                    s.runs,
+                    s.new_segment,
                 ]
                 for k, s in self.saved.items()
             ],
-            "suspect": [[k.server, k.workload, k.concurrency, why] for k, why in self._suspect.items()],
+            "confirmations": [[k.server, k.workload, k.concurrency, why] for k, why in self.confirmations.items()],
+            "second_starts": {s: [[k.workload, k.concurrency] for k in keys] for s, keys in self.second_starts.items()},
         }
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -508,8 +572,10 @@ class SpecperfSession:
                 Path(path), Summary(**old) if old else None, Summary(**new),
                 segment=segment, runs=runs, new_segment=new_segment,
             )  # fmt: skip
-        for server, workload, level, why in payload.get("suspect", []):
-            self._suspect.setdefault(MeasurementKey(server, workload, level), why)
+        for server, workload, level, why in payload.get("confirmations", []):
+            self.confirmations.setdefault(MeasurementKey(server, workload, level), why)
+        for server, keys in payload.get("second_starts", {}).items():
+            self.second_starts.setdefault(server, []).extend(MeasurementKey(server, w, c) for w, c in keys)
 
     def shutdown(self) -> list[RunningServer]:
         return self.pool.shutdown()

@@ -103,6 +103,12 @@ class SpecperfConfig:
     history: int = 30
     run_to_run_cv: float = 0.02
     run_to_run_cv_accept_length: float = 0.005
+    #: confirm a REGRESSION or SUSPECT check on a second server start (verdict/nightly.py)
+    confirm: bool = True
+    #: server restarts a session may spend on confirmations
+    max_restarts: int = 4
+    #: the strict reading: a check passes only when credibly within its threshold (--specperf-strict)
+    strict: bool = False
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     env_patterns: tuple[str, ...] = DEFAULT_ENV_PATTERNS
     api_key: str | None = field(default=None, repr=False)
@@ -182,7 +188,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 GLOBAL_KEYS = {
     "engine", "launcher", "python", "model", "reference", "store", "offline_store", "startup_timeout", "stop_timeout",
     "max_servers", "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
-    "run_to_run_cv", "run_to_run_cv_accept_length", "env", "env_patterns",
+    "run_to_run_cv", "run_to_run_cv_accept_length", "confirm", "max_restarts", "strict", "env", "env_patterns",
     "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
 }  # fmt: skip
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
@@ -222,6 +228,9 @@ class _Parser:
             "history": get.integer("history", 30, minimum=1),
             "run_to_run_cv": get.number("run_to_run_cv", 0.02, 0, 1),
             "run_to_run_cv_accept_length": get.number("run_to_run_cv_accept_length", 0.005, 0, 1),
+            "confirm": get.boolean("confirm", True),
+            "max_restarts": get.integer("max_restarts", 4, minimum=0),
+            "strict": get.boolean("strict", False),
             "env": get.string_map("env"),
             "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
             "api_key": get.string("api_key", None),
@@ -495,6 +504,9 @@ class _Getter:
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         value, where = self._read(key, default)
         return check.choice(check.string(value, where), where, choices)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        return check.boolean(*self._read(key, default))
 
     def integer(self, key: str, default: int | None, minimum: int | None = None) -> Any:
         value, where = self._read(key, default)

@@ -198,6 +198,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 SPEC_COUNTERS = frozenset((DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POSITION))
 
+
 def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]] | None:
     """The samples of the metrics called `names` in a Prometheus text exposition: (name, labels, value).
 

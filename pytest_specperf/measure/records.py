@@ -10,7 +10,7 @@ comparable across rounds and machines without leaking wall-clock values.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -180,6 +180,9 @@ class RoundSample:
     accept_length_source: str | None = None
     #: the change of the server's speculation counters over this round, where the engine has them (vLLM)
     spec_counters: SpecCounters | None = None
+    #: which server start of the night measured this round: 0, or 1 for a second start that confirms
+    #: a regression (every start carries its own offset, so the verdict keeps them apart)
+    start: int = 0
 
     def metric(self, name: str) -> float | None:
         """Scalar metric by its report name (see `METRICS`)."""
@@ -196,7 +199,7 @@ class RoundSample:
         data = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("records", "accept_length_source", "spec_counters")
+            if f.name not in ("records", "accept_length_source", "spec_counters", "start")
         }
         for key in ("ttft_ms", "tpot_ms", "e2e_ms", "chunk_gap_ms"):
             data[key] = asdict(data[key])
@@ -207,6 +210,8 @@ class RoundSample:
         if self.spec_counters is not None:
             data["spec_counters"] = self.spec_counters.to_dict()
             data["acceptance_per_position"] = list(self.acceptance_per_position or ())
+        if self.start:
+            data["start"] = self.start
         return data
 
     @classmethod
@@ -294,6 +299,24 @@ class Measurement:
         """Per-round samples of a metric, rounds where it is undefined left out."""
         values = (r.metric(metric) for r in self.rounds)
         return [v for v in values if v is not None]
+
+    @property
+    def starts(self) -> int:
+        """Server starts the rounds were measured on (2 after a confirmation)."""
+        return 1 + max((r.start for r in self.rounds), default=0)
+
+    def start_samples(self, metric: str) -> list[list[float]]:
+        """Per-round samples of a metric, one list per server start that has any."""
+        found = [
+            [v for r in self.rounds if r.start == s and (v := r.metric(metric)) is not None] for s in range(self.starts)
+        ]
+        return [f for f in found if f]
+
+    def of_start(self, start: int) -> Measurement:
+        """The rounds of one server start alone, as a measurement of their own (for storing: a
+        stored run is one server start)."""
+        rounds = [replace(r, start=0) for r in self.rounds if r.start == start]
+        return replace(self, rounds=rounds, warnings=list(self.warnings), notes=list(self.notes))
 
     @property
     def request_count(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,15 @@ class Measurer:
         measurement.notes += [note for note in (unknown, repeats) if note is not None]
         return measurement
 
+    def add_start(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig) -> None:
+        """Warmup, then `rounds` rounds on a server start the measurement has no rounds of yet."""
+        client = _client(server, workload, self.config)
+        warmup = warmup_plan(workload, self.prompts(workload))
+        if warmup:
+            self._say(f"{measurement.key.label}: warmup on a second server start, {len(warmup)} requests")
+            self._run(server, client, workload, warmup, measurement.key.concurrency)
+        self.extend(measurement, server, workload, self.config.rounds, start=measurement.starts)
+
     def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
         """`/server_info` once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
@@ -230,8 +240,11 @@ class Measurer:
             engine=engine_for(engine),
         )
 
-    def extend(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int) -> None:
-        """Append `rounds` more rounds (also used by adaptive rounds when a check is inconclusive)."""
+    def extend(
+        self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int, *, start: int = 0
+    ) -> None:
+        """Append `rounds` more rounds, measured on server start `start` of the measurement (0: the
+        first; a second look extends it, a confirmation adds start 1)."""
         client = _client(server, workload, self.config)
         plan = request_plan(workload, self.prompts(workload))
         concurrency = measurement.key.concurrency
@@ -244,7 +257,7 @@ class Measurer:
             after = self._counters(server, client) if before is not None else None
             counters = after - before if after is not None and before is not None else None
             sample = summarise_round(index, records, measurement.num_steps, measurement.eagle_topk, counters)
-            measurement.rounds.append(sample)
+            measurement.rounds.append(replace(sample, start=start) if start else sample)
             self._say(
                 f"{measurement.key.label}: round {index + 1}/{target}, {sample.output_throughput:.1f} tok/s"
                 + (f", accept length {sample.accept_length:.2f}" if sample.accept_length else "")

@@ -16,8 +16,10 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
-from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate, history_comparison
+from pytest_specperf.verdict.checks import Evaluation, Limits, drift, evaluate, past_runs, rejected_runs
 from pytest_specperf.verdict.fingerprint import Change
+from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
+from pytest_specperf.verdict.nightly import NightVerdict
 from pytest_specperf.verdict.stats import (
     Estimate,
     coefficient_of_variation,
@@ -25,14 +27,12 @@ from pytest_specperf.verdict.stats import (
     ratio_estimate,
     rounds_to_resolve,
 )
-from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, history_changes, series
+from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
+from pytest_specperf.verdict.verdicts import Verdict, worst
 
-#: Worst first: the verdict a measurement row shows when several tests share it.
-SEVERITY = (
-    Verdict.ERROR, Verdict.REGRESSION, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
-    Verdict.IMPROVED, Verdict.NEW, Verdict.PASS,
-)  # fmt: skip
 NOISY_CV = 0.05
+#: A key whose run-to-run CV is credibly above tolerance / BLIND_RATIO cannot show a change of the tolerance.
+BLIND_RATIO = 2.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,12 @@ class Row:
     changes: tuple[HistoryChange, ...] = ()
     #: why tonight's run was not appended to its history (--specperf-record / --specperf-update)
     not_stored: str | None = None
+    #: the throughput history check of tonight (its confirmation, rejected runs, detectable change)
+    night: NightVerdict | None = None
+    #: what the session did about a second server start for this measurement
+    confirmation: str | None = None
+    #: recorded runs the throughput check left out as outliers: (when stored, the rejection)
+    rejected: tuple[tuple[str, Rejection], ...] = ()
 
     @property
     def key(self) -> MeasurementKey:
@@ -100,6 +106,8 @@ class Report:
     sweeps: list[SweepSummary] = field(default_factory=list)
     #: measurements that could not be made, or whose tests errored, with the first line of why
     errors: dict[MeasurementKey, str] = field(default_factory=dict)
+    #: servers restarted to confirm checks, with the measurements measured again on the second start
+    second_starts: dict[str, list[MeasurementKey]] = field(default_factory=dict)
 
     def unmeasured_errors(self) -> dict[MeasurementKey, str]:
         """Errors of measurements without a row (nothing was measured): the table shows them as ERROR rows."""
@@ -116,25 +124,39 @@ def build_report(
     *,
     updating: bool,
     not_stored: dict[MeasurementKey, str] | None = None,
+    confirmations: dict[MeasurementKey, str] | None = None,
+    searches: int = 1,
 ) -> Report:
+    """Rows from each measurement's own evaluation against its history with the config's
+    tolerances (the same engine the tests ran; tests' markers may be stricter), each row's verdict
+    the worst of its tests' (`verdicts`), or that evaluation's when no test asked for it."""
     report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label))
     ordered = sorted(
         measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency)
     )
     for measurement in ordered:
-        reference = measurements.get(
-            MeasurementKey(config.reference, measurement.key.workload, measurement.key.concurrency)
-        )
-        baseline = baselines.get(measurement.key)
+        key = measurement.key
+        reference = measurements.get(MeasurementKey(config.reference, key.workload, key.concurrency))
+        if reference is measurement:
+            reference = None
+        baseline = baselines.get(key)
         reference_baseline = baselines.get(reference.key) if reference is not None else None
-        verdict = _verdict(config, measurement, verdicts.get(measurement.key, []), baseline, updating)
-        row = _row(measurement, reference, baseline, verdict, updating, config.run_to_run_cv, reference_baseline)
-        report.rows.append(dataclasses.replace(row, not_stored=(not_stored or {}).get(measurement.key)))
+        evaluation = evaluate(
+            measurement, reference, None, Limits.of(config, key.workload), baseline, updating=updating,
+            reference_baseline=reference_baseline, searches=searches,
+        )  # fmt: skip
+        verdict = worst(verdicts.get(key) or [evaluation.verdict])
+        row = _row(measurement, reference, baseline, evaluation, verdict, updating, reference_baseline)
+        row = dataclasses.replace(
+            row, not_stored=(not_stored or {}).get(key), confirmation=(confirmations or {}).get(key)
+        )
+        report.rows.append(row)
         changes = drift(baseline, measurement) if baseline is not None and not updating else None
         if changes:
-            report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
-        report.warnings += [f"{measurement.key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
+            report.drift[key.label] = [*changes.identity, *changes.environment]
+        report.warnings += [f"{key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
         report.warnings += _noise_warning(measurement, config)
+        report.warnings += history_warnings(row, config.max_regression)
     report.fits = _fits(config, report.rows)
     report.sweeps = sweep_summaries(report.rows)
     fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
@@ -144,19 +166,63 @@ def build_report(
     return report
 
 
-def _verdict(
-    config: SpecperfConfig,
-    measurement: Measurement,
-    verdicts: list[Verdict],
-    baseline: StoredBaseline | None,
-    updating: bool,
-) -> Verdict:
-    """The worst verdict of the tests sharing a measurement, or (no test asked for it, e.g. a
-    reference measured for speedups) its own checks with the config's tolerances."""
-    if not verdicts:
-        limits = Limits.of(config, measurement.key.workload)
-        verdicts = [evaluate(measurement, None, None, limits, baseline, updating=updating).verdict]
-    return min(verdicts, key=SEVERITY.index)
+def confirmation_text(confirmed: bool, first_start: float) -> str:
+    """'confirmed on a second server start (the first start alone: -10.0%)', or not."""
+    first = f"{first_start - 1:+.1%}"
+    if confirmed:
+        return f"confirmed on a second server start (the first start alone: {first})"
+    return f"not confirmed on a second server start: the first start was slow ({first})"
+
+
+def second_start_events(rows: list[Row], restarted: dict[str, list[MeasurementKey]]) -> list[str]:
+    """One line per server restarted to confirm checks: a slow start fails many checks of a server
+    together, and one restart answers for all of them."""
+    by_key = {row.key: row for row in rows}
+    lines = []
+    for server, keys in sorted(restarted.items()):
+        parts = []
+        for key in keys:
+            night = by_key[key].night if key in by_key else None
+            if night is not None and night.confirmed is not None and night.first_start is not None:
+                parts.append(
+                    f"{key.workload}/c{key.concurrency} {confirmation_text(night.confirmed, night.first_start)}"
+                )
+            else:
+                parts.append(f"{key.workload}/c{key.concurrency} measured on both starts")
+        lines.append(
+            f"second server start of {server}: one restart for {len(keys)} measurement{'s' if len(keys) != 1 else ''}: "
+            + "; ".join(parts)
+        )
+    return lines
+
+
+def history_warnings(row: Row, tolerance: float) -> list[str]:
+    """What a row's history says about tonight: a confirmation, rejected runs, and what the key can
+    and cannot see (a run-to-run spread that hides a change of the tolerance; run means in two groups)."""
+    label, night = row.key.label, row.night
+    lines = [f"{label}: {row.confirmation}"] if row.confirmation else []
+    if night is None or night.comparison is None:
+        return lines
+    comparison = night.comparison
+    lines += [
+        f"{label}: the run of {created[:10]} rejected as an outlier: {r.describe()}; kept in the file, left out of "
+        "the level and the spread"
+        for created, r in row.rejected
+    ]
+    low = spread_lower_bound(comparison)
+    if low is not None and low > tolerance / BLIND_RATIO:
+        sees = f"; the smallest change one night flags (80%) is {night.detectable - 1:+.1%}" if night.detectable else ""
+        lines.append(
+            f"{label}: this key cannot show a {tolerance:.0%} change: its run-to-run CV is {comparison.run_cv:.1%} "
+            f"(at least {low:.1%}, 90% confidence){sees}: raise rounds, raise the tolerance or fix the noise"
+        )
+    groups = bimodal(night.values[:-1])
+    if groups is not None:
+        lines.append(
+            f"{label}: its run means fall into two groups ({groups[0]:.4g} and {groups[1]:.4g}, alternating from "
+            "night to night): some starts land in another state (a GPU clock, a NUMA placement, a kernel choice)"
+        )
+    return lines
 
 
 def _estimate(measurement: Measurement, metric: str) -> Estimate | None:
@@ -168,42 +234,33 @@ def _row(
     measurement: Measurement,
     reference: Measurement | None,
     baseline: StoredBaseline | None,
+    evaluation: Evaluation,
     verdict: Verdict,
     updating: bool,
-    prior_cv: float = 0.0,
     reference_baseline: StoredBaseline | None = None,
 ) -> Row:
-    throughput = _estimate(measurement, "output_throughput")
-    vs_baseline = None
-    comparable = baseline is not None and not updating and _comparable(baseline, measurement)
-    if baseline is not None and not updating:
-        comparison = history_comparison(measurement, baseline, "output_throughput", prior_cv)
-        vs_baseline = comparison.ratio if comparison is not None else None
+    night = next((c.night for c in evaluation.checks if c.name == "regression:output_throughput"), None)
     speedup = cost = None
-    if reference is not None and reference is not measurement and not measurement.is_reference:
+    if reference is not None and not measurement.is_reference:
         cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")
         if cur and ref:
             speedup = ratio_estimate(cur, ref)
         cost = _cost(measurement, reference)
     history: dict[str, tuple[Point, ...]] = {}
-    changes: tuple[HistoryChange, ...] = ()
-    if comparable:
-        if reference is measurement or measurement.is_reference:
-            reference = None  # the reference has no speedup series
-        usable = reference is not None and _comparable(reference_baseline, reference)
-        ref_history = reference_baseline if usable else None
+    if baseline is not None and not updating and _comparable(baseline, measurement):
+        ref_history = (
+            reference_baseline if reference is not None and _comparable(reference_baseline, reference) else None
+        )
         for metric in KEY_METRICS:
             points = series(
                 measurement, baseline, metric, reference=reference, reference_baseline=ref_history, whole=True
             )
             if points:
                 history[metric] = tuple(points)
-        assert baseline is not None
-        changes = tuple(history_changes(measurement, baseline, reference=reference, reference_baseline=ref_history))
     return Row(
         measurement=measurement,
-        throughput=throughput,
-        vs_baseline=vs_baseline,
+        throughput=_estimate(measurement, "output_throughput"),
+        vs_baseline=night.comparison.ratio if night is not None and night.comparison is not None else None,
         speedup=speedup,
         accept_length=_estimate(measurement, "accept_length"),
         tpot_ms=_estimate(measurement, "mean_tpot_ms"),
@@ -212,7 +269,14 @@ def _row(
         verdict=verdict,
         cv=coefficient_of_variation(measurement.samples("output_throughput")),
         history=history,
-        changes=changes,
+        changes=tuple(evaluation.changes),
+        night=night,
+        rejected=tuple(
+            (run.provenance.created, rejection)
+            for run, rejection in (
+                rejected_runs(night, past_runs(baseline, "output_throughput")[0]) if night and baseline else []
+            )
+        ),
     )
 
 

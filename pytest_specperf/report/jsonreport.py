@@ -31,10 +31,10 @@ from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAccept
 from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
 from pytest_specperf.report.sweep import Crossover, LevelWinner
 from pytest_specperf.store.records import SaveResult, Summary
-from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import Change, Fingerprint
 from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
 from pytest_specperf.verdict.trends import HistoryChange, Point
+from pytest_specperf.verdict.verdicts import Verdict
 
 
 class ReportError(SpecperfError):
@@ -68,6 +68,10 @@ def report_document(
             for row in report.rows
         ],
         "errors": [error_entry(key, reason) for key, reason in report.errors.items()],
+        "second_starts": [
+            {"server": server, "measurements": [key.label for key in keys]}
+            for server, keys in sorted(report.second_starts.items())
+        ],
         "verify_cost_fits": [fit_json(fit) for fit in report.fits],
         "sweeps": [sweep_json(sweep) for sweep in report.sweeps],
         "warnings": list(report.warnings),
@@ -129,6 +133,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "fingerprint": fingerprint,
         "history": {metric: [point_json(p) for p in points] for metric, points in row.history.items()},
         "change_points": [change_point_json(c) for c in row.changes],
+        "gate": gate_json(row),
         "not_stored": row.not_stored,
         "rounds": raw["rounds"],
     }
@@ -141,8 +146,29 @@ def point_json(point: Point) -> dict[str, Any]:
         "commit": point.commit,
         "segment": point.segment,
         "tonight": point.tonight,
+        "status": point.status,
         "value": estimate_json(point.value),
     }
+
+
+def gate_json(row: Row) -> dict[str, Any] | None:
+    """What tonight's throughput check against the history rests on, and what the key can see."""
+    night = row.night
+    if night is None or night.comparison is None:
+        return {"confirmation": row.confirmation} if row.confirmation else None
+    c = night.comparison
+    return {
+        "runs": c.runs,
+        "run_to_run_cv": c.run_cv,
+        "prior": c.prior,
+        "starts": c.starts,
+        "detectable_change": None if night.detectable is None else night.detectable - 1.0,
+        "rejected": [{"created": created, "ratio": r.ratio, "t": r.t, "limit": r.limit} for created, r in row.rejected],
+        "confirmation": row.confirmation,
+        "confirmed": night.confirmed,
+        "first_start": night.first_start,
+        "streak": night.streak,
+    }  # fmt: skip
 
 
 def change_point_json(change: HistoryChange) -> dict[str, Any]:
@@ -156,6 +182,8 @@ def change_point_json(change: HistoryChange) -> dict[str, Any]:
         "tonight": change.tonight,
         "ratio": estimate_json(change.change),
         "p_value": change.p_value,
+        "kind": change.kind,
+        "per_run": change.per_run,
         "description": change.sentence,
     }
 
@@ -405,7 +433,7 @@ def decode_point(data: Mapping[str, Any]) -> Point:
         raise ValueError("history point without a value")
     segment = data.get("segment")
     return Point(value, data.get("created"), data.get("commit"), None if segment is None else int(segment),
-                 bool(data.get("tonight")))  # fmt: skip
+                 bool(data.get("tonight")), data.get("status"))  # fmt: skip
 
 
 def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> HistoryChange:
@@ -414,7 +442,7 @@ def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> History
         raise ValueError("change point without a ratio")
     return HistoryChange(
         key, str(data["metric"]), int(data["index"]), int(data["runs"]), data.get("since"), data.get("commit"),
-        ratio, float(data.get("p_value", math.nan)),
+        ratio, float(data.get("p_value", math.nan)), str(data.get("kind", "step")), data.get("per_run"),
     )  # fmt: skip
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_specperf.report.costmodel import FitStatus
-from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.trends import KEY_METRICS
+from pytest_specperf.verdict.verdicts import Verdict
 
 SCHEMA_NAME = "pytest-specperf/report"
 SCHEMA_VERSION = 1
@@ -70,6 +70,15 @@ REPORT_SCHEMA: dict[str, Any] = {
         "warnings": {"type": "array", "items": _STR},
         "saved_baselines": {"type": "array", "items": {"$ref": "#/$defs/saved"}},
         "errors": {"type": "array", "items": {"$ref": "#/$defs/error"}},
+        "second_starts": {
+            "type": "array",
+            "description": "Servers restarted to confirm checks on a second start, and what was measured again.",
+            "items": {
+                "type": "object",
+                "required": ["server", "measurements"],
+                "properties": {"server": _STR, "measurements": {"type": "array", "items": _STR}},
+            },
+        },
     },
     "$defs": {
         "error": {
@@ -241,6 +250,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                     "additionalProperties": {"type": "array", "items": {"$ref": "#/$defs/history_point"}},
                 },
                 "change_points": {"type": "array", "items": {"$ref": "#/$defs/change_point"}},
+                "gate": _nullable({"$ref": "#/$defs/gate"}),
                 "not_stored": _nullable(_STR),
                 "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
             },
@@ -254,7 +264,24 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "commit": _nullable(_STR),
                 "segment": _nullable(_INT),
                 "tonight": _BOOL,
+                "status": _nullable({"enum": ["accepted", "suspect", "refused"]}),
                 "value": _ESTIMATE,
+            },
+        },
+        "gate": {
+            "type": "object",
+            "description": "What tonight's throughput check against its history rests on, and what it can detect.",
+            "properties": {
+                "runs": _INT,
+                "run_to_run_cv": _NUM,
+                "prior": _BOOL,
+                "starts": _INT,
+                "detectable_change": _nullable(_NUM),
+                "rejected": {"type": "array", "items": {"type": "object"}},
+                "confirmation": _nullable(_STR),
+                "confirmed": _nullable(_BOOL),
+                "first_start": _nullable(_NUM),
+                "streak": _INT,
             },
         },
         "change_point": {
@@ -270,6 +297,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "tonight": _BOOL,
                 "ratio": _ESTIMATE,
                 "p_value": _nullable(_NUM),
+                "kind": {"enum": ["step", "drift"]},
+                "per_run": _nullable(_NUM),
                 "description": _STR,
             },
         },

@@ -22,9 +22,9 @@ from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
-from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.verdict.verdicts import Verdict
 
 #: Terminal summary width: CI logs and 120-column terminals show it without wrapping.
 WIDTH = 120

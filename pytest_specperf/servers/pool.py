@@ -8,6 +8,7 @@ needs it (that would cost 15 minutes each); its error is raised again at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 from collections import OrderedDict
@@ -27,6 +28,9 @@ from pytest_specperf.servers.launch import (
 )
 from pytest_specperf.servers.registry import SharedRegistry
 
+#: Set for every launched server: which start of its config in this session (1, then 2 after a restart).
+START_VARIABLE = "SPECPERF_SERVER_START"
+
 
 @dataclass
 class RunningServer:
@@ -40,6 +44,7 @@ class RunningServer:
     process: ServerProcess | None = field(default=None, repr=False)
     startup_seconds: float | None = None
     pid: int | None = None  # a server another xdist worker launched
+    start: int = 0  # which start of this config in this process: 1 for the first, 2 after a restart
 
     @property
     def attached(self) -> bool:
@@ -94,6 +99,7 @@ class ServerPool:
         self.still_needed = still_needed
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
+        self._started: dict[str, int] = {}
         self.starts: list[str] = []
         self.teardowns: list[Teardown] = []
         self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
@@ -117,8 +123,37 @@ class ServerPool:
         except ServerError as exc:
             self._failed[name] = exc
             raise
+        self._started[name] = self._started.get(name, 0) + 1
+        server.start = self._started[name]
         self._alive[name] = server
         return server
+
+    def current_start(self, name: str) -> int | None:
+        """Which start of `name` is running now (None: none is)."""
+        server = self._alive.get(name)
+        return server.start if server is not None else None
+
+    def cannot_restart(self, name: str) -> str | None:
+        """Why the server of `name` cannot be stopped and started again here (None: it can)."""
+        config = self.config.servers[name]
+        if config.is_attached:
+            return f"{name} is attached by URL: the plugin neither starts nor stops it"
+        server = self._alive.get(name)
+        if self.registry is not None and server is not None and server.process is None:
+            return f"{name} was started by another pytest-xdist worker, which is using it"
+        return None
+
+    def restart(self, name: str, why: str) -> RunningServer:
+        """Stop the server of `name` and start it again (a fresh start offset), saying `why`."""
+        server = self._alive.pop(name, None)
+        if server is not None:
+            if self.registry is not None and not self.registry.retire(name):
+                self._alive[name] = server
+                raise ServerError(f"{name}: another pytest-xdist worker is using it; it cannot be restarted now")
+            self._stop(server)
+        if self.progress:
+            self.progress(f"{name}: restarting {why}")
+        return self.acquire(name)
 
     def discard(self, name: str, error: ServerError) -> None:
         """Stop a server that misbehaved (e.g. hung) and fail its remaining tests at once with `error`."""
@@ -222,6 +257,9 @@ class ServerPool:
             run_dir=self.run_dir,
             max_concurrency=self.max_concurrency(server.name),
         )
+        # which start of this config this is: the simulator draws a new start offset for a restart
+        start = str(self._started.get(server.name, 0) + 1)
+        plan = dataclasses.replace(plan, env_overrides={**plan.env_overrides, START_VARIABLE: start})
         # a kept server must outlive pytest; an xdist worker's server may outlive that worker
         process = ServerProcess(plan, parent_death_signal=self.registry is None and not self.keep_servers)
         self.starts.append(server.name)

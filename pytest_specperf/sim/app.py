@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             lossy_rate=config.sim.lossy_rate,
             run_jitter=config.sim.run_jitter,
             round_jitter=config.sim.round_jitter,
-            start_seed=config.port if config.sim.start_seed is None else config.sim.start_seed,
+            start_seed=_start_seed(config),
             batch_acceptance=config.sim.batch_acceptance,
         )
     )
@@ -194,3 +194,12 @@ def _fail_startup() -> None:
     for line in lines:
         log.error(line)
     log.error("Received sigquit from a child process. It usually means the child failed.")
+
+
+def _start_seed(config: SimServerConfig) -> int:
+    """--sim-start-seed (else the port), moved on for a restart: pytest-specperf numbers the starts of
+    a config in SPECPERF_SERVER_START, and a second start must draw its own offset even on a night
+    whose start seed is given (a reproducible night, restarts included)."""
+    seed = config.port if config.sim.start_seed is None else config.sim.start_seed
+    start = os.environ.get("SPECPERF_SERVER_START", "1")
+    return seed + 7919 * (int(start) - 1) if start.isdigit() and int(start) > 1 else seed

@@ -56,8 +56,10 @@ class Store(Protocol):
         new_segment: bool = True,
         history: int = DEFAULT_HISTORY,
         session: str | None = None,
+        status: str = "accepted",
     ) -> SaveResult:
-        """Append tonight's run of `measurement` to its history (a new segment, or the current one)."""
+        """Append tonight's run of `measurement` to its history (a new segment, or the current one);
+        `status` is how the run counts (store/records.py StoredRun.status)."""
         ...
 
     def publish(self) -> list[str]:

@@ -123,13 +123,15 @@ class FileStore:
         new_segment: bool = True,
         history: int = DEFAULT_HISTORY,
         session: str | None = None,
+        status: str = "accepted",
     ) -> SaveResult:
         """Append `measurement` to the history of its key, as a new segment or into the current one.
 
         `session` (the pytest session's id) pairs this run with the other servers' runs of the same
         session; `suite_dir` is where the suite's git commit is read from. See `append`.
         """
-        return self.append(new_run(measurement, suite_dir=suite_dir, session=session), new_segment=new_segment,
+        run = new_run(measurement, suite_dir=suite_dir, session=session, status=status)
+        return self.append(run, new_segment=new_segment,
                            history=history)  # fmt: skip
 
     def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:

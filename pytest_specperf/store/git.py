@@ -211,10 +211,11 @@ class GitStore:
         new_segment: bool = True,
         history: int = DEFAULT_HISTORY,
         session: str | None = None,
+        status: str = "accepted",
     ) -> SaveResult:
         """Append to the history in the work tree; `publish` commits and pushes every run appended."""
         self.prepare()
-        run = new_run(measurement, suite_dir=suite_dir, session=session)
+        run = new_run(measurement, suite_dir=suite_dir, session=session, status=status)
         result = self._files.append(run, new_segment=new_segment, history=history)
         if not self._offline:
             self._appended.append(_Append(run, new_segment, history))

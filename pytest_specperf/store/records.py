@@ -151,6 +151,9 @@ class StoredRun:
     summary: Summary
     provenance: Provenance
     segment: int
+    #: how the run counts (verdict/nightly.py's RunStatus): "accepted" in the level and the spread,
+    #: "suspect" (beyond the tolerance, not credibly) and "refused" (a REGRESSION night) in neither
+    status: str = "accepted"
 
     def summary_value(self, metric: str) -> float | None:
         """This run's mean of `metric` over its rounds (None where no round measured it)."""
@@ -166,6 +169,7 @@ class StoredRun:
             "fingerprint": self.measurement.fingerprint.redacted().to_dict(),
             "provenance": self.provenance.to_dict(),
             "segment": self.segment,
+            "status": self.status,
         }
 
 
@@ -210,7 +214,9 @@ class SaveResult:
     new_segment: bool = True
 
 
-def new_run(measurement: Measurement, *, suite_dir: Path | None, session: str | None = None) -> StoredRun:
+def new_run(
+    measurement: Measurement, *, suite_dir: Path | None, session: str | None = None, status: str = "accepted"
+) -> StoredRun:
     """Tonight's run of `measurement`, ready to append: summary, provenance (with a new run id).
 
     Its segment is set by the history it is appended to. A measurement without a fingerprint is
@@ -221,7 +227,7 @@ def new_run(measurement: Measurement, *, suite_dir: Path | None, session: str | 
             f"{measurement.key.label}: refusing to store a baseline without a fingerprint "
             "(a number without its environment is a phantom)"
         )
-    return StoredRun(measurement, Summary.of(measurement), Provenance.here(suite_dir, session), 0)
+    return StoredRun(measurement, Summary.of(measurement), Provenance.here(suite_dir, session), 0, status)
 
 
 def git_commit(directory: Path) -> str | None:
@@ -285,10 +291,17 @@ def read_baseline(path: Path) -> StoredBaseline:
     return StoredBaseline(newest.measurement, newest.summary, newest.provenance, path, tuple(runs), version)
 
 
+RUN_STATUSES = ("accepted", "suspect", "refused")
+
+
 def _read_run(data: dict[str, Any], *, segment: int) -> StoredRun:
     fingerprint = Fingerprint.from_dict(data["fingerprint"])
     measurement = Measurement.from_dict(data["measurement"], fingerprint=fingerprint)
-    return StoredRun(measurement, Summary.of(measurement), Provenance.from_dict(data["provenance"]), segment)
+    status = data.get("status", "accepted")  # runs stored before statuses were all accepted ones
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+    provenance = Provenance.from_dict(data["provenance"])
+    return StoredRun(measurement, Summary.of(measurement), provenance, segment, status)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -32,6 +32,8 @@ Pure: no pytest, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,13 +47,14 @@ from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quant
 MIN_SIZE: Final = 2
 #: Family-wise chance of a false change per night, over every series searched.
 ALPHA: Final = 0.001
-RHO_MARGIN: Final = 1.0
-#: How much of a correlated series' slow swings a fitted shape absorbs: E[r] ~ rho (1 - ABSORBED / n).
+RHO_MARGIN: Final = 3.5
+#: The drift test against the tolerance (`credible_drift`) needs less caution: its question is narrower.
+DRIFT_RHO_MARGIN: Final = 0.0
+#: How much of a correlated series' slow swings a fitted line absorbs: E[r] ~ rho (1 - ABSORBED / n).
 ABSORBED: Final = 5.0
 RHO_MAX: Final = 0.9
 OUTLIER_SIGMAS: Final = 5.0
 SIGMA_FLOOR: Final = 0.001
-
 
 
 _MAD: Final = 1.4826
@@ -120,24 +123,85 @@ def _at(change: ChangePoint, index: int) -> ChangePoint:
 
 
 def _best_change(logs: np.ndarray, searches: int) -> tuple[int, ChangePoint] | None:
+    """The best step and the best line, each tested with the serial correlation of its own
+    residuals (a staircase leaves a line wavy residuals, a line leaves a step sloped ones); of the
+    significant ones the better fit wins."""
     n = logs.size
     if n < 2 * MIN_SIZE:
         return None
-    step, drift = _fit_step(logs, 0.0), _fit_drift(logs, 0.0)
-    is_drift = drift.rss < step.rss
-    shape = drift if is_drift else step
-    rho = _rho_used(logs - _fitted(logs, shape), shape.at)
-    step, drift = _fit_step(logs, rho), _fit_drift(logs, rho)
-    shape = drift if is_drift else step
-    tests = n - 2 * MIN_SIZE + 1 if shape is step else 1
-    p = 2.0 * _p_value(shape.t, shape.df, tests)
-    if not p < ALPHA / max(1, searches):
-        return None
-    if shape is drift:
+    level = ALPHA / max(1, searches) / 2.0  # two shapes searched
+    plain_step, plain_line = _fit_step(logs, 0.0), _fit_drift(logs, 0.0)
+    two = _two_steps(logs) if n >= 3 * MIN_SIZE else (math.inf, logs, 0, 0)
+    noise = None
+    if 0.0 < two[0] < plain_step.rss and n * math.log(plain_step.rss / two[0]) > 2.0 * math.log(n):  # BIC
+        noise = (logs - two[1], (two[2], two[3]))  # a second change: judge the first against the rest
+        step_rho = _rho_used(noise[0], 0, margin=RHO_MARGIN, splits=noise[1])
+    else:
+        step_rho = _rho_used(logs - _fitted(logs, plain_step), plain_step.at, margin=RHO_MARGIN)
+    step = _fit_step(logs, step_rho, noise)
+    line = _fit_drift(logs, _rho_used(logs - _fitted(logs, plain_line), 0, margin=RHO_MARGIN))
+    found = []
+    if (p := _p_value(step.t, step.df, n - 2 * MIN_SIZE + 1)) < level:
+        found.append((step.rss, step.at, ChangePoint(step.at, _ratio(step.change, step.se, step.df), 2 * p, "step")))
+    if (p := _p_value(line.t, line.df, 1)) < level:
         span = n - 1
-        return 0, ChangePoint(0, _ratio(drift.change * span, drift.se * span, drift.df), p, "drift",
-                              math.exp(drift.change))  # fmt: skip
-    return step.at, ChangePoint(step.at, _ratio(step.change, step.se, step.df), p, "step")
+        change = _ratio(line.change * span, line.se * span, line.df)
+        found.append((line.rss, 0, ChangePoint(0, change, 2 * p, "drift", math.exp(line.change))))
+    if not found:
+        return None
+    if found[-1][2].kind == "drift" and two[0] < line.rss:
+        found.pop()  # a staircase: a line fits better than one step, but not better than two: no drift
+    if not found:
+        return None
+    _, at, point = min(found, key=lambda f: f[0])
+    return at, point
+
+
+def _two_steps(y: np.ndarray) -> tuple[float, np.ndarray, int, int]:
+    """The best fit with three levels (two steps, MIN_SIZE runs each): its residual sum of squares,
+    the fitted values and the two splits."""
+    n = y.size
+    sums, squares = np.concatenate([[0.0], np.cumsum(y)]), np.concatenate([[0.0], np.cumsum(y * y)])
+
+    def rss(a: int, b: int) -> float:
+        total = sums[b] - sums[a]
+        return float(squares[b] - squares[a] - total * total / (b - a))
+
+    best = (math.inf, MIN_SIZE, n - MIN_SIZE)
+    for i in range(MIN_SIZE, n - 2 * MIN_SIZE + 1):
+        for j in range(i + MIN_SIZE, n - MIN_SIZE + 1):
+            best = min(best, (rss(0, i) + rss(i, j) + rss(j, n), i, j))
+    total, i, j = best
+    levels = [(sums[b] - sums[a]) / (b - a) for a, b in ((0, i), (i, j), (j, n))]
+    fitted = np.concatenate([np.full(i, levels[0]), np.full(j - i, levels[1]), np.full(n - j, levels[2])])
+    return total, fitted, i, j
+
+
+def credible_drift(values: Sequence[float], max_regression: float, *, lower: bool = True) -> ChangePoint | None:
+    """A straight line through the series whose change from the first run to the last is credibly
+    beyond the tolerance (the 90% interval's near end beyond it), in the bad direction.
+
+    Not a search: one line, one one-sided test at the level of a night's own check. It is how a slow
+    drift becomes a REGRESSION: each night within the tolerance of a level that drifts with it,
+    the history absorbs it night by night. A question about the tolerance, not about "any change",
+    so wandering noise (even correlated, whose standard error the AR(1) model widens) seldom
+    crosses it."""
+    xs = [float(v) for v in values]
+    if len(xs) < 2 * MIN_SIZE or any(not math.isfinite(v) or v <= 0.0 for v in xs):
+        return None
+    logs = np.log(np.asarray(xs))
+    logs = logs[~_isolated_outliers(logs)]
+    if logs.size < 2 * MIN_SIZE:
+        return None
+    line = _fit_drift(logs, 0.0)
+    line = _fit_drift(logs, _rho_used(logs - _fitted(logs, line), 0, margin=DRIFT_RHO_MARGIN, absorbed=ABSORBED))
+    span = logs.size - 1
+    change = _ratio(line.change * span, line.se * span, line.df)
+    bound = 1.0 - max_regression if lower else 1.0 + max_regression
+    beyond = change.high < bound if lower else change.low > bound
+    return (
+        ChangePoint(0, change, 2.0 * _p_value(line.t, line.df, 1), "drift", math.exp(line.change)) if beyond else None
+    )
 
 
 def _ratio(log_change: float, se: float, df: float) -> Estimate:
@@ -176,8 +240,10 @@ class _Shape:
     df: float
 
 
-def _fit_step(y: np.ndarray, rho: float) -> _Shape:
-    """The split (>= MIN_SIZE runs each side) that explains most of the variance."""
+def _fit_step(y: np.ndarray, rho: float, noise: tuple[np.ndarray, tuple[int, ...]] | None = None) -> _Shape:
+    """The split (>= MIN_SIZE runs each side) that explains most of the variance. `noise`: the
+    residuals of a better fit (more levels, split where given) to take sigma from, when the series
+    has more than one change: one step's residuals would count the other change as noise."""
     n = y.size
     splits = np.arange(MIN_SIZE, n - MIN_SIZE + 1)
     sums = np.cumsum(y)
@@ -187,10 +253,13 @@ def _fit_step(y: np.ndarray, rho: float) -> _Shape:
     best = int(np.argmax(gain))
     j = int(splits[best])
     resid = y - np.where(np.arange(n) < j, before[best], after[best])
+    cuts = (j,) if noise is None else noise[1]
+    bounds = [0, *cuts, n]
+    trace = sum(_quadratic(np.ones(b - a), rho) / (b - a) for a, b in itertools.pairwise(bounds))
     blocks = [np.ones(j), np.ones(n - j)]
-    trace = sum(_quadratic(b, rho) / b.size for b in blocks)
     weights = np.concatenate([-blocks[0] / j, blocks[1] / (n - j)])
-    return _shape(j, float(after[best] - before[best]), resid, n - trace, weights, rho)
+    shape = _shape(j, float(after[best] - before[best]), resid if noise is None else noise[0], n - trace, weights, rho)
+    return dataclasses.replace(shape, rss=float((resid**2).sum()))
 
 
 def _fit_drift(y: np.ndarray, rho: float) -> _Shape:
@@ -224,7 +293,9 @@ def _fitted(y: np.ndarray, shape: _Shape) -> np.ndarray:
     return y.mean() + shape.change * x
 
 
-def _rho_used(resid: np.ndarray, split: int) -> float:
+def _rho_used(
+    resid: np.ndarray, split: int, *, margin: float = 0.0, absorbed: float = 0.0, splits: tuple[int, ...] = ()
+) -> float:
     """Serial correlation of the runs: the lag-1 autocorrelation of the better shape's residuals
     (for a step, the pair across its split left out), corrected for its small-sample bias and
     raised by `RHO_MARGIN`/sqrt(n), within [0, RHO_MAX].
@@ -235,13 +306,15 @@ def _rho_used(resid: np.ndarray, split: int) -> float:
     (measured on AR(1) series with rho 0.6 in benchmarks/verdict_nights.py).
     """
     n = resid.size
+    if n <= 2 * MIN_SIZE:
+        return RHO_MAX  # too short to tell: the most cautious reading
     den = float((resid**2).sum())
     pairs = resid[1:] * resid[:-1]
-    if split:
-        pairs[split - 1] = 0.0
+    for at in {split, *splits} - {0}:
+        pairs[at - 1] = 0.0
     r = float(pairs.sum()) / den if den > 0.0 else 0.0
-    unbiased = (n * r + 3.0) / (n - 3.0) / max(0.5, 1.0 - ABSORBED / n)
-    return min(max(unbiased + RHO_MARGIN / math.sqrt(n), 0.0), RHO_MAX)
+    unbiased = (n * r + 3.0) / (n - 3.0) / max(0.5, 1.0 - absorbed / n)
+    return min(max(unbiased + margin / math.sqrt(n), 0.0), RHO_MAX)
 
 
 def _quadratic(weights: np.ndarray, rho: float) -> float:
@@ -262,14 +335,15 @@ def _p_value(statistic: float, df: float, tests: int) -> float:
     return min(1.0, tests * 2.0 * float(stdtr(df, -statistic)))
 
 
-def locate_change(values: Sequence[float]) -> ChangePoint | None:
+def locate_change(values: Sequence[float], *, lower: bool = True) -> ChangePoint | None:
     """Where the change that a flagged night belongs to began: the split that explains most of the
     series, its later part ending with the last value (which may be alone), held against the runs
     before it (runs that are isolated outliers there left out).
 
     Not a detector: the night was already flagged, so this only answers "since when", with a single
     test at the interval's own level; a split the data do not support gives None (the report then
-    says "since tonight"). The series is the current segment, so a change acknowledged with
+    says "since tonight"), and so does a split in the other direction (`lower`: the later part is
+    the lower one). The series is the current segment, so a change acknowledged with
     `--specperf-update` is not in it.
     """
     xs = [float(v) for v in values]
@@ -290,6 +364,7 @@ def locate_change(values: Sequence[float]) -> ChangePoint | None:
         sigma = max(math.sqrt(float((resid**2).sum()) / df), SIGMA_FLOOR)
         se = sigma * math.sqrt(1.0 / before.size + 1.0 / after.size)
         estimate = _ratio(change, se, df)
-        if (estimate.low > 1.0 or estimate.high < 1.0) and (best is None or gain > best[0]):
+        supported = estimate.high < 1.0 if lower else estimate.low > 1.0
+        if supported and (best is None or gain > best[0]):
             best = gain, ChangePoint(j, estimate, 2.0 * _p_value(abs(change) / se, df, 1))
     return best[1] if best else None

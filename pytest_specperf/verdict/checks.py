@@ -1,7 +1,8 @@
 """Checks of one marked test, and the verdict they add up to.
 
-A check is met, missed, or inconclusive (stats.Decision). A test fails only on evidence: a
-missed check, or an incomparable baseline (by default). Every message names the metric, the
+A check is met, suspect or missed (stats.Decision; inconclusive too under the strict reading).
+A test fails only on evidence: a missed check, or an incomparable baseline (by default); a
+suspect check passes with a warning. Every message names the metric, the
 current value with its interval, what it was held against, the rounds, and any environment
 drift since the baseline: a number shown without its environment is how phantom baselines
 happen.
@@ -9,65 +10,51 @@ happen.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
-from pytest_specperf.store.records import StoredBaseline
+from pytest_specperf.store.records import StoredBaseline, StoredRun
+from pytest_specperf.verdict.changes import ChangePoint, change_percent
 from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
-from pytest_specperf.verdict.history import (
-    MIN_RUNS,
-    HistoryComparison,
-    SpeedupSpread,
-    advise_history,
-    compare_with_history,
-    speedup_estimate,
-)
+from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
+from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
 from pytest_specperf.verdict.stats import (
-    DEFAULT_MAX_ROUNDS,
     Decision,
     Direction,
     Estimate,
-    RoundsAdvice,
-    advise_rounds,
-    classify_ratio,
-    coefficient_of_variation,
     decide_range,
     decide_threshold,
     mean_estimate,
     ratio_estimate,
 )
-from pytest_specperf.verdict.trends import HistoryChange, history_changes, speedup_spread
-
-
-class Verdict(Enum):
-    PASS = "PASS"
-    REGRESSION = "REGRESSION"
-    IMPROVED = "IMPROVED"
-    INCONCLUSIVE = "INCONCLUSIVE"
-    INCOMPARABLE = "INCOMPARABLE"
-    NEW = "NEW"
-    ERROR = "ERROR"
+from pytest_specperf.verdict.trends import HistoryChange, Point, history_changes, speedup_spread
+from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check of one test: what was checked, the decision, and a sentence saying why."""
+    """One check of one test: what was checked, the decision, and a sentence saying why.
+
+    `night` is the nightly verdict behind a check against the stored history (the change in force,
+    rejected runs, the confirmation, what the key can detect); `start_sensitive` says whether a
+    server start's own offset can explain a miss, so that a second start can confirm it.
+    """
 
     name: str
     decision: Decision
     message: str
     estimate: Estimate | None = None
     improved: bool = False
-    advice: RoundsAdvice | None = None  # for an INCONCLUSIVE check: would more rounds decide it?
+    night: NightVerdict | None = None
+    start_sensitive: bool = False
 
     @property
-    def more_rounds_help(self) -> bool:
-        return self.decision is Decision.INCONCLUSIVE and (self.advice is None or self.advice.helps)
+    def beyond(self) -> bool:
+        """The estimate on the bad side (SUSPECT or MISSED)."""
+        return self.decision in (Decision.SUSPECT, Decision.MISSED)
 
 
 @dataclass
@@ -78,52 +65,51 @@ class Evaluation:
     baseline: StoredBaseline | None = None
     drift: FingerprintDiff | None = None
     updating: bool = False
-    changes: list[HistoryChange] = field(default_factory=list)  # change points in the history, tonight appended
+    changes: list[HistoryChange] = field(default_factory=list)  # changes in force in the history, tonight included
 
     @property
     def incomparable(self) -> bool:
         return self.drift is not None and not self.drift.comparable
 
-    @property
-    def inconclusive(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.decision is Decision.INCONCLUSIVE]
-
-    @property
-    def more_rounds_help(self) -> bool:
-        """Whether adding rounds is expected to decide an inconclusive check (else stop early)."""
-        return any(c.more_rounds_help for c in self.checks)
+    def having(self, decision: Decision) -> list[CheckResult]:
+        return [c for c in self.checks if c.decision is decision]
 
     @property
     def missed(self) -> list[CheckResult]:
-        return [c for c in self.checks if c.decision is Decision.MISSED]
+        return self.having(Decision.MISSED)
+
+    @property
+    def suspect(self) -> list[CheckResult]:
+        return self.having(Decision.SUSPECT)
+
+    @property
+    def inconclusive(self) -> list[CheckResult]:
+        return self.having(Decision.INCONCLUSIVE)
+
+    @property
+    def settled(self) -> bool:
+        """Every check MET (or IMPROVED): no second look."""
+        return all(c.decision is Decision.MET for c in self.checks)
+
+    @property
+    def confirmable(self) -> bool:
+        """A check a server start's offset can explain lies beyond its threshold: a second start may tell."""
+        return any(c.beyond and c.start_sensitive for c in self.checks)
+
+    @property
+    def nights(self) -> list[NightVerdict]:
+        return [c.night for c in self.checks if c.night is not None]
 
     @property
     def verdict(self) -> Verdict:
         return verdict_of(
             missed=bool(self.missed),
             incomparable=self.incomparable,
+            suspect=bool(self.suspect),
             inconclusive=bool(self.inconclusive),
             improved=any(c.improved for c in self.checks),
             new=self.baseline is None and not self.updating,
         )
-
-
-def verdict_of(*, missed: bool, incomparable: bool, inconclusive: bool, improved: bool, new: bool) -> Verdict:
-    """The one precedence of verdicts, for tests, report rows and `specperf diff` alike.
-
-    A check that failed is a REGRESSION even when the baseline is incomparable: checks against a
-    stored baseline are not made across setups (see `evaluate`), so what failed is valid on its own
-    (a speedup, a range, the error rate). Then INCOMPARABLE, INCONCLUSIVE, IMPROVED, NEW, PASS.
-    """
-    if missed:
-        return Verdict.REGRESSION
-    if incomparable:
-        return Verdict.INCOMPARABLE
-    if inconclusive:
-        return Verdict.INCONCLUSIVE
-    if improved:
-        return Verdict.IMPROVED
-    return Verdict.NEW if new else Verdict.PASS
 
 
 def fmt(estimate: Estimate, digits: int = 2) -> str:
@@ -156,46 +142,49 @@ def check_speedup(
     result: Measurement,
     reference: Measurement | None,
     minimum: float,
-    max_rounds: int = DEFAULT_MAX_ROUNDS,
     run_cv: float = 0.0,
     spread: SpeedupSpread | None = None,
     pairs: int = 0,
+    *,
+    strict: bool = False,
 ) -> CheckResult:
-    """Speedup over the reference, measured in the same session on two server starts: the interval
-    carries the start-to-start variance of a speedup besides round noise. It is the recorded
-    speedups' own (`spread`, from >= 3 runs of both servers stored by the same sessions) when there
-    is one, else the prior `run_cv` per start (config run_to_run_cv); the message says which."""
+    """Speedup over the reference, measured in the same session on two server starts (or more, after
+    a confirmation): the interval carries the start-to-start variance of a speedup besides round
+    noise. It is the recorded speedups' own (`spread`, from >= 3 runs of both servers stored by the
+    same sessions) when there is one, else the prior `run_cv` per start (config run_to_run_cv); the
+    message says which."""
     if reference is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
-    current, ref = result.samples("output_throughput"), reference.samples("output_throughput")
+    current, ref = result.start_samples("output_throughput"), reference.start_samples("output_throughput")
     if spread is not None:
         ratio = speedup_estimate(current, ref, run_cv, spread=spread)
-        between = spread.variance
         basis = f"start-to-start CV {spread.cv:.1%} from {spread.runs} recorded speedups"
     else:
-        ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 else ratio_estimate(current, ref)
-        between = 2.0 * run_cv * run_cv
+        single = len(current) == 1 and len(ref) == 1
+        ratio = (
+            speedup_estimate(current, ref, run_cv) if run_cv > 0.0 or not single else ratio_estimate(current[0], ref[0])
+        )
         more = MIN_RUNS - pairs
         basis = (
             f"prior run-to-run CV {run_cv:.1%} per start (config run_to_run_cv; {pairs} recorded "
             f"speedup{'s' if pairs != 1 else ''}, {more} more replace{'s' if more == 1 else ''} it)"
         )
-    decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER)
-    ref_cv = coefficient_of_variation(ref) or 0.0
-    fixed_cv = math.sqrt(ref_cv * ref_cv + between * len(ref))  # start offsets do not shrink
-    advice = advise_rounds(  # only this server's rounds can grow: the reference was measured once
-        ratio, [minimum], decision, max_rounds=max_rounds,
-        cv=coefficient_of_variation(current), fixed_n=len(ref), fixed_cv=fixed_cv,
-    )  # fmt: skip
+    decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER, strict=strict)
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
-        f"({len(result.rounds)} vs {len(reference.rounds)} rounds; {basis}) must be >= {minimum:g}: {decision.value}"
+        f"({_rounds(result)} vs {_rounds(reference)}; {basis}) must be >= {minimum:g}: {decision.value}"
     )
-    return CheckResult("min_speedup", decision, message, ratio, advice=advice)
+    return CheckResult("min_speedup", decision, message, ratio, start_sensitive=True)
+
+
+def _rounds(measurement: Measurement) -> str:
+    """'5 rounds', or '10 rounds on 2 server starts'."""
+    text = f"{len(measurement.rounds)} rounds"
+    return text if measurement.starts == 1 else f"{text} on {measurement.starts} server starts"
 
 
 def check_range(
-    result: Measurement, key: str, low: float | None, high: float | None, max_rounds: int = DEFAULT_MAX_ROUNDS
+    result: Measurement, key: str, low: float | None, high: float | None, *, strict: bool = False
 ) -> CheckResult:
     metric = RANGE_METRICS[key]
     samples = result.samples(metric)
@@ -204,14 +193,13 @@ def check_range(
     if not samples:
         return CheckResult(key, Decision.MISSED, f"{key}: {metric} was not measured (no successful round reports it)")
     estimate = mean_estimate(samples)
-    decision = decide_range(estimate, low, high)
+    decision = decide_range(estimate, low, high, strict=strict)
     bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
     message = (
-        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {len(samples)} rounds "
+        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {_rounds(result)} "
         f"must lie in {bounds}: {decision.value}"
     )
-    advice = advise_rounds(estimate, [low, high], decision, max_rounds=max_rounds)
-    return CheckResult(key, decision, message, estimate, advice=advice)
+    return CheckResult(key, decision, message, estimate, start_sensitive=metric != "accept_length")
 
 
 def check_lossless(result: Measurement, reference: Measurement | None, required: float = 1.0) -> CheckResult:
@@ -258,52 +246,103 @@ def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestReco
 # ---- stored-baseline comparison ---------------------------------------------------------------
 
 
-def history_comparison(
-    result: Measurement, baseline: StoredBaseline, metric: str, prior_cv: float
-) -> HistoryComparison | None:
-    """Tonight's `metric` against the current segment of the stored history (verdict/history.py);
-    None when either side lacks the metric (or has a non-positive sample, e.g. a broken round)."""
-    current = result.samples(metric)
-    runs = [r.measurement.samples(metric) for r in baseline.current_segment] or [baseline.measurement.samples(metric)]
-    runs = [r for r in runs if r]
-    if not current or not runs or min(current + [x for r in runs for x in r]) <= 0.0:
-        return None
-    return compare_with_history(current, runs, prior_cv)
+def past_runs(baseline: StoredBaseline, metric: str) -> tuple[list[StoredRun], list[PastRun]]:
+    """The current segment's runs that measured `metric` (every status), as the verdict engine sees them."""
+    runs, past = [], []
+    segment = baseline.current_segment or (StoredRun(baseline.measurement, baseline.summary, baseline.provenance, 0),)
+    for run in segment:
+        samples = run.measurement.samples(metric)
+        if samples and min(samples) > 0.0:
+            runs.append(run)
+            past.append(PastRun(tuple(samples), RunStatus(run.status)))
+    return runs, past
 
 
 def check_regression(
     result: Measurement,
     baseline: StoredBaseline,
     metric: str,
-    max_regression: float,
-    max_rounds: int = DEFAULT_MAX_ROUNDS,
-    prior_cv: float = 0.0,
+    tolerance: Tolerance,
+    *,
+    strict: bool = False,
+    searches: int = 1,
+    rounds: int | None = None,
 ) -> CheckResult | None:
-    """Is tonight credibly worse than the segment's level by more than `max_regression`?
-
-    The interval for tonight's ratio includes run-to-run variance (the segment's own, or the prior
-    `prior_cv` while the segment has fewer than 3 recorded runs): tonight is one more server start.
-    """
-    comparison = history_comparison(result, baseline, metric, prior_cv)
-    if comparison is None:
+    """Is tonight credibly worse than the segment's level by more than the tolerance, or is a change
+    beyond it in force? (verdict/nightly.py). None when either side lacks the metric."""
+    current = result.start_samples(metric)
+    runs, past = past_runs(baseline, metric)
+    if not current or not any(r.status.counted for r in past) or min(min(s) for s in current) <= 0.0:
         return None
-    outcome = classify_ratio(comparison.ratio, max_regression, _direction(metric))
-    change = "improved" if outcome.improved else outcome.decision.value
-    if outcome.decision is Decision.MISSED:
+    night = judge_night(current, past, tolerance, strict=strict, searches=searches, rounds=rounds)
+    assert night.comparison is not None
+    comparison = night.comparison
+    change = "improved" if night.improved else night.decision.value
+    if night.decision is Decision.MISSED:
         change = "REGRESSION"
-    current = mean_estimate(result.samples(metric))
+    estimate = mean_estimate(result.samples(metric))
+    sign = "-" if tolerance.direction is Direction.HIGHER_IS_BETTER else "+"
     message = (
-        f"{metric}: {fmt(current)} {METRICS[metric].unit} ({current.n} rounds) vs baseline "
-        f"{comparison.level:.2f} ({comparison.describe()}): ratio {fmt(outcome.ratio, 3)}, "
-        f"allowed {_allowed(max_regression, metric)}: {change}"
+        f"{metric}: {fmt(estimate)} {METRICS[metric].unit} ({_rounds(result)}) vs baseline "
+        f"{comparison.level:.2f} ({comparison.describe()}): ratio {fmt(comparison.ratio, 3)}, "
+        f"allowed {sign}{tolerance.max_regression:.0%}: {change}"
     )
-    advice = advise_history(comparison, outcome.regression_bound, outcome.decision, max_rounds=max_rounds)
-    return CheckResult(f"regression:{metric}", outcome.decision, message, outcome.ratio, outcome.improved, advice)
+    message += "".join(f"\n    {line}" for line in night_lines(night, runs))
+    return CheckResult(f"regression:{metric}", night.decision, message, comparison.ratio, night.improved, night, True)
 
 
-def _allowed(max_regression: float, metric: str) -> str:
-    sign = "-" if METRICS[metric].higher_is_better else "+"
-    return f"{sign}{max_regression:.0%}"
+def night_lines(night: NightVerdict, runs: Sequence[StoredRun]) -> list[str]:
+    """What else a history check rests on: a second start, earlier nights, rejected runs, a change."""
+    lines = []
+    if night.confirmed is not None and night.first_start is not None:
+        first = f"the first start alone: {night.first_start - 1:+.1%}"
+        lines.append(f"confirmed on a second server start ({first})" if night.confirmed
+                     else f"not confirmed on a second server start: the first start was slow ({first})")  # fmt: skip
+    if night.streak:
+        lines.append(f"judged together with the {night.streak} run(s) before it that were beyond the tolerance too")
+    if night.by_change and night.change is not None:
+        lines.append(f"a change beyond the tolerance is in force: {_since(night.change, runs)}")
+    for run, rejection in rejected_runs(night, runs):
+        lines.append(
+            f"run of {run.provenance.created[:10]} rejected as an outlier: {rejection.describe()}; kept in the file, "
+            "left out of the level and the spread"
+        )
+    return lines
+
+
+def rejected_runs(night: NightVerdict, runs: Sequence[StoredRun]) -> list[tuple[StoredRun, Rejection]]:
+    """The stored runs the history check left out as outliers (`runs`: those it was handed, `past_runs`)."""
+    counted = [r for r in runs if RunStatus(r.status).counted]
+    return [(counted[r.index], r) for r in (night.comparison.rejected if night.comparison else ())]
+
+
+def _since(change: ChangePoint, runs: Sequence[StoredRun]) -> str:
+    size = change_percent(change.change)
+    if change.kind == "drift" and change.per_run is not None:
+        size = f"drifting {(change.per_run - 1) * 100:+.2f}% per run, {size}"
+    if change.index >= len(runs):
+        return f"{size} since tonight"
+    p = runs[change.index].provenance
+    commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
+    return f"{size} since the run of {p.created[:10]} ({commit})"
+
+
+def night_changes(
+    result: Measurement, metric: str, check: CheckResult, baseline: StoredBaseline
+) -> list[HistoryChange]:
+    """The change a history check names: the one in force, else (for a night beyond the tolerance)
+    where it began."""
+    night = check.night
+    if night is None:
+        return []
+    point = night.change if night.change is not None else night.since
+    if point is None:
+        return []
+    runs, _ = past_runs(baseline, metric)
+    points = [Point(Estimate.exact(v), r.provenance.created, r.provenance.git_commit, r.segment)
+              for v, r in zip(night.values, runs, strict=False)]  # fmt: skip
+    points.append(Point(Estimate.exact(night.values[-1]), None, None, None, tonight=True))
+    return [HistoryChange.of(result.key, metric, point, points)]
 
 
 # ---- all checks of a test ---------------------------------------------------------------------
@@ -311,12 +350,12 @@ def _allowed(max_regression: float, metric: str) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """Tolerances in force for a test (marker > config > defaults), and how far rounds may grow."""
+    """Tolerances in force for a test (marker > config > defaults)."""
 
     max_regression: float
     max_regression_accept_length: float
     max_error_rate: float
-    max_rounds: int = DEFAULT_MAX_ROUNDS
+    rounds: int = 5
     run_to_run_cv: float = 0.02
     run_to_run_cv_accept_length: float = 0.005
 
@@ -332,10 +371,21 @@ class Limits:
                 else m.max_regression_accept_length
             ),
             max_error_rate=_workload_error_rate(config, workload) if m.max_error_rate is None else m.max_error_rate,
-            max_rounds=config.effective_max_rounds,
+            rounds=config.rounds,
             run_to_run_cv=config.run_to_run_cv,
             run_to_run_cv_accept_length=config.run_to_run_cv_accept_length,
         )
+
+    def tolerance(self, metric: str) -> Tolerance:
+        """The history check's tolerance of a metric (throughput or accept length)."""
+        if metric == "accept_length":
+            return Tolerance(self.max_regression_accept_length, _direction(metric), self.run_to_run_cv_accept_length)
+        return Tolerance(self.max_regression, _direction(metric), self.run_to_run_cv)
+
+
+#: The metrics a stored history judges every night, and the ones whose changes are only reported.
+JUDGED_METRICS = ("output_throughput", "accept_length")
+REPORTED_METRICS = ("mean_tpot_ms", "speedup")
 
 
 def _workload_error_rate(config: SpecperfConfig, workload: str) -> float:
@@ -354,9 +404,12 @@ def evaluate(
     *,
     updating: bool,
     reference_baseline: StoredBaseline | None = None,
+    strict: bool = False,
+    searches: int = 1,
 ) -> Evaluation:
     """Every check of a test on its current measurement. `reference_baseline` is the reference's
-    stored history of the same workload and level: with this one's it gives the recorded speedups."""
+    stored history of the same workload and level: with this one's it gives the recorded speedups.
+    `searches` is how many key series the session searches for changes (keys x metrics)."""
     level = result.key.concurrency
     evaluation = Evaluation(baseline=baseline, updating=updating)
     checks = evaluation.checks
@@ -368,28 +421,28 @@ def evaluate(
         minimum = marker.min_speedup_at(level)
         if minimum is not None:
             spread, pairs = speedup_spread(baseline, reference_baseline)
-            checks.append(
-                check_speedup(result, reference, minimum, limits.max_rounds, limits.run_to_run_cv, spread, pairs)
-            )
+            checks.append(check_speedup(result, reference, minimum, limits.run_to_run_cv, spread, pairs, strict=strict))
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:
-                checks.append(check_range(result, key, *bounds, limits.max_rounds))
+                checks.append(check_range(result, key, *bounds, strict=strict))
         if marker.lossless is not None:
             checks.append(check_lossless(result, reference, marker.lossless))
     if baseline is not None and not updating:
         evaluation.drift = drift(baseline, result)
         if evaluation.drift is None or evaluation.drift.comparable:
-            for metric, tolerance, prior in (
-                ("output_throughput", limits.max_regression, limits.run_to_run_cv),
-                ("accept_length", limits.max_regression_accept_length, limits.run_to_run_cv_accept_length),
-            ):
-                check = check_regression(result, baseline, metric, tolerance, limits.max_rounds, prior)
+            for metric in JUDGED_METRICS:
+                check = check_regression(
+                    result, baseline, metric, limits.tolerance(metric), strict=strict, searches=searches,
+                    rounds=limits.rounds,
+                )  # fmt: skip
                 if check is not None:
                     checks.append(check)
-            evaluation.changes = history_changes(
-                result, baseline, reference=reference, reference_baseline=reference_baseline
-            )
+                    evaluation.changes += night_changes(result, metric, check, baseline)
+            evaluation.changes += history_changes(
+                result, baseline, REPORTED_METRICS, reference=reference, reference_baseline=reference_baseline,
+                searches=searches,
+            )  # fmt: skip
     return evaluation
 
 

@@ -37,10 +37,13 @@ exp(d ± t · sqrt(Var(d))). The decision and `max_regression` apply to it uncha
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from scipy.stats import chi2
 
 from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
 
@@ -106,7 +109,9 @@ class Rejection:
     ratio: float  # the run over the level of the others
 
     def describe(self) -> str:
-        return f"{self.ratio - 1:+.1%} against the other runs (deleted-residual t = {self.t:+.1f}, limit {self.limit:.2f})"
+        return (
+            f"{self.ratio - 1:+.1%} against the other runs (deleted-residual t = {self.t:+.1f}, limit {self.limit:.2f})"
+        )
 
 
 def reject_outliers(levels: Sequence[float], *, min_runs: int = MIN_RUNS_TO_REJECT) -> list[Rejection]:
@@ -157,6 +162,8 @@ class HistoryComparison:
     round_cv: float | None  # tonight's round-to-round CV (first start)
     starts: int = 1
     rejected: tuple[Rejection, ...] = ()
+    run_variance: float | None = None  # S^2 of the runs' log levels (None below MIN_RUNS runs)
+    round_variance: float = 0.0  # their mean round noise, vbar
 
     @property
     def runs_to_replace_prior(self) -> int:
@@ -167,7 +174,9 @@ class HistoryComparison:
         """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)'."""
         runs = f"{self.runs} recorded run{'s' if self.runs != 1 else ''}"
         if self.rejected:
-            runs += f" ({len(self.rejected)} more rejected as outlier{'s' if len(self.rejected) != 1 else ''})"
+            runs += (
+                f" ({len(self.rejected)} more rejected as {'an outlier' if len(self.rejected) == 1 else 'outliers'})"
+            )
         if self.starts > 1:
             runs = f"{self.starts} server starts tonight; {runs}"
         if not self.prior:
@@ -215,9 +224,11 @@ def compare_with_history(
         half = _t_quantile(confidence, df) * math.sqrt(total)
         ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
     single = _fixed_part(levels, ybar, prior_cv, 1)
+    s2 = math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1) if k >= MIN_RUNS else None
+    vbar = math.fsum(r.variance for r in levels) / k
     return HistoryComparison(
         ratio, math.exp(ybar), k, math.sqrt(tau2), prior, single[1], single[2], round_cv,
-        tonight.starts, tuple(rejected),
+        tonight.starts, tuple(rejected), s2, vbar,
     )  # fmt: skip
 
 
@@ -273,18 +284,59 @@ def smallest_detectable_change(
     if comparison.round_cv is None:
         return None
     tau2 = comparison.run_cv**2
-    k = comparison.runs
     fixed = comparison.fixed_variance - tau2 + tau2 / starts
     noise = comparison.round_cv**2 / (rounds * starts)
     df = _satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
     se = math.sqrt(fixed + noise)
     z = _one_sided_t(DETECTION_POWER, math.inf)
     reach = _t_quantile(comparison.ratio.confidence, df) * se + z * se
-    if k < 1:
-        return None
     if higher_is_better:
         return math.exp(math.log(1.0 - max_regression) - reach)
     return math.exp(math.log(1.0 + max_regression) + reach)
+
+
+def spread_lower_bound(comparison: HistoryComparison, confidence: float = 0.90) -> float | None:
+    """A lower confidence bound of the run-to-run CV (rounds' noise removed): S^2 (k - 1) / chi2
+    (the upper `confidence` point) less the round noise. None while the spread is a prior. A key
+    is only called too noisy when it credibly is: the estimate from 10 runs scatters by +-25%."""
+    if comparison.run_variance is None:
+        return None
+    k = comparison.runs
+    low = comparison.run_variance * (k - 1) / float(chi2.ppf(confidence, k - 1)) - comparison.round_variance
+    return math.sqrt(max(0.0, low))
+
+
+def bimodal(values: Sequence[float], *, separation: float = 5.0, share: float = 0.2) -> tuple[float, float] | None:
+    """Two groups of run values that alternate in time (so not a step, which change points name):
+    the best split of the sorted log values, each group at least `share` of the runs (and 3),
+    Ashman's D = sqrt(2) |m1 - m2| / sqrt(s1^2 + s2^2) above `separation`, and at least three
+    switches between the groups in run order. Their geometric means, low first; None otherwise."""
+    logs = [math.log(v) for v in values if v > 0.0 and math.isfinite(v)]
+    n = len(logs)
+    smallest = max(3, math.ceil(share * n))
+    if n < 2 * smallest:
+        return None
+    ordered = sorted(logs)
+    best: tuple[float, float, float] | None = None
+    for j in range(smallest, n - smallest + 1):
+        low, high = ordered[:j], ordered[j:]
+        m1, m2 = math.fsum(low) / len(low), math.fsum(high) / len(high)
+        v = _var(low, m1) + _var(high, m2)
+        d = math.sqrt(2.0) * (m2 - m1) / math.sqrt(v) if v > 0.0 else math.inf
+        if best is None or d > best[0]:
+            best = (d, m1, m2)
+    assert best is not None
+    d, m1, m2 = best
+    if not d > separation:
+        return None
+    cut = (m1 + m2) / 2.0
+    sides = [y > cut for y in logs]
+    switches = sum(1 for a, b in itertools.pairwise(sides) if a != b)
+    return (math.exp(m1), math.exp(m2)) if switches >= 3 else None
+
+
+def _var(xs: Sequence[float], mean: float) -> float:
+    return math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
 
 
 def _one_sided_t(quantile: float, df: float) -> float:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pytest_specperf.verdict.changes import ChangePoint, locate_change, newest_change
+from pytest_specperf.verdict.changes import ChangePoint, credible_drift, locate_change, newest_change
 from pytest_specperf.verdict.history import (
     MIN_RUNS,
     HistoryComparison,
@@ -59,7 +59,7 @@ class SecondLook(Enum):
 
     NONE = "none"  # decided at the first look
     EXTEND = "extend"  # more rounds on the same start, then decide
-    RESTART = "restart"  # more rounds on the same start; if still not MET, a second start
+    RESTART = "restart"  # a second start; for a SUSPECT first look, more rounds on the first start before it
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,9 @@ def judge_night(
       the first start was slow, and tonight is judged by the second alone ("not confirmed").
     * A SUSPECT night after SUSPECT or refused ones is judged with them (`_streak`): a change that
       no single night proves is proven by the nights since it began.
-    * A change or drift in force whose size lies beyond the tolerance makes a REGRESSION as well,
-      once it holds on two runs (tonight and the night before).
+    * A change in force whose size lies beyond the tolerance makes a REGRESSION as well, once it
+      holds on two runs (tonight and the night before); so does a drift whose size over the series
+      is credibly beyond it (`changes.credible_drift`).
 
     `searches` is how many series are searched for changes tonight (keys x metrics): the change
     test is corrected for it. `rounds`/`starts_planned` are what the smallest detectable change is
@@ -137,12 +138,17 @@ def judge_night(
         look, confirmed, first_start = _confirm(look, tonight, history, tolerance, strict)
     look, streak = _with_streak(look, tonight, history, tolerance, strict)
     comparison, result = look
+    lower = tolerance.direction is Direction.HIGHER_IS_BETTER
     change = newest_change(values, searches=searches)
     by_change = change is not None and _beyond(change, tolerance) and change.index <= len(values) - 2
+    if not by_change and result.decision is not Decision.MISSED:
+        drift = credible_drift(values, tolerance.max_regression, lower=lower)
+        if drift is not None:
+            change, by_change = drift, True
     decision = Decision.MISSED if by_change else result.decision
     since = None
     if decision is not Decision.MET:
-        since = change if by_change else locate_change(values)
+        since = change if by_change else locate_change(values, lower=lower)
     detectable = smallest_detectable_change(
         comparison, tolerance.max_regression, rounds=rounds or comparison.ratio.n, starts=starts_planned,
         higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,

@@ -1,9 +1,10 @@
 """What a test's verdict becomes in pytest: passed, failed or skipped, with which message and warnings.
 
-The policy in one pure function, so that it is read and tested without a pytest run: a MISSED
-check fails the test; an INCOMPARABLE baseline fails, skips or warns (`--specperf-on-incomparable`);
-a check still INCONCLUSIVE after every allowed round warns, or fails under `--specperf-strict`.
-The plugin only carries the outcome out.
+The policy in one pure function, so that it is read and tested without a pytest run, in the
+precedence of verdict/verdicts.py: a MISSED check fails the test (whatever the baseline, so a row
+that says REGRESSION is never skipped); an INCOMPARABLE baseline fails, skips or warns
+(`--specperf-on-incomparable`); a SUSPECT check (and, under the strict reading, an INCONCLUSIVE
+one) warns, or fails under `--specperf-strict`. The plugin only carries the outcome out.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ class Outcome:
 def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incomparable: str, strict: bool) -> Outcome:
     """The outcome of one evaluated test (`on_incomparable`: "fail", "skip" or "warn")."""
     warned: list[str] = []
+    if evaluation.missed:
+        if evaluation.incomparable:
+            warned.append(incomparable_message(measurement, evaluation))
+        return Outcome("fail", failure_message(measurement, evaluation, evaluation.missed), tuple(warned))
     if evaluation.incomparable:
         message = incomparable_message(measurement, evaluation)
         if on_incomparable in ("fail", "skip"):
             return Outcome("fail" if on_incomparable == "fail" else "skip", message)
         warned.append(message)
-    if evaluation.missed:
-        return Outcome("fail", failure_message(measurement, evaluation, evaluation.missed), tuple(warned))
-    if evaluation.inconclusive:
-        message = failure_message(measurement, evaluation, evaluation.inconclusive)
-        message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
-        message += "".join(f"\n  {c.name}: {c.advice.reason}" for c in evaluation.inconclusive if c.advice)
+    doubtful = [*evaluation.suspect, *evaluation.inconclusive]
+    if doubtful:
+        message = failure_message(measurement, evaluation, doubtful)
+        if evaluation.suspect:
+            message += "\n  an estimate lies beyond its threshold, not credibly: it passes with this warning"
         if strict:
             return Outcome("fail", message + "; --specperf-strict fails it", tuple(warned))
         warned.append(message)

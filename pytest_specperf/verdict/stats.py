@@ -24,16 +24,12 @@ Methods, and why:
   spread): the interval is degenerate at the value. That is what the data says; a check at exactly
   the threshold then passes, because thresholds are inclusive.
 * Interval level: a check fails only on a credible miss (the whole interval on the bad side), so
-  each end of a reported interval is a one-sided bound at ``(1 + confidence) / 2``; an estimate on
-  the bad side without that credibility is SUSPECT (`decide_threshold`). ``DEFAULT_CONFIDENCE = 0.90`` (two-sided), i.e. each claim is made at
-  one-sided 95% — the convention of equivalence testing (TOST). A wrong MET or a wrong MISSED
-  therefore has probability ≤ 5% per look when the truth sits exactly on the threshold, and far less
-  when it does not. benchmarks/verdict_power.py measures the regression check (max_regression 0.05)
-  under the adaptive policy (5 rounds, one more at a time while INCONCLUSIVE, up to 10). Measured
-  with these defaults: false alarms with no change <= 0.2% per check at CV 1-5%; a 10% throughput
-  drop is caught 92% of the time at CV 3% (63% at CV 5%); a change of exactly the tolerance is
-  flagged ~8.5% of the time (the repeated looks inflate the 5% per look). Stricter levels lose the
-  90% detection goal: two-sided 0.95 catches 84%, 0.98 catches 69%.
+  each end of a reported interval is a one-sided bound at ``(1 + confidence) / 2``
+  (``DEFAULT_CONFIDENCE = 0.90`` two-sided: one-sided 95%, the convention of equivalence testing).
+  An estimate on the bad side without that credibility is SUSPECT (`decide_threshold`); the strict
+  reading asks the whole interval to be on the good side before a check is MET.
+  benchmarks/verdict_power.py measures the round-only check, benchmarks/verdict_nights.py the
+  nightly check against a history.
 
 Everything here is pure: no pytest, no I/O.
 """

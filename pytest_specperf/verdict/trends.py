@@ -19,7 +19,7 @@ from typing import Final
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.store.records import StoredBaseline, StoredRun
-from pytest_specperf.verdict.changes import change_percent, change_points
+from pytest_specperf.verdict.changes import ChangePoint, change_percent, newest_change
 from pytest_specperf.verdict.history import SpeedupSpread
 from pytest_specperf.verdict.stats import Estimate, mean_estimate, ratio_estimate
 
@@ -41,11 +41,13 @@ class Point:
     commit: str | None
     segment: int | None  # None for tonight
     tonight: bool = False
+    status: str | None = None  # how the stored run counts (accepted, suspect, refused); None for tonight
 
 
 @dataclass(frozen=True)
 class HistoryChange:
-    """A change point in a key's series: the runs from `index` on against the runs before it."""
+    """A change in a key's series: a step (the runs from `index` on against the runs before it) or a
+    drift (a straight line through the series, from `index` on)."""
 
     key: MeasurementKey
     metric: str
@@ -53,8 +55,17 @@ class HistoryChange:
     runs: int  # length of that series
     created: str | None  # when the first run after the change was stored; None when it is tonight
     commit: str | None
-    change: Estimate  # ratio of segment means, after / before, with its interval
+    change: Estimate  # step: ratio of means, after / before; drift: fitted last run / fitted first one
     p_value: float
+    kind: str = "step"
+    per_run: float | None = None  # a drift's change per run, as a ratio
+
+    @classmethod
+    def of(cls, key: MeasurementKey, metric: str, point: ChangePoint, points: Sequence[Point]) -> HistoryChange:
+        """The change point `point` of the series `points` (tonight last), with its first run's provenance."""
+        first = points[point.index]
+        return cls(key, metric, point.index, len(points), first.created, first.commit, point.change,
+                   point.p_value, point.kind, point.per_run)  # fmt: skip
 
     @property
     def tonight(self) -> bool:
@@ -66,9 +77,14 @@ class HistoryChange:
 
     @property
     def sentence(self) -> str:
-        """'eagle3-2step chat c1 throughput -8.1% [-9.5, -6.7] since the run of 2026-11-12 (commit abc1234)'."""
+        """'eagle3-2step chat c1 throughput -8.1% [-9.5, -6.7] since the run of 2026-11-12 (commit abc1234)';
+        a drift: '... throughput drifting -0.30% per run, -9.0% [-11.2, -6.8] since the run of ...'."""
         k = self.key
-        where = f"{k.server} {k.workload} c{k.concurrency} {KEY_METRICS.get(self.metric, self.metric)} {self.percent}"
+        name = KEY_METRICS.get(self.metric, self.metric)
+        size = self.percent
+        if self.kind == "drift" and self.per_run is not None:
+            size = f"drifting {(self.per_run - 1) * 100:+.2f}% per run, {size}"
+        where = f"{k.server} {k.workload} c{k.concurrency} {name} {size}"
         if self.created is None:
             return f"{where} since tonight"
         commit = f"commit {self.commit[:7]}" if self.commit else "no git commit"
@@ -133,7 +149,7 @@ def series(
         value = _value(run.measurement, metric, partner.measurement if partner is not None else None)
         if value is not None:
             p = run.provenance
-            points.append(Point(value, p.created, p.git_commit, run.segment))
+            points.append(Point(value, p.created, p.git_commit, run.segment, status=run.status))
     if tonight is not None:
         value = _value(tonight, metric, reference)
         if value is not None:
@@ -144,19 +160,18 @@ def series(
 def history_changes(
     tonight: Measurement,
     baseline: StoredBaseline,
+    metrics: Sequence[str],
     *,
     reference: Measurement | None = None,
     reference_baseline: StoredBaseline | None = None,
+    searches: int = 1,
 ) -> list[HistoryChange]:
-    """The newest change point of each key series (current segment, tonight appended): the one in force."""
+    """The change in force in each of `metrics`' series (current segment, every run, tonight
+    appended), for the series no nightly check judges (TPOT, speedup): reported, never failing."""
     found = []
-    for metric in KEY_METRICS:
+    for metric in metrics:
         points = series(tonight, baseline, metric, reference=reference, reference_baseline=reference_baseline)
-        changes = change_points([p.value.value for p in points])
-        if not changes:
-            continue
-        change = changes[-1]
-        first = points[change.index]
-        where = (change.index, len(points), first.created, first.commit)
-        found.append(HistoryChange(tonight.key, metric, *where, change.change, change.p_value))
+        change = newest_change([p.value.value for p in points], searches=searches)
+        if change is not None:
+            found.append(HistoryChange.of(tonight.key, metric, change, points))
     return found

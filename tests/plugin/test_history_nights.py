@@ -73,21 +73,23 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
     slow = night(6, "--specperf-record", f"--specperf-json={report}", spec_extra=("--sim-draft-slowdown", "8"))
     slow.assert_outcomes(failed=1)
     five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
-    assert five["not_stored"] == "a check MISSED (REGRESSION)"
+    assert five["not_stored"] is None and five["gate"]["confirmed"] is True
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (* rounds) vs baseline * (5 recorded runs, run-to-run CV *): ratio 0.*"
-            "allowed -5%: REGRESSION*",
+            "*output_throughput: * tok/s (* rounds on 2 server starts) vs baseline * (2 server starts tonight; "
+            "5 recorded runs, run-to-run CV *): ratio 0.*allowed -5%: REGRESSION*",
+            "*confirmed on a second server start (the first start alone: -*",
             "*server.flag --sim-draft-slowdown: unset → 8*",
         ]
     )
-    slow.stdout.fnmatch_lines(["*not stored eagle3-5step/default/c1: a check MISSED (REGRESSION)*"])
-    assert len(runs_of(suite)) == 5  # a regressed night never becomes part of the normal
+    slow.stdout.fnmatch_lines(["*second server start of eagle3-5step: one restart for 1 measurement*"])
+    # a regressed night is kept, refused: never part of the normal, but change points see it
+    assert [r["status"] for r in runs_of(suite)] == ["accepted"] * 5 + ["refused"] * 2
 
     update = night(7, "--specperf-update", spec_extra=("--sim-draft-slowdown", "8"))  # now intended
     update.assert_outcomes(passed=1)
-    assert [r["segment"] for r in runs_of(suite)] == [0] * 5 + [1]
+    assert [r["segment"] for r in runs_of(suite)] == [0] * 7 + [1]
 
 
 def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caught(make_suite) -> None:
@@ -120,9 +122,10 @@ def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caug
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * vs baseline * (10 recorded runs, run-to-run CV *): ratio 0.*"
-            "allowed -5%: REGRESSION*",
+            "*output_throughput: * vs baseline * (2 server starts tonight; 10 recorded runs, run-to-run CV *): "
+            "ratio 0.*allowed -5%: REGRESSION*",
+            "*confirmed on a second server start*",
             "*server.flag --sim-draft-slowdown: unset → 8*",
         ]
     )
-    assert len(runs_of(suite)) == len(stored)
+    assert [r["status"] for r in runs_of(suite)][len(stored) :] == ["refused", "refused"]

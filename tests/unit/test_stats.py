@@ -101,7 +101,9 @@ def test_mean_single_round_is_unknown_not_zero() -> None:
     e = mean_estimate([42.0])
     assert e.value == 42.0 and e.n == 1 and e.cv is None
     assert (e.low, e.high) == (-math.inf, math.inf)
-    assert decide_threshold(e, 1.0, HIGHER) is Decision.INCONCLUSIVE
+    assert decide_threshold(e, 1.0, HIGHER) is Decision.MET  # no credible miss, the estimate above
+    assert decide_threshold(e, 1.0, HIGHER, strict=True) is Decision.INCONCLUSIVE
+    assert decide_threshold(e, 50.0, HIGHER) is Decision.SUSPECT
 
 
 def test_mean_zero_variance_is_degenerate() -> None:
@@ -219,43 +221,52 @@ def test_ratio_approaches_delta_method_for_precise_data() -> None:
 
 
 @pytest.mark.parametrize(
-    ("interval", "direction", "expected"),
+    ("interval", "direction", "expected", "strict_expected"),
     [
-        ((1.15, 1.2), HIGHER, Decision.MET),
-        ((1.1, 1.2), HIGHER, Decision.MET),  # inclusive
-        ((1.0, 1.2), HIGHER, Decision.INCONCLUSIVE),
-        ((0.9, 1.05), HIGHER, Decision.MISSED),
-        ((0.9, 1.05), LOWER, Decision.MET),
-        ((1.0, 1.2), LOWER, Decision.INCONCLUSIVE),
-        ((1.12, 1.2), LOWER, Decision.MISSED),
-        ((-math.inf, math.inf), HIGHER, Decision.INCONCLUSIVE),
-        ((-math.inf, math.inf), LOWER, Decision.INCONCLUSIVE),
+        ((1.15, 1.2), HIGHER, Decision.MET, Decision.MET),
+        ((1.1, 1.2), HIGHER, Decision.MET, Decision.MET),  # inclusive
+        ((1.0, 1.2), HIGHER, Decision.MET, Decision.INCONCLUSIVE),  # the estimate on the threshold
+        ((1.0, 1.15), HIGHER, Decision.SUSPECT, Decision.SUSPECT),  # the estimate below, not credibly
+        ((0.9, 1.05), HIGHER, Decision.MISSED, Decision.MISSED),
+        ((0.9, 1.05), LOWER, Decision.MET, Decision.MET),
+        ((1.0, 1.2), LOWER, Decision.MET, Decision.INCONCLUSIVE),
+        ((1.05, 1.2), LOWER, Decision.SUSPECT, Decision.SUSPECT),
+        ((1.12, 1.2), LOWER, Decision.MISSED, Decision.MISSED),
+        ((-math.inf, math.inf), HIGHER, Decision.MET, Decision.INCONCLUSIVE),
+        ((-math.inf, math.inf), LOWER, Decision.MET, Decision.INCONCLUSIVE),
     ],
 )
-def test_decide_threshold(interval: tuple[float, float], direction: Direction, expected: Decision) -> None:
+def test_decide_threshold(
+    interval: tuple[float, float], direction: Direction, expected: Decision, strict_expected: Decision
+) -> None:
     low, high = interval
     value = (low + high) / 2 if math.isfinite(low) else 1.1
     assert decide_threshold(est(value, low, high), 1.1, direction) is expected
+    assert decide_threshold(est(value, low, high), 1.1, direction, strict=True) is strict_expected
 
 
 @pytest.mark.parametrize(
-    ("interval", "lo", "hi", "expected"),
+    ("interval", "lo", "hi", "expected", "strict_expected"),
     [
-        ((2.0, 2.5), 1.8, 3.0, Decision.MET),
-        ((1.7, 2.5), 1.8, 3.0, Decision.INCONCLUSIVE),
-        ((2.5, 3.2), 1.8, 3.0, Decision.INCONCLUSIVE),
-        ((1.0, 1.7), 1.8, 3.0, Decision.MISSED),
-        ((3.1, 3.3), 1.8, 3.0, Decision.MISSED),
-        ((1.0, 4.0), 1.8, 3.0, Decision.INCONCLUSIVE),
-        ((70.0, 80.0), 70.0, None, Decision.MET),
-        ((60.0, 69.0), 70.0, None, Decision.MISSED),
-        ((60.0, 69.0), None, 70.0, Decision.MET),
-        ((60.0, 69.0), None, None, Decision.MET),
+        ((2.0, 2.5), 1.8, 3.0, Decision.MET, Decision.MET),
+        ((1.7, 2.5), 1.8, 3.0, Decision.MET, Decision.INCONCLUSIVE),
+        ((2.5, 3.2), 1.8, 3.0, Decision.MET, Decision.INCONCLUSIVE),
+        ((2.9, 3.3), 1.8, 3.0, Decision.SUSPECT, Decision.SUSPECT),
+        ((1.0, 1.7), 1.8, 3.0, Decision.MISSED, Decision.MISSED),
+        ((3.1, 3.3), 1.8, 3.0, Decision.MISSED, Decision.MISSED),
+        ((1.0, 4.0), 1.8, 3.0, Decision.MET, Decision.INCONCLUSIVE),
+        ((70.0, 80.0), 70.0, None, Decision.MET, Decision.MET),
+        ((60.0, 69.0), 70.0, None, Decision.MISSED, Decision.MISSED),
+        ((60.0, 69.0), None, 70.0, Decision.MET, Decision.MET),
+        ((60.0, 69.0), None, None, Decision.MET, Decision.MET),
     ],
 )
-def test_decide_range(interval: tuple[float, float], lo: float | None, hi: float | None, expected: Decision) -> None:
+def test_decide_range(
+    interval: tuple[float, float], lo: float | None, hi: float | None, expected: Decision, strict_expected: Decision
+) -> None:
     low, high = interval
     assert decide_range(est((low + high) / 2, low, high), lo, hi) is expected
+    assert decide_range(est((low + high) / 2, low, high), lo, hi, strict=True) is strict_expected
 
 
 def test_decide_range_rejects_empty_range() -> None:
@@ -280,7 +291,9 @@ def test_regression_higher_is_better() -> None:
     better = decide_regression(scaled(1.2), BASE, 0.05, HIGHER)
     assert better.decision is Decision.MET and better.improved
     borderline = decide_regression(scaled(0.95), BASE, 0.05, HIGHER)
-    assert borderline.decision is Decision.INCONCLUSIVE
+    assert borderline.decision is Decision.MET  # the estimate on the bound: within (inclusive)
+    assert decide_regression(scaled(0.95), BASE, 0.05, HIGHER, strict=True).decision is Decision.INCONCLUSIVE
+    assert decide_regression(scaled(0.945), BASE, 0.05, HIGHER).decision is Decision.SUSPECT
 
 
 def test_regression_lower_is_better() -> None:
@@ -292,7 +305,7 @@ def test_regression_lower_is_better() -> None:
 
 
 def test_regression_edge_cases() -> None:
-    assert decide_regression([95.0], BASE, 0.05, HIGHER).decision is Decision.INCONCLUSIVE
+    assert decide_regression([95.0], BASE, 0.05, HIGHER).decision is Decision.MET  # one round: no credible miss
     exact = decide_regression([50.0, 50.0], [100.0, 100.0], 0.5, HIGHER)
     assert exact.decision is Decision.MET and not exact.improved  # degenerate at the bound: inclusive
     at_improvement_bound = decide_regression([150.0] * 3, [100.0] * 3, 0.5, HIGHER)
@@ -344,7 +357,7 @@ def test_advise_regression_uses_the_baseline_as_fixed() -> None:
     cur = list(rng.normal(92, 3, 5))
     result = decide_regression(cur, base, 0.05, HIGHER)
     advice = advise_regression(result)
-    if result.decision is Decision.INCONCLUSIVE:
+    if not result.decision.settled:
         assert advice.rounds_needed is None or advice.rounds_needed > 5
     else:
         assert not advice.helps
@@ -354,7 +367,7 @@ def test_advise_regression_uses_the_baseline_as_fixed() -> None:
 
 def test_advise_regression_single_round_baseline() -> None:
     result = decide_regression([93.0, 93.5, 92.5, 93.2, 92.8], [100.0], 0.05, HIGHER)
-    assert result.decision is Decision.INCONCLUSIVE
+    assert result.decision is Decision.SUSPECT
     advice = advise_regression(result)
     assert not advice.helps and "baseline's spread is unknown" in advice.reason
 
@@ -362,6 +375,6 @@ def test_advise_regression_single_round_baseline() -> None:
 def test_advise_regression_hopeless_baseline() -> None:
     noisy_base = [100.0, 92.0, 108.0, 95.0, 105.0]
     result = decide_regression([93.0, 93.5, 92.5, 93.2, 92.8], noisy_base, 0.05, HIGHER)
-    assert result.decision is Decision.INCONCLUSIVE
+    assert result.decision is Decision.SUSPECT
     advice = advise_regression(result)
     assert not advice.helps and "baseline" in advice.reason

@@ -16,7 +16,7 @@ from pytest_specperf.jsonfile import safe_name
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.store import records as store_module
 from pytest_specperf.store.file import FileStore
-from pytest_specperf.store.records import SCHEMA_VERSION, Summary
+from pytest_specperf.store.records import SCHEMA_VERSION, Summary, read_baseline
 from pytest_specperf.verdict.fingerprint import Fingerprint
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
@@ -152,7 +152,8 @@ def test_file_is_pretty_key_sorted_json(store: FileStore) -> None:
     assert data["kind"] == "pytest-specperf baseline"
     assert set(data) == {"schema_version", "kind", "runs"}
     [run] = data["runs"]
-    assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment"}
+    assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment", "status"}
+    assert run["status"] == "accepted"
     assert "fingerprint" not in run["measurement"]  # stored once per run
     assert len(run["measurement"]["rounds"][0]["records"]) == 2
     assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version", "session", "run_id"}
@@ -568,3 +569,21 @@ def test_a_real_run_moves_an_old_simulated_history_out_of_its_way(store: FileSto
     assert saved.path == legacy and saved.runs == 1 and saved.old is None
     assert store.load(KEY).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
     assert store.load(KEY, simulated=True) is not None  # kept, under sim/
+
+
+def test_a_runs_status_is_stored_and_read_back(store: FileStore) -> None:
+    """A SUSPECT or REGRESSION night is kept, marked: the verdict leaves it out of the level, change points see it."""
+    store.save(measurement(), suite_dir=None)
+    store.save(measurement(), suite_dir=None, new_segment=False, status="suspect")
+    result = store.save(measurement(), suite_dir=None, new_segment=False, status="refused")
+    history = read_baseline(result.path)
+    assert [r.status for r in history.runs] == ["accepted", "suspect", "refused"]
+
+
+def test_a_run_status_nobody_wrote_is_refused_by_name(store: FileStore) -> None:
+    path = store.save(measurement(), suite_dir=None).path
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["runs"][0]["status"] = "rejected"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(StoreError, match="status must be one of accepted, suspect, refused, got 'rejected'"):
+        read_baseline(path)
