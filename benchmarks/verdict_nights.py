@@ -63,6 +63,7 @@ class Key:
     rng: np.random.Generator
     history: list[PastRun] = field(default_factory=list)
     offset: float = 0.0
+    nights: int = 0
 
     def new_night(self, common: float | None = None) -> None:
         w = self.world
@@ -111,10 +112,7 @@ def finish(
     if step is SecondLook.NONE:
         night = Night(first, False, [samples[:ROUNDS]])
     else:
-        if first.decision is Decision.MISSED and step is SecondLook.RESTART:  # straight to a second start
-            samples, extended = samples[:ROUNDS], first
-        else:
-            extended = judge_night([samples], key.history, TOLERANCE, searches=searches, rounds=ROUNDS)
+        extended = judge_night([samples], key.history, TOLERANCE, searches=searches, rounds=ROUNDS)
         if extended.decision is Decision.MET or step is SecondLook.EXTEND:
             night = Night(extended, False, [samples])
         else:
@@ -126,9 +124,13 @@ def finish(
 
 
 def store(key: Key, night: Night) -> None:
-    for samples in night.starts:
-        key.history.append(PastRun(tuple(samples[:ROUNDS]), stored_status(night.verdict.decision)))
-    del key.history[:-HISTORY]
+    """Every start of the night, as the plugin stores them; the history keeps the newest HISTORY nights."""
+    key.nights += 1
+    status = stored_status(night.verdict.decision)
+    key.history += [PastRun(tuple(samples[:ROUNDS]), status, str(key.nights)) for samples in night.starts]
+    oldest = str(key.nights - HISTORY + 1)
+    while key.history and key.history[0].night is not None and int(key.history[0].night) < int(oldest):
+        del key.history[0]
 
 
 def one_night(key: Key, level: float = 1.0, searches: int = 1) -> Night:
@@ -181,7 +183,8 @@ def persistent(change: float, nights: int = 3, outlier: bool = False):
             if outlier:  # one -15% run among the recorded ones, as a night that slipped through
                 runs = [i for i, r in enumerate(key.history) if r.status.counted]
                 bad = runs[int(rng.integers(len(runs)))]
-                key.history[bad] = PastRun(tuple(x * 0.85 for x in key.history[bad].samples))
+                old = key.history[bad]
+                key.history[bad] = PastRun(tuple(x * 0.85 for x in old.samples), old.status, old.night)
             caught = [flagged(one_night(key, 1.0 - change)) for _ in range(nights)]
             first += caught[0]
             within += any(caught)

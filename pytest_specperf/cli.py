@@ -7,6 +7,8 @@
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
+    specperf backtest FILE.csv [--value COLUMN]   replay a nightly series through the verdict engine the tests
+                                                  use: each night's outcome, change points, a summary
     specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
 
 Exit codes:
@@ -31,6 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_specperf import backtest
 from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,schema}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,backtest,schema}")
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help=STORE_HELP)
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("-o", "--output", type=Path, required=True, help="where to write the merged JSON report")
     merge.set_defaults(run=run_merge)
 
+    backtest.add_parser(commands, EXIT_CODES, formatter)
     schema = commands.add_parser("schema", help="print the JSON Schema of --specperf-json reports")
     schema.set_defaults(run=run_schema)
     return parser

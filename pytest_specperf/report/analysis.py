@@ -210,13 +210,18 @@ def history_warnings(row: Row, tolerance: float) -> list[str]:
         for created, r in row.rejected
     ]
     low = spread_lower_bound(comparison)
-    if low is not None and low > tolerance / BLIND_RATIO:
+    if night.flapping:
+        lines.append(
+            f"{label}: this key cannot show a {tolerance:.0%} change: {night.returns} of its last {len(night.values) - 1} "
+            "nights were beyond the tolerance and then back to normal: raise rounds, raise the tolerance or fix the noise"
+        )
+    elif low is not None and low > tolerance / BLIND_RATIO:
         sees = f"; the smallest change one night flags (80%) is {night.detectable - 1:+.1%}" if night.detectable else ""
         lines.append(
             f"{label}: this key cannot show a {tolerance:.0%} change: its run-to-run CV is {comparison.run_cv:.1%} "
             f"(at least {low:.1%}, 90% confidence){sees}: raise rounds, raise the tolerance or fix the noise"
         )
-    groups = bimodal(night.values[:-1])
+    groups = bimodal(night.values[:-1], share=0.15)
     if groups is not None:
         lines.append(
             f"{label}: its run means fall into two groups ({groups[0]:.4g} and {groups[1]:.4g}, alternating from "

@@ -161,7 +161,7 @@ class FileStore:
                 kept = _move_aside(path, "unreadable") if error else None
                 segment = (runs[-1].segment + (1 if new_segment else 0)) if runs else 0
                 runs.append(dataclasses.replace(run, segment=segment))
-                runs = runs[-history:]
+                runs = newest_nights(runs, history)
                 atomic_write(path, dumps(document(runs)))
                 if not (self.root / ".gitignore").exists():
                     atomic_write(self.root / ".gitignore", GITIGNORE)
@@ -206,6 +206,19 @@ class FileStore:
                 f"{lock_path}: still locked after {LOCK_TIMEOUT_S:.0f} s; another pytest-specperf "
                 "process is writing this store (or died holding the lock on a network file system)"
             ) from exc
+
+
+def newest_nights(runs: list[StoredRun], nights: int) -> list[StoredRun]:
+    """The runs of the newest `nights` nights: a night is a session (its runs share the session id: a
+    second server start adds a run, not a night); a run without a session id is a night of its own."""
+    seen: list[object] = []
+    for index in range(len(runs) - 1, -1, -1):
+        night = runs[index].provenance.session or index
+        if night not in seen:
+            if len(seen) == nights:
+                return runs[index + 1 :]
+            seen.append(night)
+    return runs
 
 
 def _move_aside(path: Path, why: str) -> Path:

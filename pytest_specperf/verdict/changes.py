@@ -49,7 +49,9 @@ MIN_SIZE: Final = 2
 ALPHA: Final = 0.001
 RHO_MARGIN: Final = 3.5
 #: The drift test against the tolerance (`credible_drift`) needs less caution: its question is narrower.
-DRIFT_RHO_MARGIN: Final = 0.0
+DRIFT_RHO_MARGIN: Final = 0.5
+#: Nights a drift test needs: over fewer, a slow swing of correlated noise passes for a line.
+DRIFT_NIGHTS: Final = 15
 #: How much of a correlated series' slow swings a fitted line absorbs: E[r] ~ rho (1 - ABSORBED / n).
 ABSORBED: Final = 5.0
 RHO_MAX: Final = 0.9
@@ -177,25 +179,30 @@ def _two_steps(y: np.ndarray) -> tuple[float, np.ndarray, int, int]:
     return total, fitted, i, j
 
 
-def credible_drift(values: Sequence[float], max_regression: float, *, lower: bool = True) -> ChangePoint | None:
-    """A straight line through the series whose change from the first run to the last is credibly
+def credible_drift(
+    values: Sequence[float], max_regression: float, *, lower: bool = True, at: Sequence[float] | None = None
+) -> ChangePoint | None:
+    """A straight line through the series whose change from the first night to the last is credibly
     beyond the tolerance (the 90% interval's near end beyond it), in the bad direction.
 
     Not a search: one line, one one-sided test at the level of a night's own check. It is how a slow
     drift becomes a REGRESSION: each night within the tolerance of a level that drifts with it,
     the history absorbs it night by night. A question about the tolerance, not about "any change",
     so wandering noise (even correlated, whose standard error the AR(1) model widens) seldom
-    crosses it."""
+    crosses it. `at`: each value's night (the starts of one night share it; default: one a night)."""
     xs = [float(v) for v in values]
     if len(xs) < 2 * MIN_SIZE or any(not math.isfinite(v) or v <= 0.0 for v in xs):
         return None
     logs = np.log(np.asarray(xs))
-    logs = logs[~_isolated_outliers(logs)]
-    if logs.size < 2 * MIN_SIZE:
+    positions = np.asarray(at if at is not None else range(len(xs)), dtype=float)
+    keep = ~_isolated_outliers(logs)
+    logs, positions = logs[keep], positions[keep]
+    if positions[-1] - positions[0] < DRIFT_NIGHTS - 1:
         return None
-    line = _fit_drift(logs, 0.0)
-    line = _fit_drift(logs, _rho_used(logs - _fitted(logs, line), 0, margin=DRIFT_RHO_MARGIN, absorbed=ABSORBED))
-    span = logs.size - 1
+    line = _fit_drift(logs, 0.0, positions)
+    line = _fit_drift(logs, _rho_used(logs - _fitted(logs, line, positions), 0, margin=DRIFT_RHO_MARGIN,
+                                      absorbed=ABSORBED), positions)  # fmt: skip
+    span = float(positions[-1] - positions[0])
     change = _ratio(line.change * span, line.se * span, line.df)
     bound = 1.0 - max_regression if lower else 1.0 + max_regression
     beyond = change.high < bound if lower else change.low > bound
@@ -262,10 +269,11 @@ def _fit_step(y: np.ndarray, rho: float, noise: tuple[np.ndarray, tuple[int, ...
     return dataclasses.replace(shape, rss=float((resid**2).sum()))
 
 
-def _fit_drift(y: np.ndarray, rho: float) -> _Shape:
-    """The least-squares line through the series."""
+def _fit_drift(y: np.ndarray, rho: float, at: np.ndarray | None = None) -> _Shape:
+    """The least-squares line through the series (at positions `at`, default 0, 1, 2, ...)."""
     n = y.size
-    x = np.arange(n) - (n - 1) / 2.0
+    x = np.arange(n, dtype=float) if at is None else np.asarray(at, dtype=float)
+    x = x - x.mean()
     sxx = float((x**2).sum())
     slope = float(((y - y.mean()) * x).sum() / sxx)
     resid = y - y.mean() - slope * x
@@ -284,13 +292,13 @@ def _shape(at: int, change: float, resid: np.ndarray, left: float, weights: np.n
     return _Shape(at, change, float((resid**2).sum()), se, abs(change) / se, df)
 
 
-def _fitted(y: np.ndarray, shape: _Shape) -> np.ndarray:
-    """The values `shape` fits to y: two levels split at `shape.at`, or a line."""
+def _fitted(y: np.ndarray, shape: _Shape, at: np.ndarray | None = None) -> np.ndarray:
+    """The values `shape` fits to y: two levels split at `shape.at`, or a line (at positions `at`)."""
     n = y.size
     if shape.at:
         return np.where(np.arange(n) < shape.at, y[: shape.at].mean(), y[shape.at :].mean())
-    x = np.arange(n) - (n - 1) / 2.0
-    return y.mean() + shape.change * x
+    x = np.arange(n, dtype=float) if at is None else np.asarray(at, dtype=float)
+    return y.mean() + shape.change * (x - x.mean())
 
 
 def _rho_used(

@@ -254,7 +254,7 @@ def past_runs(baseline: StoredBaseline, metric: str) -> tuple[list[StoredRun], l
         samples = run.measurement.samples(metric)
         if samples and min(samples) > 0.0:
             runs.append(run)
-            past.append(PastRun(tuple(samples), RunStatus(run.status)))
+            past.append(PastRun(tuple(samples), RunStatus(run.status), run.provenance.session))
     return runs, past
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -164,6 +165,7 @@ class HistoryComparison:
     rejected: tuple[Rejection, ...] = ()
     run_variance: float | None = None  # S^2 of the runs' log levels (None below MIN_RUNS runs)
     round_variance: float = 0.0  # their mean round noise, vbar
+    serial: float = 1.0  # how much the runs' correlation in time widened the interval (serial_factor)
 
     @property
     def runs_to_replace_prior(self) -> int:
@@ -195,10 +197,14 @@ def compare_with_history(
     confidence: float = DEFAULT_CONFIDENCE,
     *,
     reject: bool = True,
+    spread_floor: float = 0.0,
+    serial: bool = True,
 ) -> HistoryComparison:
     """Tonight (round samples, or one list per server start) against the segment's counted runs
     (each a list of round samples; refused runs are not handed in). Outliers among the runs are
-    left out when `reject` (`reject_outliers`)."""
+    left out when `reject` (`reject_outliers`). `spread_floor`: a run-to-run variance (log scale,
+    round noise included) the runs' own S^2 is not allowed to fall below (`robust_spread`).
+    `serial`: widen the interval for runs that are credibly correlated in time (`serial_factor`)."""
     if not runs:
         raise ValueError("compare_with_history needs at least one recorded run")
     if prior_cv < 0.0:
@@ -212,7 +218,9 @@ def compare_with_history(
     k = len(levels)
     ybar = math.fsum(r.log_mean for r in levels) / k
     d = tonight.log_mean - ybar
-    tau2, fixed, fixed_df, prior = _fixed_part(levels, ybar, prior_cv, tonight.starts)
+    tau2, fixed, fixed_df, prior = _fixed_part(levels, ybar, prior_cv, tonight.starts, spread_floor)
+    factor = serial_factor([r.log_mean for r in levels]) if serial else 1.0
+    fixed, fixed_df = fixed * factor, max(1.0, fixed_df / factor)
     first = RunLevel.of(starts[0])
     round_cv = math.sqrt(first.variance * first.rounds) if first.rounds >= 2 else None
     n = tonight.rounds
@@ -223,12 +231,12 @@ def compare_with_history(
         df = _satterthwaite([(fixed, fixed_df), (tonight.variance, tonight.df)])
         half = _t_quantile(confidence, df) * math.sqrt(total)
         ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
-    single = _fixed_part(levels, ybar, prior_cv, 1)
+    single = _fixed_part(levels, ybar, prior_cv, 1, spread_floor)
     s2 = math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1) if k >= MIN_RUNS else None
     vbar = math.fsum(r.variance for r in levels) / k
     return HistoryComparison(
         ratio, math.exp(ybar), k, math.sqrt(tau2), prior, single[1], single[2], round_cv,
-        tonight.starts, tuple(rejected), s2, vbar,
+        tonight.starts, tuple(rejected), s2, vbar, factor,
     )  # fmt: skip
 
 
@@ -240,7 +248,7 @@ def _starts(current: Sequence[float] | Sequence[Sequence[float]]) -> list[list[f
 
 
 def _fixed_part(
-    levels: Sequence[RunLevel], ybar: float, prior_cv: float, starts: int
+    levels: Sequence[RunLevel], ybar: float, prior_cv: float, starts: int, floor: float = 0.0
 ) -> tuple[float, float, float, bool]:
     """(tau^2, the variance of d that tonight's rounds cannot shrink, its df, prior used?).
 
@@ -254,7 +262,7 @@ def _fixed_part(
     vbar = math.fsum(r.variance for r in levels) / k
     vbar_df = float(sum(r.rounds - 1 for r in levels)) or math.inf
     if k >= MIN_RUNS:
-        s2 = math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1)
+        s2 = max(floor, math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1))
         tau2 = max(0.0, s2 - vbar)
         if tau2 == 0.0:
             return 0.0, s2 / k, float(k - 1), False
@@ -263,6 +271,38 @@ def _fixed_part(
     tau2 = prior_cv * prior_cv
     fixed = tau2 * (1.0 / starts + 1.0 / k) + vbar / k
     return tau2, fixed, _satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)]), True
+
+
+def serial_factor(log_levels: Sequence[float]) -> float:
+    """How much wider a night's interval must be when the runs wander together: (1 + r) / (1 - r)
+    for r, the lag-1 autocorrelation of the runs less 1.645 / sqrt(k) (only credible correlation
+    counts, so independent runs keep 1). Real CI series correlate at +0.55..+0.77 from one run to the
+    next (a machine's state drifts): their spread within a window understates how far the level
+    wanders, and a night in a slow swing would otherwise pass for a regression."""
+    k = len(log_levels)
+    if k < 2 * MIN_RUNS:
+        return 1.0
+    mean = math.fsum(log_levels) / k
+    centred = [y - mean for y in log_levels]
+    den = math.fsum(c * c for c in centred)
+    if den == 0.0:
+        return 1.0
+    r = math.fsum(a * b for a, b in itertools.pairwise(centred)) / den
+    low = min(r - 1.645 / math.sqrt(k), 0.9)
+    return (1.0 + low) / (1.0 - low) if low > 0.0 else 1.0
+
+
+def robust_spread(log_levels: Sequence[float]) -> float:
+    """A run-to-run variance (round noise included) from every run of a segment, whatever its status:
+    (1.4826 MAD of the first differences)^2 / 2. A step moves one difference and a single bad night two,
+    so neither inflates it; runs that keep leaving the level and coming back (two states, a wide
+    spread the counted runs no longer show because the wide ones were refused) do."""
+    diffs = [b - a for a, b in itertools.pairwise(log_levels)]
+    if len(diffs) < MIN_RUNS:
+        return 0.0
+    middle = statistics.median(diffs)
+    mad = statistics.median(abs(d - middle) for d in diffs)
+    return (1.4826 * mad) ** 2 / 2.0
 
 
 def smallest_detectable_change(
@@ -281,11 +321,11 @@ def smallest_detectable_change(
     round noise at the planned rounds (the first start's round CV) and the history's fixed part.
     None when tonight's round noise is unknown (one round).
     """
-    if comparison.round_cv is None:
-        return None
+    if comparison.round_cv is None and comparison.round_variance > 0.0:
+        return None  # tonight's round noise unknown (one round) while the runs have some
     tau2 = comparison.run_cv**2
     fixed = comparison.fixed_variance - tau2 + tau2 / starts
-    noise = comparison.round_cv**2 / (rounds * starts)
+    noise = (comparison.round_cv or 0.0) ** 2 / (rounds * starts)
     df = _satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
     se = math.sqrt(fixed + noise)
     z = _one_sided_t(DETECTION_POWER, math.inf)
@@ -302,7 +342,8 @@ def spread_lower_bound(comparison: HistoryComparison, confidence: float = 0.90) 
     if comparison.run_variance is None:
         return None
     k = comparison.runs
-    low = comparison.run_variance * (k - 1) / float(chi2.ppf(confidence, k - 1)) - comparison.round_variance
+    effective = comparison.run_variance * comparison.serial  # runs that wander together see less
+    low = effective * (k - 1) / float(chi2.ppf(confidence, k - 1)) - comparison.round_variance
     return math.sqrt(max(0.0, low))
 
 

@@ -36,6 +36,7 @@ from pytest_specperf.verdict.history import (
     HistoryComparison,
     NightLevel,
     compare_with_history,
+    robust_spread,
     smallest_detectable_change,
 )
 from pytest_specperf.verdict.stats import Decision, Direction, RegressionResult, classify_ratio
@@ -59,7 +60,7 @@ class SecondLook(Enum):
 
     NONE = "none"  # decided at the first look
     EXTEND = "extend"  # more rounds on the same start, then decide
-    RESTART = "restart"  # a second start; for a SUSPECT first look, more rounds on the first start before it
+    RESTART = "restart"  # more rounds on the same start; if still not MET, a second start
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class PastRun:
 
     samples: tuple[float, ...]
     status: RunStatus = RunStatus.ACCEPTED
+    night: str | None = None  # the session that stored it: the starts of one night share it
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,14 @@ class NightVerdict:
     confirmed: bool | None = None  # with a second start: did it confirm the first? (None: one start)
     first_start: float | None = None  # the first start alone over the level, when a second was made
     streak: int = 0  # earlier runs beyond the tolerance the decision also rests on
+    returns: int = 0  # runs of the segment beyond the tolerance after which the key came back (`flapping`)
+
+    @property
+    def flapping(self) -> bool:
+        """The key keeps leaving its level and coming back: at least 3 (and a fifth of the segment's
+        runs) were SUSPECT or refused and followed by accepted ones. Its nights are not telling a
+        change from its own noise: it cannot show a change of the tolerance."""
+        return self.returns >= max(3, len(self.values) // 5)
 
     @property
     def regression(self) -> bool:
@@ -140,9 +150,11 @@ def judge_night(
     comparison, result = look
     lower = tolerance.direction is Direction.HIGHER_IS_BETTER
     change = newest_change(values, searches=searches)
-    by_change = change is not None and _beyond(change, tolerance) and change.index <= len(values) - 2
+    by_change = (
+        change is not None and change.kind == "step" and _beyond(change, tolerance) and change.index <= len(values) - 2
+    )
     if not by_change and result.decision is not Decision.MISSED:
-        drift = credible_drift(values, tolerance.max_regression, lower=lower)
+        drift = credible_drift(values, tolerance.max_regression, lower=lower, at=_night_positions(history))
         if drift is not None:
             change, by_change = drift, True
     decision = Decision.MISSED if by_change else result.decision
@@ -155,7 +167,7 @@ def judge_night(
     ) if comparison.runs >= MIN_RUNS else None  # fmt: skip
     return NightVerdict(
         decision, result.improved, comparison, change, since, by_change, detectable, values,
-        confirmed, first_start, streak,
+        confirmed, first_start, streak, _returns(history),
     )  # fmt: skip
 
 
@@ -166,7 +178,10 @@ def decide(
     counted = [r.samples for r in history if r.status.counted]
     if not counted:
         return None
-    comparison = compare_with_history(tonight, counted, tolerance.prior_cv)
+    floor = 0.0
+    if len(counted) < len(history):  # the counted runs may be a censored sample: see robust_spread
+        floor = robust_spread([math.log(_mean(r.samples)) for r in history])
+    comparison = compare_with_history(tonight, counted, tolerance.prior_cv, spread_floor=floor)
     return comparison, classify_ratio(comparison.ratio, tolerance.max_regression, tolerance.direction, strict=strict)
 
 
@@ -208,6 +223,21 @@ def _beyond(change: ChangePoint, tolerance: Tolerance) -> bool:
     if tolerance.direction is Direction.HIGHER_IS_BETTER:
         return change.change.value < 1.0 - tolerance.max_regression
     return change.change.value > 1.0 + tolerance.max_regression
+
+
+def _returns(history: Sequence[PastRun]) -> int:
+    """Uncounted (SUSPECT or refused) runs with an accepted run after them."""
+    last_counted = max((i for i, r in enumerate(history) if r.status.counted), default=-1)
+    return sum(1 for r in history[:last_counted] if not r.status.counted)
+
+
+def _night_positions(history: Sequence[PastRun]) -> list[int]:
+    """Each run's night, counted from the first, tonight last: a second start shares its night's."""
+    positions: list[int] = []
+    for i, run in enumerate(history):
+        same = i > 0 and run.night is not None and run.night == history[i - 1].night
+        positions.append(positions[-1] if same else (positions[-1] + 1 if positions else 0))
+    return [*positions, (positions[-1] + 1) if positions else 0]
 
 
 def _mean(samples: Sequence[float]) -> float:

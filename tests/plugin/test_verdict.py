@@ -61,7 +61,7 @@ def test_a_slower_simulator_is_a_regression(make_suite) -> None:
     result.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (8 rounds on 2 server starts) vs baseline * (2 server starts tonight; "
+            "*output_throughput: * tok/s (12 rounds on 2 server starts) vs baseline * (2 server starts tonight; "
             "1 recorded run, prior*): ratio 0.8*, allowed -5%: REGRESSION*",
             "*confirmed on a second server start (the first start alone: -1*%)*",
         ]
@@ -107,7 +107,7 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
         (
             "min_speedup=1.5",
             "failed",
-            "*min_speedup: speedup 1.1* over plain (8 rounds on 2 server starts vs 4 rounds; *) must be >= 1.5: missed*",
+            "*min_speedup: speedup 1.1* over plain (12 rounds on 2 server starts vs 4 rounds; *) must be >= 1.5: missed*",
         ),
         (
             "accept_length=(3.0, 4.0)",

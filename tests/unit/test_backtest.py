@@ -1,0 +1,82 @@
+"""`specperf backtest`: public series replayed through the verdict engine, and bad input named exactly."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specperf.backtest import read_series, replay, summary
+from pytest_specperf.cli import main
+from pytest_specperf.verdict.nightly import Tolerance
+from pytest_specperf.verdict.verdicts import Verdict
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "real-series"
+TIGERBEETLE = DATA / "tigerbeetle_load_accepted.csv"
+
+
+def test_tigerbeetles_step_is_flagged_on_its_first_night_and_named_since_it_by_the_second(tmp_path: Path) -> None:
+    """Run 15 is a -11.8% step (TigerBeetle's benchmark changed its workload): REGRESSION at once, and
+    the night after it says the change began at run 15, not "since tonight"."""
+    out = tmp_path / "tb.json"
+    assert main(["backtest", str(TIGERBEETLE), "--commit", "tigerbeetle_commit", "--time", "utc_time",
+                 "--json", str(out)]) == 0  # fmt: skip
+    nights = {n["run"]: n for n in json.loads(out.read_text())["nights"]}
+    assert nights[15]["outcome"] == "REGRESSION" and nights[15]["change_point"] == 15
+    assert nights[16]["outcome"] == "REGRESSION" and nights[16]["change_point"] == 15
+    assert nights[10]["outcome"] == "REGRESSION" and nights[11]["outcome"] == "PASS"  # one bad run, then back
+    assert all(nights[i]["outcome"] == "PASS" for i in range(1, 10))
+    assert nights[16]["commit"] == "c6f40a1a05a4d7dd1e0cd8dc8a4e8a4d3bb4e0e8" or nights[16]["commit"].startswith("c6f40a1")
+
+
+def test_a_stable_series_raises_no_false_regression() -> None:
+    """MongoDB's series: two known outliers (runs 4 and 90) and nothing else; TigerBeetle between its
+    changes, acknowledged with an update the night after each."""
+    _, rows = read_series(DATA / "mongodb_real_series.csv")
+    result = replay(rows, Tolerance(0.05))
+    flagged = [n.row.index for n in result.nights if n.outcome in (Verdict.REGRESSION, Verdict.SUSPECT)]
+    assert flagged == [90]
+    assert summary(result, Tolerance(0.05))["cannot_see_tolerance"] is False
+
+
+def test_a_bimodal_series_is_reported_as_unable_to_see_the_tolerance() -> None:
+    _, rows = read_series(DATA / "rocksdb_2023-09_ops_per_s.csv", value="revrange.t1")
+    facts = summary(replay(rows, Tolerance(0.05)), Tolerance(0.05))
+    assert facts["cannot_see_tolerance"] is True
+
+
+def test_per_round_values_and_updates_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "series.csv"
+    rows = [["night", "rounds", "update"]] + [[str(i), "100;101;99", "0"] for i in range(6)]
+    rows += [["6", "90;91;89", "0"], ["7", "90;90.5;89.5", "1"], ["8", "90;91;89", "0"]]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    column, series = read_series(path, value="night", rounds="rounds", update="update")
+    assert column == "night" and series[0].samples == (100.0, 101.0, 99.0) and series[7].update
+    outcomes = [n.outcome for n in replay(series, Tolerance(0.05)).nights]
+    assert outcomes[6] is Verdict.REGRESSION and outcomes[7] is Verdict.NEW and outcomes[8] is Verdict.PASS
+
+
+@pytest.mark.parametrize(
+    ("rows", "args", "message"),
+    [
+        ([["a"], ["1"]], [], "1 row(s); a backtest needs at least 2"),
+        ([["name", "tok_s"], ["x", "1"], ["y", "fast"]], [], "no numeric column to replay"),
+        ([["tok_s", "ttft"], ["10", "20"], ["12", "23"]], [], "several numeric columns (tok_s, ttft); choose one with --value"),
+        ([["tok_s"], ["10"], ["fast"]], ["--value", "tok_s"], "row 3, column 'tok_s': 'fast' is not a positive number"),
+        ([["tok_s"], ["10"], ["-2"]], ["--value", "tok_s"], "row 3, column 'tok_s': '-2' is not a positive number"),
+        ([["tok_s"], ["10"], ["12"]], ["--value", "ttft"], "no column 'ttft' (--value); the columns are tok_s"),
+        ([["tok_s", "u"], ["10", "0"], ["12", "maybe"]], ["--update", "u"], "row 3, column 'u': 'maybe' is not 1 or 0"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_file_row_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[list[str]], args: list[str], message: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    assert main(["backtest", str(path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"specperf: error: {path}: ") and message in err and "\n" not in err
