@@ -44,7 +44,7 @@ def with_updates(path: Path, updates: tuple[int, ...], folder: Path) -> Path:
 
 
 def judge(name: str, path: Path, value: str | None, events: tuple[int, ...], **columns: str) -> str:
-    column, rows = read_series(path, value=value, **columns)
+    _, rows = read_series(path, value=value, **columns)
     result = replay(rows, TOLERANCE)
     skipped = set(events) | {r.index for r in rows if r.update} | {0}
     stable = [n for n in result.nights if n.row.index not in skipped]

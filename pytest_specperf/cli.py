@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from pytest_specperf.store.records import StoredBaseline, StoredRun, read_baseli
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, check_regression
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
+from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.stats import (
     Decision,
     Estimate,
@@ -190,9 +192,11 @@ def run_show(args: argparse.Namespace) -> int:
 # --- history -----------------------------------------------------------------------------------------
 
 
-HISTORY_HEADERS = ("run", "stored", "commit", "segment", "tok/s", "TPOT ms", "τ", "speedup", "rounds", "change")
+HISTORY_HEADERS = (
+    "run", "stored", "commit", "segment", "status", "tok/s", "TPOT ms", "τ", "speedup", "rounds", "change",
+)  # fmt: skip
 #: the change column wraps, so a run with changes in several series keeps the table within 120 columns
-HISTORY_WIDTHS = (None,) * 9 + (31,)
+HISTORY_WIDTHS = (None,) * 10 + (25,)
 #: series searched for change points, with the short name the change column uses
 HISTORY_SERIES = (
     ("output_throughput", "tok/s"),
@@ -269,12 +273,21 @@ def history_rows(entry: StoredBaseline, reference: StoredBaseline | None = None)
             members = [i for i, r in enumerate(runs) if r.segment == segment and value(r, metric) is not None]
             values = [value(runs[i], metric) for i in members]
             for change in change_points([v for v in values if v is not None]):
-                marks.setdefault(members[change.index], []).append(f"{name} {change.percent}")
+                kind = "drift " if change.kind == "drift" else ""
+                marks.setdefault(members[change.index], []).append(f"{name} {kind}{change.percent}")
+        counted = [i for i, r in enumerate(runs) if r.segment == segment and r.status == "accepted"]
+        levels = [math.log(v) for i in counted if (v := value(runs[i], "output_throughput")) is not None and v > 0]
+        if len(levels) == len(counted):
+            for rejection in reject_outliers(levels):
+                marks.setdefault(counted[rejection.index], []).append(
+                    f"rejected as an outlier ({rejection.ratio - 1:+.1%}): out of the level and spread"
+                )
     rows = []
     for index, run in enumerate(runs):
         m = run.measurement
         rows.append([
             str(index + 1), run.provenance.created[:10], (run.provenance.git_commit or "-")[:7], str(run.segment),
+            run.status,
             _mean_pm(m, "output_throughput", 1), _mean_pm(m, "mean_tpot_ms", 2), _mean_pm(m, "accept_length", 2),
             pm(speedups[id(run)], 3) if id(run) in speedups else "-", str(len(m.rounds)),
             "; ".join(marks.get(index, [])),

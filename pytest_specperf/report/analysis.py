@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,8 @@ class Row:
     confirmation: str | None = None
     #: recorded runs the throughput check left out as outliers: (when stored, the rejection)
     rejected: tuple[tuple[str, Rejection], ...] = ()
+    #: the JSON `gate` of a row read back from a report (a merged report keeps it as it was)
+    gate: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> MeasurementKey:
@@ -212,8 +215,9 @@ def history_warnings(row: Row, tolerance: float) -> list[str]:
     low = spread_lower_bound(comparison)
     if night.flapping:
         lines.append(
-            f"{label}: this key cannot show a {tolerance:.0%} change: {night.returns} of its last {len(night.values) - 1} "
-            "nights were beyond the tolerance and then back to normal: raise rounds, raise the tolerance or fix the noise"
+            f"{label}: this key cannot show a {tolerance:.0%} change: {night.returns} of its last "
+            f"{len(night.values) - 1} nights were beyond the tolerance and then back to normal: raise rounds, "
+            "raise the tolerance or fix the noise"
         )
     elif low is not None and low > tolerance / BLIND_RATIO:
         sees = f"; the smallest change one night flags (80%) is {night.detectable - 1:+.1%}" if night.detectable else ""

@@ -155,7 +155,11 @@ def gate_json(row: Row) -> dict[str, Any] | None:
     """What tonight's throughput check against the history rests on, and what the key can see."""
     night = row.night
     if night is None or night.comparison is None:
-        return {"confirmation": row.confirmation} if row.confirmation else None
+        return (
+            dict(row.gate)
+            if row.gate is not None
+            else ({"confirmation": row.confirmation} if row.confirmation else None)
+        )
     c = night.comparison
     return {
         "runs": c.runs,
@@ -424,6 +428,7 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         history={metric: tuple(decode_point(p) for p in points) for metric, points in entry.get("history", {}).items()},
         changes=tuple(decode_change_point(m.key, c) for c in entry.get("change_points", [])),
         not_stored=entry.get("not_stored"),
+        gate=entry.get("gate"),
     )
 
 

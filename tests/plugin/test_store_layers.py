@@ -32,7 +32,7 @@ def pytest_unconfigure(config):
 """
 
 #: a row compared with a stored baseline ("vs baseline" has a ratio): any verdict but NEW/INCOMPARABLE
-COMPARED = r"plain \(ref\) +default +1 .*%.* (PASS|IMPROVED|INCONCLUSIVE|REGRESSION)$"
+COMPARED = r"plain \(ref\) +default +1 .*%.* (PASS|IMPROVED|SUSPECT|INCONCLUSIVE|REGRESSION)$"
 
 ONE_TEST = """
 import pytest

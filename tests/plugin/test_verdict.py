@@ -107,7 +107,8 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
         (
             "min_speedup=1.5",
             "failed",
-            "*min_speedup: speedup 1.1* over plain (12 rounds on 2 server starts vs 4 rounds; *) must be >= 1.5: missed*",
+            "*min_speedup: speedup 1.1* over plain (12 rounds on 2 server starts vs 4 rounds; *) "
+            "must be >= 1.5: missed*",
         ),
         (
             "accept_length=(3.0, 4.0)",

@@ -28,7 +28,7 @@ def test_tigerbeetles_step_is_flagged_on_its_first_night_and_named_since_it_by_t
     assert nights[16]["outcome"] == "REGRESSION" and nights[16]["change_point"] == 15
     assert nights[10]["outcome"] == "REGRESSION" and nights[11]["outcome"] == "PASS"  # one bad run, then back
     assert all(nights[i]["outcome"] == "PASS" for i in range(1, 10))
-    assert nights[16]["commit"] == "c6f40a1a05a4d7dd1e0cd8dc8a4e8a4d3bb4e0e8" or nights[16]["commit"].startswith("c6f40a1")
+    assert nights[16]["commit"].startswith("c6f40a1")
 
 
 def test_a_stable_series_raises_no_false_regression() -> None:
@@ -64,7 +64,11 @@ def test_per_round_values_and_updates_are_read(tmp_path: Path) -> None:
     [
         ([["a"], ["1"]], [], "1 row(s); a backtest needs at least 2"),
         ([["name", "tok_s"], ["x", "1"], ["y", "fast"]], [], "no numeric column to replay"),
-        ([["tok_s", "ttft"], ["10", "20"], ["12", "23"]], [], "several numeric columns (tok_s, ttft); choose one with --value"),
+        (
+            [["tok_s", "ttft"], ["10", "20"], ["12", "23"]],
+            [],
+            "several numeric columns (tok_s, ttft); choose one with --value",
+        ),
         ([["tok_s"], ["10"], ["fast"]], ["--value", "tok_s"], "row 3, column 'tok_s': 'fast' is not a positive number"),
         ([["tok_s"], ["10"], ["-2"]], ["--value", "tok_s"], "row 3, column 'tok_s': '-2' is not a positive number"),
         ([["tok_s"], ["10"], ["12"]], ["--value", "ttft"], "no column 'ttft' (--value); the columns are tok_s"),

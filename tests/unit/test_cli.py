@@ -72,13 +72,14 @@ def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys
     assert lines[0].startswith("eagle3-5step/chat/c1: 10 runs, ") and "plain/chat/c1" not in out
     assert lines[1] == "speedup over plain: its runs stored by the same session"
     assert lines[2].split() == [
-        "run", "stored", "commit", "segment", "tok/s", "TPOT", "ms", "τ", "speedup", "rounds", "change",
+        "run", "stored", "commit", "segment", "status", "tok/s", "TPOT", "ms", "τ", "speedup", "rounds", "change",
     ]  # fmt: skip
     row = {line.split()[0]: line for line in lines[4:] if line.strip() and line.split()[0].isdigit()}
     assert "tok/s -8." in row["7"] and "speedup -8." in out and "change" not in row["6"]
     assert "14.00" in row["1"] and "2.10±0.02" in row["1"]
-    assert row["1"].split()[7] == "-" and row["2"].split()[7].startswith("1.130±")  # 71.2 / 63; no partner at first
-    assert "new segment (--specperf-update)" in row["10"]
+    assert row["1"].split()[4] == "accepted"
+    assert row["1"].split()[8] == "-" and row["2"].split()[8].startswith("1.130±")  # 71.2 / 63; no partner at first
+    assert "new segment (--specperf-" in row["10"]
     assert max(len(line) for line in lines[2:]) <= 120  # the table (the first line holds the file's path)
     assert run(capsys, "history", "nobody/chat", "--store", tmp_path / ".specperf")[1].startswith("no stored history")
     code, out, _ = run(capsys, "history", "plain", "--store", tmp_path / ".specperf")

@@ -324,7 +324,7 @@ def test_the_specperf_command_reads_a_branch(
     assert main(["history", "plain", "--store", where]) == 0
     out = capsys.readouterr().out
     assert out.startswith("plain/chat/c1: 2 runs, ")
-    assert [line.split()[4] for line in out.splitlines()[3:5]] == ["72.0±3.4", "81.0±6.3"]  # tok/s of both runs
+    assert [line.split()[5] for line in out.splitlines()[3:5]] == ["72.0±3.4", "81.0±6.3"]  # tok/s of both runs
     assert main(["show", where]) == 0
     assert capsys.readouterr().out.startswith(f"stored baselines in {where}:")
     assert main(["diff", where, where]) == 0  # a store against itself: nothing regressed

@@ -422,6 +422,7 @@ def test_json_report_carries_history_change_points_and_why_a_run_was_not_stored(
     assert len(throughput) == 11 and throughput[-1]["tonight"] and throughput[-1]["created"] is None
     assert throughput[0] == {
         "created": "2026-11-10T01:00:00+00:00", "commit": "c0aaaaaaaa", "segment": 0, "tonight": False,
+        "status": "accepted",
         "value": throughput[0]["value"],
     }  # fmt: skip
     assert [c["metric"] for c in five["change_points"]] == ["output_throughput", "speedup"]
