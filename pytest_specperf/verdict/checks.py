@@ -88,8 +88,9 @@ class Evaluation:
 
     @property
     def settled(self) -> bool:
-        """Every check MET (or IMPROVED): no second look."""
-        return all(c.decision is Decision.MET for c in self.checks)
+        """No second look could change the verdict: every check MET, or missed for a reason more rounds or
+        another server start cannot explain (failed requests, outputs that differ, an accept length)."""
+        return all(c.decision is Decision.MET or (c.decision.settled and not c.start_sensitive) for c in self.checks)
 
     @property
     def confirmable(self) -> bool:
