@@ -16,7 +16,7 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.verdict.checks import Limits, Verdict, drift, evaluate, history_comparison
-from pytest_specperf.verdict.fingerprint import Change
+from pytest_specperf.verdict.fingerprint import Change, speedup_differences
 from pytest_specperf.verdict.stats import (
     Estimate,
     coefficient_of_variation,
@@ -55,6 +55,8 @@ class Row:
     changes: tuple[HistoryChange, ...] = ()
     #: why tonight's run was not appended to its history (--specperf-record / --specperf-update)
     not_stored: str | None = None
+    #: what the reference and this server differ in besides speculation (its speedup compares those too)
+    unlike_reference: tuple[Change, ...] = ()
 
     @property
     def key(self) -> MeasurementKey:
@@ -134,6 +136,11 @@ def build_report(
         if changes:
             report.drift[measurement.key.label] = [*changes.identity, *changes.environment]
         report.warnings += [f"{measurement.key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
+        if row.unlike_reference:
+            report.warnings.append(
+                f"{measurement.key.label}: its speedup over {config.reference} compares more than speculation: "
+                + "; ".join(str(c) for c in row.unlike_reference)
+            )
         report.warnings += _noise_warning(measurement, config)
     report.fits = _fits(config, report.rows)
     report.sweeps = sweep_summaries(report.rows)
@@ -180,11 +187,13 @@ def _row(
         comparison = history_comparison(measurement, baseline, "output_throughput", prior_cv)
         vs_baseline = comparison.ratio if comparison is not None else None
     speedup = cost = None
+    unlike: tuple[Change, ...] = ()
     if reference is not None and reference is not measurement and not measurement.is_reference:
         cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")
         if cur and ref:
             speedup = ratio_estimate(cur, ref)
         cost = _cost(measurement, reference)
+        unlike = tuple(speedup_differences(reference.fingerprint, measurement.fingerprint))
     history: dict[str, tuple[Point, ...]] = {}
     changes: tuple[HistoryChange, ...] = ()
     if comparable:
@@ -213,6 +222,7 @@ def _row(
         cv=coefficient_of_variation(measurement.samples("output_throughput")),
         history=history,
         changes=changes,
+        unlike_reference=unlike,
     )
 
 

@@ -124,6 +124,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "throughput_cv": row.cv,
         "cost_model": cost_json(row.cost),
         "drift": [{"name": c.name, "old": c.old, "new": c.new} for c in drift],
+        "unlike_reference": [{"name": c.name, "old": c.old, "new": c.new} for c in row.unlike_reference],
         "warnings": list(m.warnings),
         "notes": list(m.notes),
         "fingerprint": fingerprint,
@@ -396,6 +397,7 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         history={metric: tuple(decode_point(p) for p in points) for metric, points in entry.get("history", {}).items()},
         changes=tuple(decode_change_point(m.key, c) for c in entry.get("change_points", [])),
         not_stored=entry.get("not_stored"),
+        unlike_reference=tuple(Change(c["name"], c["old"], c["new"]) for c in entry.get("unlike_reference", [])),
     )
 
 

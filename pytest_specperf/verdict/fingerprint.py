@@ -446,6 +446,14 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
     ]
 
 
+def speedup_differences(reference: Fingerprint | None, current: Fingerprint | None) -> list[Change]:
+    """`unlike_reference` with the speculation keys of the engine the fingerprints name."""
+    if reference is None or current is None:
+        return []
+    engine = engine_for(current.identity.get("engine", default_engine()))
+    return unlike_reference(reference, current, engine.speculation_keys)
+
+
 def _as_args(patterns: Sequence[str]) -> list[str]:
     return [p.replace("server.flag", "arg") for p in patterns if p.startswith("server.flag")]
 

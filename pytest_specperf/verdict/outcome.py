@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message
+from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message, unlike_message
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,11 @@ def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incompara
         warned.append(message)
     if evaluation.missed:
         return Outcome("fail", failure_message(measurement, evaluation, evaluation.missed), tuple(warned))
+    if evaluation.unlike_reference:  # like a drift line: shown, and a failure only under --specperf-strict
+        message = f"{measurement.key.label}: {unlike_message(evaluation)}"
+        if strict:
+            return Outcome("fail", message + "; --specperf-strict fails it", tuple(warned))
+        warned.append(message)
     if evaluation.inconclusive:
         message = failure_message(measurement, evaluation, evaluation.inconclusive)
         message += f"\n  still inconclusive after {len(measurement.rounds)} rounds"
