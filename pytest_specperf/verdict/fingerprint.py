@@ -434,16 +434,24 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
     def view(fingerprint: Fingerprint) -> dict[str, str]:
         flat = {**fingerprint.identity, **fingerprint.environment}
         args = flat.pop("args", UNSET)
-        flat.update({name.replace("server.flag", "arg"): v for name, v in launch_flags(_argv(args)).items()})
+        if not any(name.startswith("server.flag ") for name in flat):  # the server did not report its command
+            flat.update({name: v for name, v in launch_flags(_argv(args)).items()})
         return flat
 
     ignored = ("workload_hash", "specperf.version", "python.version")
-    return [
+    changes = [
         change
         for change in _changes(view(reference), view(current))
-        if change.name not in ignored
-        and not any(fnmatch.fnmatchcase(change.name, p) for p in (*speculation_keys, *_as_args(speculation_keys)))
+        if change.name not in ignored and not any(fnmatch.fnmatchcase(change.name, p) for p in speculation_keys)
     ]
+    resolved = {c.name for c in changes if c.name.startswith("server.") and not c.name.startswith("server.flag ")}
+    # a flag whose resolved setting differs too is one difference, named once (by what the server runs)
+    return [c for c in changes if not c.name.startswith("server.flag --") or _setting(c.name) not in resolved]
+
+
+def _setting(flag_entry: str) -> str:
+    """`server.flag --attention-backend` -> `server.attention_backend`."""
+    return "server." + flag_entry.removeprefix("server.flag --").replace("-", "_")
 
 
 def speedup_differences(reference: Fingerprint | None, current: Fingerprint | None) -> list[Change]:
@@ -452,10 +460,6 @@ def speedup_differences(reference: Fingerprint | None, current: Fingerprint | No
         return []
     engine = engine_for(current.identity.get("engine", default_engine()))
     return unlike_reference(reference, current, engine.speculation_keys)
-
-
-def _as_args(patterns: Sequence[str]) -> list[str]:
-    return [p.replace("server.flag", "arg") for p in patterns if p.startswith("server.flag")]
 
 
 def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:

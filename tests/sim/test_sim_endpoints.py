@@ -61,7 +61,8 @@ def test_server_info_spec(spec_sim):
     assert info["speculative_draft_model_path"] == "org/kimi-k2.5-eagle3"
     assert info["max_running_requests"] == 48
     assert info["cuda_graph_max_bs_decode"] is None  # not given: SGLang resolves the limit into cuda_graph_config
-    assert info["cuda_graph_config"]["decode"]["max_bs"] == 128 and info["cuda_graph_config"]["decode"]["backend"] == "full"
+    decode = info["cuda_graph_config"]["decode"]
+    assert decode["max_bs"] == 128 and decode["backend"] == "full"
     assert info["mem_fraction_static"] == 0.85
     assert "--speculative-num-steps 5" in info["launch_command"]
     assert info["version"] == "0.5.23+specperf-sim"

@@ -57,7 +57,7 @@ huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name
 BACKEND = """\
 [2026-12-01 01:00:03] Attention backend not explicitly specified. Use torch_native backend by default.
 Traceback (most recent call last):
-  File "/opt/sglang/lib/python3.11/site-packages/sglang/srt/model_executor/model_runner.py", line 1603, in init_attention_backend
+  File "/opt/sglang/srt/model_executor/model_runner.py", line 1603, in init_attention_backend
 ValueError: EAGLE is not supported in decode attention backend torch_native
 """
 ATTRIBUTE = """\
@@ -94,7 +94,8 @@ def test_the_port_and_memory_failures_are_recognised_for_their_retries(tmp_path:
 
 
 OLDER_CASES = {
-    "nccl": ("[2026 TP1] x\nRuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error\n", "NCCL error", "(TP1)"),
+    "nccl": ("[2026 TP1] x\nRuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error\n",
+             "NCCL error", "(TP1)"),
     "model": ("OSError: foo/bar is not a local folder and is not a valid model identifier listed on hf.co\n",
               "model not found", "foo/bar"),
     "revision": ("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found\n",

@@ -269,3 +269,46 @@ def test_progress_line_keeps_the_speculative_flags_of_a_long_command() -> None:
     assert progress_line("Loading weights: 45%") == "Loading weights: 45%"
     long_plain = "x" * 300
     assert progress_line(long_plain).startswith("…") and len(progress_line(long_plain)) <= 121
+
+
+def test_a_long_start_shows_its_newest_milestone_not_the_launch_echo(tmp_path: Path) -> None:
+    """A 20-minute start must not be silent, nor show SGLang's `server_args=` echo as its progress."""
+    log = tmp_path / "eagle.log"
+    log.write_text(
+        "# specperf: python -m sglang.launch_server --model-path m\n"
+        "[2026-12-01 01:00:00] server_args={'model_path': 'm', 'api_key': 'sk-live-0123456789abcdef'}\n"
+        "[2026-12-01 01:00:05 TP0] Load weight begin. avail mem=78.10 GB\n"
+        "[2026-12-01 01:09:40 TP0] Load weight end. type=DeepseekV3ForCausalLM, avail mem=12.31 GB\n"
+        "[2026-12-01 01:09:41 TP0] Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4]\n"
+        "[2026-12-01 01:09:41 TP3] Using 1 CUDA streams\n"
+        "[2026-12-01 01:09:42] server_args={'model_path': 'm', 'dist_timeout': None}\n"
+    )
+    process = ServerProcess(LaunchPlan(
+        server="eagle", argv=("python",), env_overrides={}, host="127.0.0.1", port=1, log_path=log, startup_timeout=1,
+    ))  # fmt: skip
+    assert process.last_log_line() == (
+        "[2026-12-01 01:09:41 TP0] Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4]"
+    )
+    log.write_text("# specperf: python -m sglang.launch_server\nDownloading shards: 40%\n")
+    assert process.last_log_line() == "Downloading shards: 40%"
+
+
+def test_the_default_startup_timeout_is_an_hour() -> None:
+    """SGLang's own CI allows 3600 s on H200: download, DeepGEMM compilation, CUDA-graph capture, warmup."""
+    assert SpecperfConfig().startup_timeout == 3600.0
+    assert plan(ServerConfig(name="plain")).startup_timeout == 3600.0
+
+
+def test_a_dry_run_hands_the_installed_flags_to_the_simulator(tmp_path: Path) -> None:
+    from pytest_specperf.engines.flags import EngineFlags
+
+    flags = EngineFlags(
+        "sglang", "0.6.0", "installed", {"--model-path": "--model-path", "--new-flag": "--new-flag"},
+        algorithms=("EAGLE3", "SUPERDRAFT"),
+    )  # fmt: skip
+    config = SpecperfConfig(launcher="sim", model="m", engine_flags={"sglang": flags})
+    argv = build_launch(ServerConfig(name="plain"), config, run_dir=tmp_path, port=31000).argv
+    path = Path(argv[argv.index("--sim-sglang-flags") + 1])
+    assert "# algorithms: EAGLE3 SUPERDRAFT" in path.read_text() and "--new-flag" in path.read_text()
+    shipped = SpecperfConfig(launcher="sim", model="m")
+    assert "--sim-sglang-flags" not in build_launch(ServerConfig(name="p"), shipped, run_dir=tmp_path, port=1).argv
