@@ -332,7 +332,7 @@ def _gpu_identity(
     }
 
 
-def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str = "sglang") -> dict[str, str]:
+def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str) -> dict[str, str]:
     versions = {
         f"{engine}.version": _text(info.get("version")),
         "python.version": platform.python_version(),
