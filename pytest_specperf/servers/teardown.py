@@ -79,10 +79,10 @@ def terminate_tree(
             children = [p for p in tree.values() if p.pid != pid]
             psutil.wait_procs(children, timeout=min(timeout, 5.0))
     tree.update(_tree(pid))
-    _signal_group(pid, signal.SIGCONT)  # a stopped process dies of SIGKILL either way; SIGCONT lets it be reaped
-    _signal_group(pid, signal.SIGKILL)
     alive = [p for p in tree.values() if _is_running(p)]
     result.killed = len(alive)
+    _signal_group(pid, signal.SIGCONT)  # a stopped process dies of SIGKILL either way; SIGCONT lets it be reaped
+    _signal_group(pid, signal.SIGKILL)
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
