@@ -35,7 +35,8 @@ def probe(engine: str, python: str) -> None:
             started = time.perf_counter()
             found = engine_for(engine).flags(python, {})
             elapsed = time.perf_counter() - started
-            print(f"(a) {engine:6} {label}: {elapsed:6.2f} s, {found.source} {found.version}, {len(found.options)} options")
+            where = f"{found.source} {found.version}, {len(found.options)} options"
+            print(f"(a) {engine:6} {label}: {elapsed:6.2f} s, {where}")
 
 
 def stop(name: str, config: SpecperfConfig, server: ServerConfig) -> None:
