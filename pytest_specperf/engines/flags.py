@@ -269,13 +269,33 @@ def _installed_flags(
     cached = _read_cache(path)
     if cached is not None:
         return EngineFlags.from_probe(engine, cached)
+    from filelock import Timeout
+
     try:
-        data = _run(python, [_PARSER_PROBE_HEAD + probe.code + _PARSER_PROBE_TAIL], child_env, PARSER_PROBE_TIMEOUT_S)
+        with _one_dump_at_a_time(path):  # sessions side by side (xdist workers, CI jobs) dump the parser once
+            cached = _read_cache(path)
+            if cached is not None:
+                return EngineFlags.from_probe(engine, cached)
+            code = _PARSER_PROBE_HEAD + probe.code + _PARSER_PROBE_TAIL
+            data = _run(python, [code], child_env, PARSER_PROBE_TIMEOUT_S)
+            data.setdefault("version", found.get("version"))
+            _write_cache(path, data)
     except ProbeFailed as exc:
         return shipped(f"`{python}` imports {probe.package} but could not build its parser ({exc})")
-    data.setdefault("version", found.get("version"))
-    _write_cache(path, data)
+    except Timeout:
+        return shipped(f"another session has been asking `{python}` for {probe.package}'s parser for too long")
     return EngineFlags.from_probe(engine, data)
+
+
+def _one_dump_at_a_time(path: Path) -> contextlib.AbstractContextManager[object]:
+    """A file lock beside the cache file; none where the cache folder cannot be written."""
+    from filelock import FileLock
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return contextlib.nullcontext()
+    return FileLock(str(path) + ".lock", timeout=PARSER_PROBE_TIMEOUT_S)
 
 
 def _run(python: str, argv: list[str], env: Mapping[str, str], timeout: float) -> dict[str, Any]:
