@@ -345,13 +345,28 @@ def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str) -> d
 
 
 def _server_settings(info: Mapping[str, Any], engine: Engine) -> dict[str, str]:
-    """Resolved settings and the redacted launch command, as reported by the server."""
-    settings = {
-        f"server.{name}": _text(info[name]) for name in engine.info_fields if name in info and not is_secret_name(name)
-    }
+    """Resolved settings and the redacted launch command, as reported by the server.
+
+    A nested setting (SGLang 0.5.23's `cuda_graph_config`, one object per phase) becomes one entry per
+    leaf that is set (`server.cuda_graph_config.decode.max_bs`), so a drift line names what changed.
+    """
+    settings: dict[str, str] = {}
+    for name in engine.info_fields:
+        if name in info and not is_secret_name(name):
+            settings.update(_leaves(f"server.{name}", info[name]))
     if "launch_command" in info:
         settings.update(launch_flags(_argv(info["launch_command"])))
     return settings
+
+
+def _leaves(prefix: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {prefix: _text(value)}
+    found: dict[str, str] = {}
+    for key, inner in value.items():
+        if inner is not None and not is_secret_name(str(key)):
+            found.update(_leaves(f"{prefix}.{key}", inner))
+    return found
 
 
 def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:
