@@ -21,9 +21,10 @@ from pytest_specperf import __version__
 from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates, terminate_tree
+from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.servers.registry import SharedRegistry
+from pytest_specperf.servers.teardown import terminate_tree
 from pytest_specperf.session import Options, PlannedTest, SpecperfSession
 from pytest_specperf.verdict.checks import CheckResult
 from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker, measured_cases, parse_marker
@@ -46,11 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="config file (default: specperf.toml or [tool.specperf] in the rootdir)",
     )
-    add(
-        "--specperf-launcher",
-        choices=("sglang", "sim"),
-        help="override `launcher`: sim dry-runs a GPU suite on the built-in simulator",
-    )
+    add("--specperf-launcher", metavar="ENGINE|sim", help="override `launcher`: sim dry-runs a suite on the simulator")
     add("--specperf-rounds", type=int, metavar="N", help="override `rounds` (measured rounds per measurement)")
     add("--specperf-sim-time-scale", type=float, metavar="F", help="override `sim_time_scale` (simulator delays x F)")
     add(
@@ -131,6 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if problem := missing_matplotlib():  # say so before any server starts, not after the run
             raise pytest.UsageError(f"pytest-specperf: {problem}")
     config.pluginmanager.register(plugin, SESSION_PLUGIN)
+    for message in specperf_config.warnings if specperf_config else ():
+        config.issue_config_time_warning(SpecperfWarning(message), stacklevel=2)
     if specperf_config is not None and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(plugin), "specperf-xdist")
 
@@ -303,6 +302,7 @@ class SpecperfPlugin:
                     f"specperf: dry run: the `command` templates of {', '.join(templates)} were rendered and their "
                     f"programs found; {DRY_RUN_LIMITS}"
                 )
+        lines += [f"specperf: {note}" for note in c.notes]
         if self.session:
             lines.append(f"specperf: server logs in {self.session.run_dir}")
         return lines

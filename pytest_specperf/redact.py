@@ -5,10 +5,12 @@ log tails in error messages, launch commands, URLs) passes through these helpers
 are not enough: `SGLANG_HF_AUTH=hf_...` has no "TOKEN" in its name, yet its value is a Hugging
 Face token. So values are matched too:
 
-* known credential shapes anywhere in text: Hugging Face `hf_...`, OpenAI-style `sk-...`, GitHub
+* known credential shapes anywhere in text: Hugging Face `hf_...` (with a digit, and not inside a
+  path: `utils/hf_transformers/config.py` is a file, not a token), OpenAI-style `sk-...`, GitHub
   `ghp_...`/`github_pat_...`, Slack `xox?-...`, AWS access key ids (`AKIA...`/`ASIA...`),
   `Bearer <token>` / `Basic <token>` (an Authorization header pasted in a log), `--api-key X`,
-  URL userinfo and token-like query parameters;
+  a quoted value under a secret-like key (`'api_key': 'X'`, `api_key='X'`: how SGLang logs its
+  arguments at every start), URL userinfo and token-like query parameters;
 * in variables: every value whose name says credential (TOKEN, KEY, SECRET, PASSW, CREDENTIAL,
   AUTH, COOKIE, SESSION, PRIVATE), and any long high-entropy value (a random-looking string of
   24+ characters without path separators or spaces), whatever the name.
@@ -37,7 +39,7 @@ _SECRET_QUERY_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|^SIG$|SIGNAT
 # Well-known credential shapes, caught wherever they appear (values, args, free text).
 _SECRET_VALUE = re.compile(
     r"\bsk-[A-Za-z0-9_\-]{8,}"
-    r"|\bhf_[A-Za-z0-9]{8,}"
+    r"|(?<![\w/.\-])hf_(?=[A-Za-z]*\d)[A-Za-z0-9]{8,}(?![\w/])"
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
     r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
     r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
@@ -52,6 +54,8 @@ _URL_SECRET_PARAM = re.compile(
 )
 _SECRET_FLAG_IN_TEXT = re.compile(r"(--(?:admin-)?api-key(?:=|\s+))(\"[^\"]*\"|'[^']*'|\S+)")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+# `'api_key': 'X'`, `"api_key": "X"`, `api_key='X'`: a quoted value under a key named like a secret
+_QUOTED_UNDER_KEY = re.compile(r"""\b([A-Za-z_][A-Za-z0-9_]*)(['"]?\s*[:=]\s*)(['"])([^'"\n]+)\3""")
 #: bits per character above which a long value looks random (English words and names stay below)
 ENTROPY_BITS = 3.5
 MIN_RANDOM_LENGTH = 24
@@ -83,7 +87,15 @@ def redact_text(text: str) -> str:
     text = _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
     text = _SECRET_FLAG_IN_TEXT.sub(rf"\1{REDACTED}", text)
     text = _AUTH_SCHEME.sub(rf"\1\2{REDACTED}", text)
+    text = _QUOTED_UNDER_KEY.sub(_hide_quoted_secret, text)
     return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def _hide_quoted_secret(match: re.Match[str]) -> str:
+    key, sep, quote, value = match.groups()
+    if not is_secret_name(key) or value == REDACTED:
+        return match.group(0)
+    return f"{key}{sep}{quote}{REDACTED}{quote}"
 
 
 def redact_value(name: str, value: str) -> str:

@@ -170,10 +170,15 @@ class SpecperfSession:
         return self._measure(key)
 
     def reference_measurement(self, key: MeasurementKey) -> Measurement | None:
+        """The reference's measurement of `key`'s workload and level; None when there is none, or when
+        it failed (its own row says ERROR; a check that needs it says so: `evaluate`)."""
         if self.config.reference_server is None or key.server == self.config.reference:
             return None
         self.measure_reference()
-        return self._measure(self._reference_key(key))
+        try:
+            return self._measure(self._reference_key(key))
+        except SpecperfError:
+            return None
 
     def measure_reference(self) -> None:
         """Measure every planned reference workload in one stretch, while its server is up."""
@@ -417,6 +422,7 @@ class SpecperfSession:
             self._readable_baseline(reference.key) if reference is not None and not self.options.update else None
         )
         limits = self.limits(marker, key.workload)
+        self._check_reference(key, marker, reference)
 
         def look() -> Evaluation:
             return evaluate(
@@ -483,6 +489,22 @@ class SpecperfSession:
             self._note(result, holding)
             self._publish(result)
         self._starts[result.key] = server.start
+
+    def _check_reference(
+        self, key: MeasurementKey, marker: SpecperfMarker | None, reference: Measurement | None
+    ) -> None:
+        """A check against a reference whose measurement failed cannot be made: the test errors and
+        says why, while this server's own measurement stays reported (not a 0 tok/s regression)."""
+        failure = self.failures.get(self._reference_key(key)) if reference is None else None
+        if failure is None or marker is None:
+            return
+        needs = [name for name, on in (("min_speedup", marker.min_speedup_at(key.concurrency) is not None),
+                                       ("lossless", marker.lossless is not None)) if on]  # fmt: skip
+        if needs:
+            raise SpecperfError(
+                f"{', '.join(needs)} of {key.label} cannot be checked: the reference server "
+                f"{self.config.reference!r} was not measured ({str(failure).splitlines()[0]})"
+            )
 
     # ---- results ------------------------------------------------------------------------------
 

@@ -7,11 +7,15 @@ with `ast` instead of importing it. It reproduces what `ServerArgs.add_cli_args`
 * one action per annotated field `name: A[T, "help"]` or `name: A[T, Arg(...)]` of the
   namespace classes in `srt/arg_groups/fields/*.py` (and of `ServerArgs` itself), named
   `--field-name` or `Arg(cli_name=...)`, plus `Arg(aliases=[...])`; `Arg(no_cli=True)` has none;
+  `Arg(action=argparse.BooleanOptionalAction)` adds argparse's `--no-` form of each long name;
 * the literal `parser.add_argument("--flag", ...)` calls inside `add_cli_args`;
 * argparse's own `-h/--help`.
 
 Usage: python scripts/sglang_flags.py PATH/TO/sglang VERSION > pytest_specperf/sim/sglang_flags.txt
 Output: a header, then one line per argparse action: its option strings, space-separated.
+
+This list is the fallback the plugin validates against only where the configured interpreter
+cannot import SGLang (a laptop dry run); elsewhere the installed SGLang's own parser decides.
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ def _names_of(field: str, meta: ast.expr) -> list[str]:
         listed = keywords.get("aliases")
         if isinstance(listed, ast.List | ast.Tuple):
             aliases = [e.value for e in listed.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        action = keywords.get("action")
+        if isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction":
+            names = [cli_name, *aliases]
+            return names + ["--no-" + name[2:] for name in names if name.startswith("--")]
     return [cli_name, *aliases]
 
 

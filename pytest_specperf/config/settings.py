@@ -19,14 +19,22 @@ from typing import Any
 from pytest_specperf.config import values as check
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
-from pytest_specperf.engines.base import engine_for, engine_names
-from pytest_specperf.engines.sglang import KNOWN_ALGORITHMS, NEEDS_DRAFT_MODEL, RESERVED_FLAGS
+from pytest_specperf.engines.base import Engine, default_engine, engine_for, engine_names
+from pytest_specperf.engines.flags import EngineFlags
 from pytest_specperf.errors import ConfigError, did_you_mean
-from pytest_specperf.sim.sglang_flags import ambiguous_message, sglang_flags
 from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
 
-#: "sim" starts the built-in simulator (SGLang's contract); any other value starts the real engine.
-LAUNCHERS = ("sglang", "vllm", "sim")
+#: The launcher that starts the built-in simulator in place of a real engine (dry runs).
+SIM_LAUNCHER = "sim"
+#: Seconds a server may take to become ready: SGLang's own CI allows an hour on H200 (download,
+#: DeepGEMM compilation for FP8 models, CUDA-graph capture and warmup).
+DEFAULT_STARTUP_TIMEOUT = 3600.0
+
+
+def launchers() -> tuple[str, ...]:
+    """Every engine's name (start that engine for real) and "sim" (the simulator)."""
+    return (*engine_names(), SIM_LAUNCHER)
+
 
 HTTP_URL = re.compile(r"^https?://[^/]+")
 
@@ -38,7 +46,7 @@ COMMAND_PLACEHOLDERS = ("python", "args", "host", "port", "model", "name")
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """A named way to get one SGLang server: launch settings, or a URL to attach to."""
+    """A named way to get one server: launch settings, or a URL to attach to."""
 
     name: str
     algorithm: str | None = None
@@ -56,7 +64,7 @@ class ServerConfig:
     startup_timeout: float | None = None
     api_key: str | None = field(default=None, repr=False)
     sim_args: tuple[str, ...] = ()
-    engine: str | None = None  # None: the suite's engine
+    engine: str | None = None  # the engine it runs (set when the config is read; None: the suite's)
     speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config, passed as it is
 
     @property
@@ -87,13 +95,13 @@ class SpecperfConfig:
     """The whole, validated configuration of a session."""
 
     source: Path | None = None
-    launcher: str = "sglang"
-    engine: str = "sglang"
+    launcher: str = field(default_factory=default_engine)
+    engine: str = field(default_factory=default_engine)
     python: str = "python3"
     model: str | None = None
     reference: str = "plain"
     store: StoreLocation = DEFAULT_STORE
-    startup_timeout: float = 1800.0
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     stop_timeout: float = 60.0
     max_servers: int = 1
     rounds: int = 5
@@ -118,6 +126,12 @@ class SpecperfConfig:
     sim_args: tuple[str, ...] = ()
     servers: Mapping[str, ServerConfig] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)
+    #: each engine's flags as the configured `python` has them installed (or its shipped list)
+    engine_flags: Mapping[str, EngineFlags] = field(default_factory=dict, repr=False, compare=False)
+    #: said once in the report header: where each engine's flags and algorithms were checked
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    #: collection-time warnings: settings that run but make the numbers noisier than they look
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def effective_max_rounds(self) -> int:
@@ -134,9 +148,14 @@ class SpecperfConfig:
     def model_of(self, server: ServerConfig) -> str | None:
         return server.model or self.model
 
-    def engine_of(self, server: ServerConfig) -> str:
-        """The engine a server runs: its own `engine`, else the suite's."""
-        return server.engine or self.engine
+    def engine_of(self, server: ServerConfig) -> Engine:
+        """The engine a server runs (its own `engine`, else the suite's), resolved once here and
+        carried as an object from then on (`LaunchPlan.engine`, `RunningServer.engine`)."""
+        return engine_for(server.engine or self.engine)
+
+    def flags_of(self, engine: Engine) -> EngineFlags | None:
+        """The flags the configured interpreter's engine has (None for a config built in code)."""
+        return self.engine_flags.get(engine.name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,18 +226,18 @@ class _Parser:
 
     def parse(self, table: dict[str, Any]) -> SpecperfConfig:
         check_keys(table, GLOBAL_KEYS, self.where(""))
-        self.engine = _Getter(table, self.where("")).choice("engine", engine_names(), "sglang")
         get = _Getter(table, self.where(""))
+        self.engine = get.choice("engine", engine_names(), default_engine())
         base = self.path.parent
         values: dict[str, Any] = {
             "source": self.path,
-            "engine": get.choice("engine", engine_names(), "sglang"),
-            "launcher": get.choice("launcher", LAUNCHERS, get.table.get("engine", "sglang")),
+            "engine": self.engine,
+            "launcher": get.choice("launcher", launchers(), self.engine),
             "python": get.string("python", "python3"),
             "model": get.string("model", None),
             "reference": get.string("reference", "plain"),
             "store": self.parse_store(get, base),
-            "startup_timeout": get.number("startup_timeout", 1800.0, minimum=0, exclusive=True),
+            "startup_timeout": get.number("startup_timeout", DEFAULT_STARTUP_TIMEOUT, minimum=0, exclusive=True),
             "stop_timeout": get.number("stop_timeout", 60.0, minimum=0, exclusive=True),
             "max_servers": get.integer("max_servers", 1, minimum=1),
             "rounds": get.integer("rounds", 5, minimum=2),
@@ -243,12 +262,14 @@ class _Parser:
                 raise ConfigError(self.where("", key), f"must be a fraction below 1 (0.05 = 5%), got {values[key]:g}")
         if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
             raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
+        self.flags = EngineFlagsOf(values["python"], {**values["env"]})
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
         values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
+        values["engine_flags"] = MappingProxyType(dict(self.flags.found))
         config = SpecperfConfig(**values)
         self.check_reference(config)
         check_engines(config, self.where(""))
-        return config
+        return replace(config, notes=flag_notes(config), warnings=engine_warnings(config))
 
     def parse_store(self, get: _Getter, base: Path) -> StoreLocation:
         """`store`, and `offline_store` (a git store's fallback directory, when its remote is unreachable)."""
@@ -265,7 +286,7 @@ class _Parser:
             check_name(name, where)
             if not isinstance(table, dict):
                 raise ConfigError(where, "must be a table")
-            servers[name] = parse_server(name, table, where, engine=self.engine)
+            servers[name] = parse_server(name, table, where, engine=self.engine, flags=self.flags)
         return servers
 
     def parse_workloads(self, tables: dict[str, Any], base: Path) -> dict[str, WorkloadConfig]:
@@ -299,12 +320,30 @@ class _Parser:
             )
 
 
-def parse_server(name: str, table: dict[str, Any], where: str, engine: str = "sglang") -> ServerConfig:
-    """One `[specperf.servers.NAME]` table, with its engine's rules applied (SGLang's by default)."""
+class EngineFlagsOf:
+    """Each engine's flags, asked of the configured interpreter once per config (and cached there)."""
+
+    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.python = python
+        self.env = env
+        self.found: dict[str, EngineFlags] = {}
+
+    def __call__(self, engine: Engine) -> EngineFlags:
+        if engine.name not in self.found:
+            self.found[engine.name] = engine.flags(self.python, self.env)
+        return self.found[engine.name]
+
+
+def parse_server(
+    name: str, table: dict[str, Any], where: str, engine: str | None = None, flags: EngineFlagsOf | None = None
+) -> ServerConfig:
+    """One `[specperf.servers.NAME]` table, with its engine's rules applied against its engine's
+    flags (those of `python3`'s installed engine unless `flags` says otherwise)."""
     check_keys(table, SERVER_KEYS, where)
     get = _Getter(table, where)
     algorithm = get.string("algorithm", None)
-    own_engine = get.choice("engine", engine_names(), engine) if "engine" in table else None
+    engine = engine or default_engine()
+    own_engine = get.choice("engine", engine_names(), engine) if "engine" in table else engine
     spec_config = get.subtable("speculative_config") if "speculative_config" in table else None
     server = ServerConfig(
         name=name,
@@ -325,89 +364,18 @@ def parse_server(name: str, table: dict[str, Any], where: str, engine: str = "sg
         engine=own_engine,
         speculative_config=MappingProxyType(dict(spec_config)) if spec_config is not None else None,
     )
-    runs_on = engine_for(own_engine or engine)
-    runs_on.check_server(server, where)
-    if runs_on.name == "sglang":
-        server = replace(server, args=spell_out_sglang_flags(server.args, f"{where} args"))
+    runs_on = engine_for(own_engine)
+    engine_flags = (flags or EngineFlagsOf("python3", {}))(runs_on)
+    runs_on.check_server(server, where, engine_flags)
+    server = replace(server, args=runs_on.spell_out(server.args, f"{where} args", engine_flags))
     check_args(server, where, runs_on.reserved_flags)
+    runs_on.check_args(server, f"{where} args", engine_flags)
     check_attach(server, table, where)
     check_command(server, where)
     return server
 
 
-def check_speculative_rules(server: ServerConfig, where: str) -> None:
-    """SGLang's rules (docs/engines/sglang.md), refused instead of silently corrected."""
-    sizes = {
-        "num_steps": server.num_steps,
-        "eagle_topk": server.eagle_topk,
-        "num_draft_tokens": server.num_draft_tokens,
-    }
-    given = [k for k, v in sizes.items() if v is not None]
-    if server.algorithm is None:
-        extra = given + (["draft_model"] if server.draft_model else [])
-        if extra:
-            raise ConfigError(
-                f"{where} {extra[0]}", 'is set but `algorithm` is not; add algorithm = "EAGLE3" (or remove it)'
-            )
-        return
-    if server.algorithm not in KNOWN_ALGORITHMS:
-        raise ConfigError(
-            f"{where} algorithm",
-            f"unknown speculative algorithm {server.algorithm!r}; SGLang 0.5.23 knows {', '.join(KNOWN_ALGORITHMS)}",
-        )
-    if server.algorithm in NEEDS_DRAFT_MODEL and not server.draft_model:
-        raise ConfigError(f"{where} draft_model", f"is required for algorithm {server.algorithm}")
-    if given and len(given) != 3:
-        missing = [k for k in sizes if k not in given]
-        raise ConfigError(
-            f"{where} {missing[0]}",
-            "num_steps, eagle_topk and num_draft_tokens must be given all together or not at all "
-            f"(SGLang asserts or crashes otherwise); missing: {', '.join(missing)}",
-        )
-    if not given:
-        return
-    steps, topk, draft = server.num_steps, server.eagle_topk, server.num_draft_tokens
-    assert steps is not None and topk is not None and draft is not None
-    if topk == 1 and draft != steps + 1:
-        raise ConfigError(
-            f"{where} num_draft_tokens",
-            f"with eagle_topk = 1 it must be num_steps + 1 = {steps + 1}, got {draft} "
-            "(SGLang would silently change it; set it explicitly)",
-        )
-    if draft > steps * topk + 1:
-        raise ConfigError(
-            f"{where} num_draft_tokens",
-            f"{draft} is more than num_steps * eagle_topk + 1 = {steps * topk + 1}",
-        )
-
-
-def spell_out_sglang_flags(args: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """`args` with every abbreviated flag written in full, as SGLang's argparse reads it.
-
-    SGLang keeps argparse's prefix matching: `--tp 8` is `--tp-size 8`, `--po 1` is `--port 1`.
-    Checks and identities compare whole flags, so an abbreviation would slip past the reserved
-    flags or count a TP8 server as `tp_size = 1`. A reserved flag is reported as written, an
-    ambiguous prefix is refused with the candidates (SGLang exits 2 on it), and a flag SGLang
-    0.5.23 does not know is left as it is (a newer SGLang may know it; a dry run refuses it).
-    """
-    out = []
-    for arg in args:
-        flag, eq, value = arg.partition("=")
-        if not flag.startswith("--") or flag in RESERVED_FLAGS:
-            out.append(arg)
-            continue
-        resolved = sglang_flags().resolve(flag)
-        if isinstance(resolved, list):
-            raise ConfigError(where, f"{ambiguous_message(flag, resolved)} (SGLang exits 2); write the flag in full")
-        if resolved is not None and resolved in RESERVED_FLAGS and resolved != flag:
-            raise ConfigError(
-                where, f"{flag} (SGLang reads it as {resolved}) is not allowed here: {RESERVED_FLAGS[resolved]}"
-            )
-        out.append((resolved or flag) + eq + value)
-    return tuple(out)
-
-
-def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str] = RESERVED_FLAGS) -> None:
+def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str]) -> None:
     for arg in server.args:
         flag = arg.split("=", 1)[0]
         if flag in reserved:
@@ -423,17 +391,32 @@ def check_sim_args(args: Sequence[str], where: str) -> Sequence[str]:
 
 
 def check_engines(config: SpecperfConfig, where: str) -> None:
-    """The simulator speaks SGLang only; a launcher that names an engine must be that engine."""
+    """The simulator speaks only the engines it simulates; a launcher that names an engine must be that engine."""
     for server in config.servers.values():
         engine = config.engine_of(server)
-        if config.launcher == "sim" and engine != "sglang" and not server.is_attached:
+        if config.launcher == SIM_LAUNCHER and not engine.simulated and not server.is_attached:
             raise ConfigError(
                 f"{where} launcher",
-                f'"sim" simulates SGLang only; server {server.name!r} runs {engine} (launch it for real, '
-                "or attach to it with --specperf-attach)",
+                f'"sim" simulates {", ".join(n for n in engine_names() if engine_for(n).simulated)} only; server '
+                f"{server.name!r} runs {engine.name} (launch it for real, or attach to it with --specperf-attach)",
             )
-    if config.launcher not in ("sim", config.engine):
+    if config.launcher not in (SIM_LAUNCHER, config.engine):
         raise ConfigError(f"{where} launcher", f'is "{config.launcher}" but engine is "{config.engine}"')
+
+
+def flag_notes(config: SpecperfConfig) -> tuple[str, ...]:
+    """Where each engine's flags and algorithms were checked: the installed engine, or the shipped
+    list and why (said once, in the report header)."""
+    return tuple(flags.describe() for flags in config.engine_flags.values())
+
+
+def engine_warnings(config: SpecperfConfig) -> tuple[str, ...]:
+    """Settings that run but make numbers noisier than they look (each engine's `config_warnings`)."""
+    workloads = list(config.workloads.values())
+    found: list[str] = []
+    for server in config.servers.values():
+        found += config.engine_of(server).config_warnings(server, workloads)
+    return tuple(found)
 
 
 def check_attach(server: ServerConfig, table: dict[str, Any], where: str) -> None:
@@ -546,8 +529,8 @@ def apply_overrides(
 ) -> SpecperfConfig:
     """The config with command-line options applied; each option is validated by its name."""
     if launcher is not None:
-        if launcher not in LAUNCHERS:
-            raise ConfigError("--specperf-launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+        if launcher not in launchers():
+            raise ConfigError("--specperf-launcher", f"must be one of {', '.join(launchers())}, got {launcher!r}")
         config = replace(config, launcher=launcher)
         check_engines(config, "--specperf-launcher")
     if rounds is not None:

@@ -1,15 +1,27 @@
-"""The engine interface: what the launcher, the HTTP client and the fingerprint need from an engine."""
+"""The engine interface: everything the rest of the plugin needs to know about a serving engine.
+
+An engine is resolved once from a server config (`engine_of`) and carried as an object from then
+on (`LaunchPlan.engine`, `RunningServer.engine`): launch flags and their rules, readiness, how a
+failed start reads, request and stream formats, where speculation is reported, which server-info
+fields mean what, GPU accounting and teardown. Nothing outside `engines/` branches on an engine's
+name, so a new engine is one module registered here plus its tests.
+"""
 
 from __future__ import annotations
 
+import importlib
+import re
+import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from pytest_specperf.engines.flags import EngineFlags
+
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-    from pytest_specperf.config.workloads import Prompt
+    from pytest_specperf.config.workloads import Prompt, WorkloadConfig
     from pytest_specperf.measure.http import SamplingParams
     from pytest_specperf.measure.records import SpecCounters
 
@@ -33,10 +45,36 @@ class SpecCounts:
 
 
 @dataclass(frozen=True)
+class NativeEvent:
+    """One event of an engine's own (non-OpenAI) stream: cumulative text and the counts so far."""
+
+    text: str
+    finish: str | None  # the finish type ("length", "stop", "abort"), None while running
+    finish_detail: Any
+    prompt_tokens: Any
+    completion_tokens: Any
+    cached_tokens: Any
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     path: str
     payload: dict[str, Any]
     mode: StreamMode
+
+
+@dataclass(frozen=True)
+class ReportedSettings:
+    """What the server says it runs (its info answer), which may differ from what was asked:
+    auto-chosen speculative sizes, SGLang's NGRAM topk, the CUDA-graph batch limit."""
+
+    algorithm: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
+    gpu_count: int | None = None
 
 
 class Engine(ABC):
@@ -49,6 +87,10 @@ class Engine(ABC):
     readiness_path: ClassVar[str]
     #: POST path that clears the prefix cache before each round, or None where the server has none
     flush_path: ClassVar[str | None]
+    #: GET paths of the server's resolved settings (the first that exists answers)
+    info_paths: ClassVar[tuple[str, ...]] = ()
+    #: GET path of the server's accelerator report, or None
+    loads_path: ClassVar[str | None] = None
     #: `python -m MODULE` that starts a server
     module: ClassVar[str]
     #: flags the plugin sets itself (or that have a key of their own): refused in a server's `args`
@@ -58,33 +100,94 @@ class Engine(ABC):
     resolved_from_info: ClassVar[Mapping[str, str]] = {}
     #: resolved settings in the info answer that change numbers without changing the config (drift)
     info_fields: ClassVar[tuple[str, ...]] = ()
+    #: GET path of the Prometheus text whose speculation counters `spec_counters` reads, or None
+    counters_path: ClassVar[str | None] = None
+    #: the built-in simulator speaks this engine's contract, so `launcher = "sim"` can dry-run it
+    simulated: ClassVar[bool] = False
+    #: start the server from the run directory (`python -m` puts the working directory on sys.path)
+    run_from_run_dir: ClassVar[bool] = False
+    #: fingerprint keys (fnmatch patterns) that belong to speculation: a speedup compares the rest
+    speculation_keys: ClassVar[tuple[str, ...]] = (
+        "algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens", "speculative_config",
+    )  # fmt: skip
+    #: log lines that echo the launch (its arguments, its command line): never the cause of a failure
+    launch_echo: ClassVar[tuple[re.Pattern[str], ...]] = ()
+    #: known causes of a failed start: (log pattern, one-line diagnosis with the usual fix)
+    startup_failures: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ()
+    #: start-up milestones worth showing in a progress line (loading weights, capturing graphs, ...)
+    startup_milestones: ClassVar[tuple[re.Pattern[str], ...]] = ()
+
+    # ---- flags and configuration ----------------------------------------------------------------
 
     @abstractmethod
-    def check_server(self, server: ServerConfig, where: str) -> None:
+    def flags(self, python: str, env: Mapping[str, str]) -> EngineFlags:
+        """The engine's flags as the interpreter `python` has them installed (or the shipped list)."""
+
+    def spell_out(self, args: Sequence[str], where: str, flags: EngineFlags) -> tuple[str, ...]:
+        """`args` with every flag written as the engine reads it, so whole-flag checks see real names."""
+        return tuple(args)
+
+    @abstractmethod
+    def check_server(self, server: ServerConfig, where: str, flags: EngineFlags) -> None:
         """Refuse, at configure time, what this engine cannot run (ConfigError naming the key)."""
+
+    def check_args(self, server: ServerConfig, where: str, flags: EngineFlags) -> None:  # noqa: B027
+        """Refuse flags the installed engine does not know (a typo fails at collection, not at night)."""
+
+    def config_warnings(self, server: ServerConfig, workloads: Sequence[WorkloadConfig]) -> list[str]:
+        """Collection-time warnings: settings that run but make the numbers noisier than they look."""
+        return []
 
     @abstractmethod
     def launch_args(self, server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int) -> list[str]:
         """The engine's own launch arguments (model, address, speculative settings, extra args)."""
 
+    def launch_argv(self, python: str, args: Sequence[str], flags: EngineFlags | None) -> list[str]:
+        """The command that starts a server: `PYTHON -m MODULE ARGS` by default."""
+        return [*shlex.split(python), "-m", self.module, *args]
+
+    def identity_extras(self, server: ServerConfig) -> dict[str, Any]:
+        """Fingerprint identity keys of this engine besides the portable ones (none for SGLang, whose
+        baselines predate other engines)."""
+        return {"engine": self.name}
+
+    # ---- GPUs --------------------------------------------------------------------------------------
+
+    def gpu_count(self, args: Sequence[str]) -> int:
+        """GPUs one server uses in all, from its launch arguments."""
+        return 1
+
+    def local_gpu_ids(self, args: Sequence[str]) -> range:
+        """Logical device ids the server uses on this node (before CUDA_VISIBLE_DEVICES mapping)."""
+        return range(self.gpu_count(args))
+
+    # ---- requests and streams ------------------------------------------------------------------
+
     @abstractmethod
     def request(self, prompt: Prompt, sampling: SamplingParams, model: str | None) -> EngineRequest:
         """The streamed request for one prompt."""
+
+    def native_event(self, obj: Mapping[str, Any]) -> NativeEvent:
+        """One event of the engine's own stream format (requests whose mode is "generate")."""
+        raise NotImplementedError(f"{self.name} has no native stream")
 
     @abstractmethod
     def spec_counts(self, final: Mapping[str, Any], mode: StreamMode) -> SpecCounts | None:
         """Speculation counts from the last event that carries them, None for a plain answer."""
 
+    # ---- server state ------------------------------------------------------------------------------
+
     def reported_env(self, info: Mapping[str, Any]) -> Mapping[str, Any]:
         """Environment variables the server reports it runs with (they win over what we started it with)."""
         return {}
 
-    def version_path(self) -> str | None:
-        """GET path whose JSON has the server's `version` (when `/server_info` has none)."""
-        return None
+    def reported(self, info: Mapping[str, Any]) -> ReportedSettings:
+        """What the server says it runs (empty where its info answer has no such fields)."""
+        return ReportedSettings()
 
-    #: GET path of the Prometheus text whose speculation counters `spec_counters` reads, or None
-    counters_path: ClassVar[str | None] = None
+    def version_path(self) -> str | None:
+        """GET path whose JSON has the server's `version` (when no info path has one)."""
+        return None
 
     def spec_counters(self, metrics_text: str) -> SpecCounters | None:
         """The server's cumulative speculation counters from its Prometheus text (None: it has none)."""
@@ -107,25 +210,51 @@ class Engine(ABC):
         )
 
 
+# --------------------------------------------------------------------------------------------
+# The registry
+
+
+#: engine name -> "module:Class" (imported on first use) or a factory
+_ENGINES: dict[str, str | Callable[[], Engine]] = {
+    "sglang": "pytest_specperf.engines.sglang:SGLang",
+    "vllm": "pytest_specperf.engines.vllm:VLLM",
+}
+_INSTANCES: dict[str, Engine] = {}
+
+
+def register_engine(name: str, factory: str | Callable[[], Engine]) -> None:
+    """Make an engine available under `name` ("module:Class" or a callable returning the engine)."""
+    _ENGINES[name] = factory
+    _INSTANCES.pop(name, None)
+
+
+def unregister_engine(name: str) -> None:
+    _ENGINES.pop(name, None)
+    _INSTANCES.pop(name, None)
+
+
 def engine_names() -> tuple[str, ...]:
     return tuple(_ENGINES)
 
 
 def engine_for(name: str) -> Engine:
-    """The engine called `name` ("sglang", "vllm")."""
-    return _ENGINES[name]()
+    """The engine called `name` (one instance per process: engines hold no per-server state)."""
+    engine = _INSTANCES.get(name)
+    if engine is None:
+        factory = _ENGINES[name]
+        if isinstance(factory, str):
+            module, _, cls = factory.partition(":")
+            engine = getattr(importlib.import_module(module), cls)()
+        else:
+            engine = factory()
+        _INSTANCES[name] = engine
+    return engine
 
 
-def _sglang() -> Engine:
-    from pytest_specperf.engines.sglang import SGLang
-
-    return SGLang()
-
-
-def _vllm() -> Engine:
-    from pytest_specperf.engines.vllm import VLLM
-
-    return VLLM()
+def default_engine() -> str:
+    """The engine a suite runs when it names none: the first registered (SGLang)."""
+    return next(iter(_ENGINES))
 
 
-_ENGINES = {"sglang": _sglang, "vllm": _vllm}
+def simulated_engines() -> tuple[str, ...]:
+    return tuple(name for name in _ENGINES if engine_for(name).simulated)

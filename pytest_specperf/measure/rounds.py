@@ -9,7 +9,7 @@ scoped to the round's own requests (Σ completion tokens / Σ verify steps from 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from pytest_specperf.config.workloads import (
     warmup_plan,
     workload_hash,
 )
-from pytest_specperf.engines import engine_for
+from pytest_specperf.engines import ReportedSettings
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, ServerClient
 from pytest_specperf.measure.load import run_requests
@@ -109,7 +109,7 @@ def _stalled(
 def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
     return ServerClient(
         server.url, server.api_key, request_timeout=workload.effective_request_timeout,
-        engine=engine_for(config.engine_of(server.config)), model=config.model_of(server.config),
+        engine=server.engine, model=config.model_of(server.config),
     )  # fmt: skip
 
 
@@ -157,27 +157,35 @@ class Measurer:
     def measure(
         self, server: RunningServer, workload: WorkloadConfig, concurrency: int, *, is_reference: bool
     ) -> Measurement:
-        """Warmup, then `rounds` rounds, each from a flushed cache."""
+        """Warmup, then `rounds` rounds, each from a flushed cache.
+
+        Speculative sizes are what the server says it runs (SGLang's auto-chosen sizes, NGRAM's
+        topk), else what the config asked. A measurement whose every request failed is no
+        measurement: it raises, naming the server and the first failure, so it reads as an ERROR
+        and never as a 0 tok/s regression.
+        """
         cfg = server.config
+        client = _client(server, workload, self.config)
+        info = self._server_info(server, client)
+        reported = server.engine.reported(info)
         measurement = Measurement(
             key=MeasurementKey(server.name, workload.name, concurrency),
             workload_hash=self.workload_hash(workload),
             is_reference=is_reference,
-            num_steps=cfg.num_steps,
-            eagle_topk=cfg.eagle_topk,
-            num_draft_tokens=cfg.num_draft_tokens,
+            num_steps=_given(reported.num_steps, cfg.num_steps),
+            eagle_topk=_given(reported.eagle_topk, cfg.eagle_topk),
+            num_draft_tokens=_given(reported.num_draft_tokens, cfg.num_draft_tokens),
             algorithm=cfg.algorithm,
         )
-        client = _client(server, workload, self.config)
         prompts = self.prompts(workload)
         warmup = warmup_plan(workload, prompts)
         if warmup:
             self._say(f"{measurement.key.label}: warmup, {len(warmup)} requests")
             self._run(server, client, workload, warmup, concurrency)
         self.extend(measurement, server, workload, self.config.rounds)
-        info = self._server_info(server, client)
-        measurement.fingerprint = self._fingerprint(server, client, info, measurement.workload_hash)
-        measurement.warnings.extend(sanity_warnings(measurement, info, speculative=cfg.is_speculative))
+        _refuse_all_failed(measurement, server)
+        measurement.fingerprint = self._fingerprint(server, client, info, reported, measurement)
+        measurement.warnings.extend(sanity_warnings(measurement, reported, speculative=cfg.is_speculative))
         # notes, not warnings: the numbers are no less true, so the run may be recorded
         unknown = client.engine.version_note(info.get("version"))
         repeats = repeat_note(workload, prompts)
@@ -194,20 +202,25 @@ class Measurer:
         self.extend(measurement, server, workload, self.config.rounds, start=measurement.starts)
 
     def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
-        """`/server_info` once per server start (resolved args, version, simulator marker)."""
+        """The server's info answer once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
         if key not in self._info:
-            version_path = client.engine.version_path()
             try:
-                self._info[key] = client.version_info(version_path) if version_path else client.server_info()
+                self._info[key] = client.server_info()
             except Exception as exc:  # an old or proxied server: fingerprint what we know
                 self._say(f"{server.name}: server info failed ({exc}); fingerprint from the config only")
                 self._info[key] = {}
         return self._info[key]
 
     def _fingerprint(
-        self, server: RunningServer, client: ServerClient, info: dict[str, Any], whash: str
+        self,
+        server: RunningServer,
+        client: ServerClient,
+        info: dict[str, Any],
+        reported: ReportedSettings,
+        measurement: Measurement,
     ) -> Fingerprint:
+        """Where the numbers were measured: what the server says it runs, where it says so."""
         cfg = server.config
         try:
             loads = client.loads()
@@ -217,19 +230,17 @@ class Measurer:
             "launcher": self.config.launcher,
             "model": self.config.model_of(cfg),
             "draft_model": cfg.draft_model,
-            "algorithm": cfg.algorithm,
-            "num_steps": cfg.num_steps,
-            "eagle_topk": cfg.eagle_topk,
-            "num_draft_tokens": cfg.num_draft_tokens,
+            "algorithm": _given(reported.algorithm, cfg.algorithm),
+            "num_steps": measurement.num_steps,
+            "eagle_topk": measurement.eagle_topk,
+            "num_draft_tokens": measurement.num_draft_tokens,
             "args": list(cfg.args),
             "tp_size": cfg.tp_size if not server.attached else None,
-            "workload_hash": whash,
+            "workload_hash": measurement.workload_hash,
             "sim_profile": self.config.sim_profile,
+            **server.engine.identity_extras(cfg),
         }
-        engine = self.config.engine_of(cfg)
-        if engine != "sglang":  # SGLang is implied (baselines stored before other engines have no such key)
-            identity["engine"] = engine
-            identity["speculative_config"] = dict(cfg.speculative_config) if cfg.speculative_config else None
+        gpu_count = reported.gpu_count if server.attached else server.engine.gpu_count(cfg.args)
         return capture(
             launch_identity=identity,
             server_info=info,
@@ -237,7 +248,8 @@ class Measurer:
             server_env=server.launch_env,
             env_patterns=self.config.env_patterns,
             local=not server.attached,
-            engine=engine_for(engine),
+            engine=server.engine,
+            gpu_count=gpu_count,
         )
 
     def extend(
@@ -286,7 +298,7 @@ class Measurer:
     def _counters(self, server: RunningServer, client: ServerClient) -> SpecCounters | None:
         """The server's speculation counters now (vLLM's `/metrics`), for a speculative server whose
         engine has them; None otherwise, or when the scrape fails (said once per server start)."""
-        engine = client.engine
+        engine = server.engine
         if engine.counters_path is None or not server.config.is_speculative:
             return None
         try:
@@ -348,13 +360,33 @@ def _source(spec: str) -> str:
     return spec if spec.startswith(BUILTIN_PREFIX) else Path(spec).name
 
 
+def _given(*values: Any) -> Any:
+    """The first value that is not None (what the server reports, else what was asked)."""
+    return next((v for v in values if v is not None), None)
+
+
+def _refuse_all_failed(measurement: Measurement, server: RunningServer) -> None:
+    """A measurement without one successful request measured nothing: an error, never a 0 tok/s row."""
+    total = measurement.request_count
+    if total and measurement.error_count == total:
+        first = next((r.error for r in measurement.records if r.error), "")
+        log = f" (log: {server.log_path})" if server.log_path else ""
+        raise ServerError(
+            f"server {server.name!r}: all {total} requests of {measurement.key.label} failed, so nothing was "
+            f"measured; first: {first}{log}"
+        )
+
+
 def sanity_warnings(
-    measurement: Measurement, server_info: Mapping[str, Any], *, speculative: bool | None = None
+    measurement: Measurement, reported: ReportedSettings | None = None, *, speculative: bool | None = None
 ) -> list[str]:
     """Things that make the numbers suspect, recorded on the result and shown in the report.
 
-    `speculative` says whether the server was configured to speculate (default: it has an
-    `algorithm`; a vLLM server may have a raw `speculative_config` instead)."""
+    `reported` is what the server says it runs (its engine reads the CUDA-graph batch limit and
+    max running requests from its info answer); `speculative` says whether the server was
+    configured to speculate (default: it has an `algorithm`; a vLLM server may have a raw
+    `speculative_config` instead)."""
+    reported = reported or ReportedSettings()
     warnings = []
     errors, total = measurement.error_count, measurement.request_count
     if errors:
@@ -371,14 +403,14 @@ def sanity_warnings(
     if not speculative and accept:
         warnings.append("server reports spec_verify_ct although no speculative algorithm is configured")
     level = measurement.key.concurrency
-    graph_bs = cuda_graph_max_bs(server_info)
-    if isinstance(graph_bs, int) and level > graph_bs:
+    graph_bs = reported.cuda_graph_max_bs
+    if graph_bs is not None and level > graph_bs:
         warnings.append(
-            f"concurrency {level} > --cuda-graph-max-bs-decode {graph_bs}: decode runs without CUDA graphs "
-            "and speculative speedup collapses"
+            f"concurrency {level} > the server's decode CUDA-graph batch limit {graph_bs}: decode runs without "
+            "CUDA graphs and speculative speedup collapses"
         )
-    running = server_info.get("max_running_requests")
-    if isinstance(running, int) and level > running:
+    running = reported.max_running_requests
+    if running is not None and level > running:
         warnings.append(f"concurrency {level} > the server's max_running_requests {running}: requests queue")
     # only a round's first request proves the flush: later ones may share a chat template's prefix
     cached = [r.index for r in measurement.rounds if r.records and _first(r.records).cached_tokens]
@@ -392,16 +424,3 @@ def sanity_warnings(
 
 def _first(records: Sequence[RequestRecord]) -> RequestRecord:
     return min(records, key=lambda r: r.sent)
-
-
-def cuda_graph_max_bs(server_info: Mapping[str, Any]) -> int | None:
-    """The decode CUDA-graph batch limit the server resolved: the flag, or `cuda_graph_config`."""
-    value = server_info.get("cuda_graph_max_bs_decode")
-    if isinstance(value, int):
-        return value
-    config = server_info.get("cuda_graph_config")
-    if isinstance(config, Mapping):
-        for key in ("max_bs_decode", "cuda_graph_max_bs_decode", "max_bs"):
-            if isinstance(config.get(key), int):
-                return config[key]
-    return None

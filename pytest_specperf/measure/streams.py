@@ -2,19 +2,20 @@
 
 Formats (the engine contracts in docs/engines/):
 
-- SGLang ``POST /generate``: each SSE event ``data: {json}`` carries the *cumulative* ``text``
-  (SGLang's default; a server started with ``--incremental-streaming-output`` sends deltas, and then
-  only `output_hash` is affected) and a ``meta_info``; the final one has ``finish_reason`` and, with
-  speculation, ``spec_verify_ct``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``. Every
-  event is one chunk. Events after the first non-empty one are only framed, not JSON-parsed: their
-  cumulative ``text`` and ``output_ids`` would make parsing all of them quadratic in the output
-  length; the last one (final ``meta_info``) is parsed at ``[DONE]``.
+- An engine's own stream (mode ``generate``, SGLang's ``POST /generate``): each SSE event carries the
+  *cumulative* text and the counts so far, read by `Engine.native_event`; the final one has the
+  finish reason and, with speculation, the verify counts (`Engine.spec_counts`). Every event is one
+  chunk, whatever number of decode steps it covers (a busy server merges several steps into one
+  event). Events after the first non-empty one are only framed, not JSON-parsed: their cumulative
+  text and ids would make parsing all of them quadratic in the output length; the last one is
+  parsed at ``[DONE]``.
 - OpenAI chat and text completions (SGLang's and vLLM's ``/v1/...``): a role chunk with empty
   content, content-delta chunks, a chunk whose choice has ``finish_reason``, then response-level
   chunks with ``choices: []`` carrying ``usage`` (``completion_tokens``) and the engine's
   speculation counters (SGLang ``sglext.spec_tokens_details``, vLLM ``metrics.speculative_decoding``;
-  read by `Engine.spec_counts`), then ``[DONE]``. These fields are accepted on any chunk, so a
-  server that folds them into the last content chunk works too. Only content-carrying chunks count
+  read by `Engine.spec_counts`), then ``[DONE]``. SGLang sends the finish reason and the extension
+  block in chunks of their own; these fields are accepted on any chunk, so a server that folds them
+  into the last content chunk works too. Only content-carrying chunks count
   as chunks (the role/finish/usage chunks carry no tokens and would add fake near-zero gaps); the
   finish chunk's arrival still ends E2E, because it marks the final step. Output tokens come from
   ``usage``, never from chunk counts.
@@ -136,16 +137,17 @@ class ResponseStream:
             self._feed_generate(obj, t, count)
 
     def _feed_generate(self, obj: dict[str, Any], t: float, count: bool) -> None:
-        meta, text = obj.get("meta_info"), obj.get("text")
-        if not isinstance(meta, dict) or not isinstance(text, str):
-            raise StreamError("malformed chunk: /generate event without 'text' and 'meta_info'")
+        try:
+            event = self.engine.native_event(obj)
+        except ValueError as exc:
+            raise StreamError(f"malformed chunk: {exc}") from None
         if count:
-            self.chunk(t, bool(text))
-        self.text = text
-        self.finish_reason = meta.get("finish_reason")
-        self.prompt_tokens = meta.get("prompt_tokens")
-        self.completion_tokens = meta.get("completion_tokens")
-        self.cached_tokens = meta.get("cached_tokens")
+            self.chunk(t, bool(event.text))
+        self.text = event.text
+        self.finish_reason = event.finish_detail if event.finish else None
+        self.prompt_tokens = event.prompt_tokens
+        self.completion_tokens = event.completion_tokens
+        self.cached_tokens = event.cached_tokens
         self.spec = self.engine.spec_counts(obj, self.mode) or self.spec
 
     def _feed_chat(self, obj: dict[str, Any], t: float) -> None:
@@ -226,7 +228,7 @@ class ResponseStream:
 
 
 def _finish_type(reason: Any) -> str | None:
-    """SGLang's native finish_reason is {"type": ..., ...}; OpenAI's is the bare type string."""
+    """A native finish reason is an object ({"type": ..., ...}); OpenAI's is the bare type string."""
     if isinstance(reason, dict):
         kind = reason.get("type")
         return str(kind) if kind else None

@@ -18,7 +18,7 @@ from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, 
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
 from pytest_specperf.verdict.checks import Evaluation, Limits, drift, evaluate, past_runs, rejected_runs
-from pytest_specperf.verdict.fingerprint import Change
+from pytest_specperf.verdict.fingerprint import Change, speedup_differences
 from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict
 from pytest_specperf.verdict.stats import (
@@ -64,6 +64,8 @@ class Row:
     rejected: tuple[tuple[str, Rejection], ...] = ()
     #: the JSON `gate` of a row read back from a report (a merged report keeps it as it was)
     gate: Mapping[str, Any] | None = None
+    #: what the reference and this server differ in besides speculation (its speedup compares those too)
+    unlike_reference: tuple[Change, ...] = ()
 
     @property
     def key(self) -> MeasurementKey:
@@ -158,6 +160,11 @@ def build_report(
         if changes:
             report.drift[key.label] = [*changes.identity, *changes.environment]
         report.warnings += [f"{key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
+        if row.unlike_reference:
+            report.warnings.append(
+                f"{key.label}: its speedup over {config.reference} compares more than speculation: "
+                + "; ".join(str(c) for c in row.unlike_reference)
+            )
         report.warnings += _noise_warning(measurement, config)
         report.warnings += history_warnings(row, config.max_regression)
     report.fits = _fits(config, report.rows)
@@ -250,11 +257,13 @@ def _row(
 ) -> Row:
     night = next((c.night for c in evaluation.checks if c.name == "regression:output_throughput"), None)
     speedup = cost = None
+    unlike: tuple[Change, ...] = ()
     if reference is not None and not measurement.is_reference:
         cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")
         if cur and ref:
             speedup = ratio_estimate(cur, ref)
         cost = _cost(measurement, reference)
+        unlike = tuple(speedup_differences(reference.fingerprint, measurement.fingerprint))
     history: dict[str, tuple[Point, ...]] = {}
     if baseline is not None and not updating and _comparable(baseline, measurement):
         ref_history = (
@@ -286,6 +295,7 @@ def _row(
                 rejected_runs(night, past_runs(baseline, "output_throughput")[0]) if night and baseline else []
             )
         ),
+        unlike_reference=unlike,
     )
 
 

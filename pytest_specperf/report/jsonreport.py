@@ -128,6 +128,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "throughput_cv": row.cv,
         "cost_model": cost_json(row.cost),
         "drift": [{"name": c.name, "old": c.old, "new": c.new} for c in drift],
+        "unlike_reference": [{"name": c.name, "old": c.old, "new": c.new} for c in row.unlike_reference],
         "warnings": list(m.warnings),
         "notes": list(m.notes),
         "fingerprint": fingerprint,
@@ -429,6 +430,7 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         changes=tuple(decode_change_point(m.key, c) for c in entry.get("change_points", [])),
         not_stored=entry.get("not_stored"),
         gate=entry.get("gate"),
+        unlike_reference=tuple(Change(c["name"], c["old"], c["new"]) for c in entry.get("unlike_reference", [])),
     )
 
 

@@ -241,6 +241,12 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "throughput_cv": _nullable(_NUM),
                 "cost_model": _nullable({"$ref": "#/$defs/cost_model"}),
                 "drift": {"type": "array", "items": {"$ref": "#/$defs/change"}},
+                "unlike_reference": {
+                    "type": "array",
+                    "description": "What the reference and this server differ in besides speculation "
+                    "(old: the reference's value): its speedup compares those too.",
+                    "items": {"$ref": "#/$defs/change"},
+                },
                 "warnings": {"type": "array", "items": _STR},
                 "notes": {"type": "array", "items": _STR},
                 "fingerprint": _nullable({"$ref": "#/$defs/fingerprint"}),

@@ -237,7 +237,7 @@ def row_cells(row: Row) -> list[str]:
         str(len(row.measurement.rounds)),
         pm(row.throughput),
         percent(row.vs_baseline),
-        times(row.speedup),
+        times(row.speedup) + ("*" if row.unlike_reference and row.speedup is not None else ""),
         tau,
         row.verdict.value,
     ]

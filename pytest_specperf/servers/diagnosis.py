@@ -3,6 +3,11 @@
 On a TP8 node eight scheduler ranks write into one log at once, and the line that says what
 went wrong scrolls away under the shutdown noise of the other seven. A person reading a failed
 night needs the cause first; the log tail alone rarely shows it.
+
+Engines echo their launch at every start (SGLang's `server_args=...` line holds words such as
+`nccl` and `timeout`, and the API key); an echo is never evidence. The cause is the first real
+error after it: a known cause of the server's engine (`Engine.startup_failures`), else the first
+line that reports an error in any form.
 """
 
 from __future__ import annotations
@@ -11,49 +16,22 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Known causes of a failed SGLang start: (log pattern, one-line diagnosis with the usual fix).
-#: Order matters: the first pattern of the first matching line wins.
-PORT_IN_USE = "address already in use: another process took the server's port"
-
-# fmt: off
-SGLANG_STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), diagnosis)
-    for pattern, diagnosis in (
-        (r"error: unrecognized arguments", "the engine does not know a flag in the launch arguments (check `args`)"),
-        (r"error: ambiguous option", "an abbreviated flag matches several SGLang flags (write it in full)"),
-        (r"error: argument --", "the engine refused a flag's value (check `args`)"),
-        (r"address already in use|errno 98\b", PORT_IN_USE),
-        (
-            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory",
-            "GPU out of memory: another process holds GPU memory, or lower --mem-fraction-static / "
-            "--max-running-requests / the context length",
-        ),
-        (r"\bNCCL\b.*(error|failure|timeout)|nccl(Internal|System|Unhandled\w*|Invalid\w*)Error|NCCL WARN",
-         "NCCL error: the GPUs of a tensor-parallel group could not talk to each other"),
-        (r"RevisionNotFoundError|Invalid rev id|revision .* (is not|not) (found|valid)",
-         "model revision not found: check the revision/branch name"),
-        (r"GatedRepoError|Access to model .* is restricted|401 Client Error",
-         "model access denied: log in to Hugging Face (HF_TOKEN) or accept the model's licence"),
-        (r"RepositoryNotFoundError|is not a local folder and is not a valid model identifier|404 Client Error"
-         r"|does not appear to have a file named|No such file or directory: .*config\.json",
-         "model not found: check `model`/`draft_model` (a local path or a Hugging Face repo id)"),
-        (r"trust_remote_code|contains custom code",
-         "the model needs its own code: add --trust-remote-code to `args`"),
-        (r"Unknown speculative algorithm|speculative\S* .*(not supported|unsupported|must be|requires)"
-         r"|does not support speculative",
-         "unsupported speculative setting: check algorithm, draft model and the num_* keys"),
-        (r"No module named '?sglang\b", "SGLang is not installed for the configured `python`"),
-        (r"ModuleNotFoundError|ImportError|undefined symbol",
-         "a Python import failed: a missing or mismatched package (torch, flashinfer, sgl-kernel)"),
-    )
-)
-# fmt: on
+from pytest_specperf.engines import Engine
 
 #: A scheduler rank as SGLang prefixes its log lines: `[2026-01-01 00:00:00 TP3]`, `[... DP0 TP3 EP3]`.
 _RANK = re.compile(r"^\[[^\]]*?\b((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]")
 #: A line that reports an error in any form (used when no known cause matches).
 _ANY_ERROR = re.compile(r"\b\w*(Error|Exception)\b:|\berror: |\bfatal\b", re.IGNORECASE)
+#: A raised exception as a traceback ends (`AttributeError: ...`): better evidence than "hit an exception:".
+_EXCEPTION = re.compile(r"(?:^|[\s\].])([A-Z]\w*(?:Error|Exception)): ")
+#: The plugin's own header lines in a server log (the command it ran).
+_OWN_LINE = "# specperf:"
+#: A traceback frame (`  File "x.py", line 3, in f`): it and the source line under it quote code, not errors.
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 MAX_LOG_BYTES = 20_000_000  # a log beyond this is scanned from its end
+
+PORT_IN_USE_WORDS = re.compile(r"address already in use|errno 98\b", re.IGNORECASE)
+OUT_OF_MEMORY_WORDS = re.compile(r"out of memory|OutOfMemoryError|Not enough memory", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -68,7 +46,12 @@ class Diagnosis:
     @property
     def port_taken(self) -> bool:
         """The server could not bind its port: a fresh port may be all a restart needs."""
-        return self.cause == PORT_IN_USE
+        return self.first_error is not None and bool(PORT_IN_USE_WORDS.search(self.first_error))
+
+    @property
+    def out_of_memory(self) -> bool:
+        """The GPUs had no room: if a previous server's memory is still being released, waiting may be enough."""
+        return self.first_error is not None and bool(OUT_OF_MEMORY_WORDS.search(self.first_error))
 
     def one_line(self) -> str:
         where = f" ({self.rank})" if self.rank else ""
@@ -76,22 +59,37 @@ class Diagnosis:
         return f"{self.cause}{error}; log: {self.log_path}"
 
 
-def diagnose(log_path: Path) -> Diagnosis:
+def is_echo(line: str, engine: Engine) -> bool:
+    """A line that repeats the launch (the command, the engine's echo of its arguments)."""
+    return line.startswith(_OWN_LINE) or any(p.search(line) for p in engine.launch_echo)
+
+
+def diagnose(log_path: Path, engine: Engine) -> Diagnosis:
     """Scan a server log for the first known cause of a failed start (else the first error line)."""
-    lines = _read(log_path)
     rank: str | None = None
     first_generic: tuple[str, str | None] | None = None
-    for line in lines:
+    first_exception: tuple[str, str | None] | None = None
+    quoted_code = False
+    for line in _read(log_path):
         match = _RANK.match(line)
         if match:
             rank = match.group(1)
-        for pattern, cause in SGLANG_STARTUP_FAILURES:
+        after_frame, quoted_code = quoted_code, bool(_FRAME.match(line))
+        if quoted_code or (after_frame and line[:1].isspace()) or is_echo(line, engine):
+            continue
+        for pattern, cause in engine.startup_failures:
             if pattern.search(line):
                 return Diagnosis(cause, line, rank, log_path)
-        if first_generic is None and _ANY_ERROR.search(line) and not line.startswith("# specperf:"):
+        if first_exception is None and _EXCEPTION.search(line):
+            first_exception = (line, rank)
+        if first_generic is None and _ANY_ERROR.search(line):
             first_generic = (line, rank)
-    if first_generic is not None:
-        return Diagnosis("no known cause recognised; see the first error", first_generic[0], first_generic[1], log_path)
+    found = first_exception or first_generic
+    if found is not None:
+        line, where = found
+        exception = _EXCEPTION.search(line)
+        cause = f"{exception.group(1)} during start-up" if exception else "an error during start-up"
+        return Diagnosis(f"{cause} (no known cause recognised); see the first error", line, where, log_path)
     return Diagnosis("no error in the log; see its last lines", None, None, log_path)
 
 

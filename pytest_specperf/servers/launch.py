@@ -1,9 +1,9 @@
 """From a server config to a running, ready process, and back to nothing.
 
 A real start costs 15+ minutes, so this module fails fast (a dead process is reported within
-a second, with its exit code and log tail), shows progress while waiting, and tears the whole
-process tree down by every exit path: SGLang spawns a scheduler per TP rank and a detokenizer,
-and an orphaned one keeps the GPUs' memory.
+a second, with its exit code and a diagnosis), shows the start's milestones while waiting, writes
+the server's output through the redactor (servers/logrelay.py), and tears the whole process tree
+down by every exit path in the order its engine stops itself (servers/teardown.py).
 """
 
 from __future__ import annotations
@@ -23,28 +23,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
-from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.engines import engine_for
+from pytest_specperf.config.settings import SIM_LAUNCHER, ServerConfig, SpecperfConfig
+from pytest_specperf.engines import Engine, EngineFlags, default_engine, engine_for
 from pytest_specperf.errors import ConfigError, ServerError
-from pytest_specperf.redact import redact_args, redact_text
-from pytest_specperf.servers.diagnosis import Diagnosis, diagnose
+from pytest_specperf.redact import is_secret_name, redact_args, redact_text
+from pytest_specperf.servers.diagnosis import Diagnosis, diagnose, is_echo
+from pytest_specperf.servers.gpus import GpuWatch
+from pytest_specperf.servers.teardown import Teardown, describe_process, terminate_tree
 from pytest_specperf.transport import probe
 
 LOG_TAIL_LINES = 40
-GPU_RELEASE_TIMEOUT_S = 60.0
 PROGRESS_INTERVAL_S = 10.0
+#: Seconds to let the log relay write the last lines of a server that exited (its children may still hold the pipe).
+LOG_DRAIN_S = 3.0
 _PROBE_INTERVAL_S = 0.25
 _POLL_INTERVAL_S = 0.1
 
 SIM_PROGRAM = (sys.executable, "-m", "pytest_specperf.sim")
+RELAY_PROGRAM = (sys.executable, "-m", "pytest_specperf.servers.logrelay")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "::")
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Everything needed to start one server: argv, environment, address, log file."""
+    """Everything needed to start one server: argv, environment, address, log file, its engine."""
 
     server: str
     argv: tuple[str, ...] = field(repr=False)  # may hold the API key: show `display_command` instead
@@ -54,15 +56,19 @@ class LaunchPlan:
     log_path: Path
     startup_timeout: float
     api_key: str | None = field(default=None, repr=False)
-    readiness_path: str = "/health_generate"
     cwd: Path | None = None
-    launcher: str = "sglang"
+    launcher: str = field(default_factory=default_engine)
     remote: bool = False  # a `command` template that runs the server on another host (srun): no local GPU checks
     template_argv: tuple[str, ...] | None = field(default=None, repr=False)  # a dry run's rendered `command`
+    engine: Engine = field(default_factory=lambda: engine_for(default_engine()), repr=False, compare=False)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def simulated(self) -> bool:
+        return self.launcher == SIM_LAUNCHER
 
     @property
     def display_command(self) -> str:
@@ -81,6 +87,13 @@ class LaunchPlan:
     def child_env(self) -> dict[str, str]:
         """The server's environment; unbuffered, so a crash loses no line of its log (a config may override)."""
         return {**os.environ, "PYTHONUNBUFFERED": "1", **self.env_overrides}
+
+    def secrets(self, env: Mapping[str, str]) -> list[str]:
+        """Literal values the log relay hides besides the known shapes: the API key, and the values
+        of secret-named variables the server runs with (HF_TOKEN=...)."""
+        found = [self.api_key] if self.api_key else []
+        found += [value for name, value in env.items() if is_secret_name(name) and len(value) >= 8]
+        return found
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,7 +114,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def server_args(server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1) -> list[str]:
     """The engine's launch arguments for a server config (for SGLang, the same for the simulator)."""
-    return engine_for(config.engine_of(server)).launch_args(server, config, port, max_concurrency)
+    return config.engine_of(server).launch_args(server, config, port, max_concurrency)
 
 
 def api_key_for(server: ServerConfig, config: SpecperfConfig) -> str | None:
@@ -117,17 +130,19 @@ def build_launch(
     port: int | None = None,
     max_concurrency: int = 1,
 ) -> LaunchPlan:
-    """The launch plan of `server`: `python -m sglang.launch_server ...`, a cluster command, or the simulator."""
+    """The launch plan of `server`: its engine's command, a cluster command, or the simulator."""
     port = port or free_port(server.host)
-    engine = engine_for(config.engine_of(server))
+    engine = config.engine_of(server)
+    flags = config.flags_of(engine)
     args = engine.launch_args(server, config, port, max_concurrency)
     rendered = render_command(server, config, args, port) if server.command else None
-    if config.launcher == "sim":
-        argv = [*SIM_PROGRAM, *args, *sim_args(server, config)]
+    simulated = config.launcher == SIM_LAUNCHER
+    if simulated:
+        argv = [*SIM_PROGRAM, *args, *sim_args(server, config), *sim_flag_table(flags, run_dir)]
     elif rendered is not None:
         argv = rendered
     else:
-        argv = [*shlex.split(config.python), "-m", engine.module, *args]
+        argv = engine.launch_argv(config.python, args, flags)
     return LaunchPlan(
         server=server.name,
         argv=tuple(argv),
@@ -137,13 +152,26 @@ def build_launch(
         log_path=reserve_log_path(run_dir, server.name),
         startup_timeout=server.startup_timeout or config.startup_timeout,
         api_key=api_key_for(server, config),
-        readiness_path=engine.readiness_path,
-        # vLLM: `python -m` puts the cwd on sys.path, and a stray module there (`concurrent.py`) broke torch
-        cwd=run_dir if engine.name == "vllm" and config.launcher != "sim" and not server.command else None,
+        cwd=run_dir if engine.run_from_run_dir and not simulated and not server.command else None,
         launcher=config.launcher,
-        remote=config.launcher != "sim" and server.command is not None and server.host not in LOCAL_HOSTS,
-        template_argv=tuple(rendered) if rendered is not None and config.launcher == "sim" else None,
+        remote=not simulated and server.command is not None and server.host not in LOCAL_HOSTS,
+        template_argv=tuple(rendered) if rendered is not None and simulated else None,
+        engine=engine,
     )
+
+
+def sim_flag_table(flags: EngineFlags | None, run_dir: Path) -> list[str]:
+    """`--sim-sglang-flags FILE` when the installed engine's own flags are known: a dry run on the
+    node then accepts exactly what the installed SGLang accepts (new flags and algorithms too)."""
+    if flags is None or not flags.installed:
+        return []
+    path = run_dir / ".engine-flags" / f"{flags.engine}-{flags.version or 'unknown'}.txt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text("\n".join(flags.to_lines()) + "\n")
+        os.replace(tmp, path)
+    return ["--sim-sglang-flags", str(path)]
 
 
 def render_command(server: ServerConfig, config: SpecperfConfig, args: list[str], port: int) -> list[str]:
@@ -226,7 +254,7 @@ def sim_args(server: ServerConfig, config: SpecperfConfig) -> list[str]:
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec hook asking Linux to SIGTERM the server if pytest dies without cleaning up."""
+    """A preexec hook asking Linux to SIGTERM the process if pytest dies without cleaning up."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -245,12 +273,13 @@ _PDEATHSIG_HOOK = _parent_death_signal()
 
 
 class ServerProcess:
-    """One launched server process group, its log file, and its teardown."""
+    """One launched server process group, the relay that writes its log, and its teardown."""
 
     def __init__(self, plan: LaunchPlan, *, parent_death_signal: bool = True) -> None:
         self.plan = plan
         self.parent_death_signal = parent_death_signal
         self.proc: subprocess.Popen[bytes] | None = None
+        self.relay: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] = {}  # what the server was really started with (fingerprints read it)
         self.gpus: GpuWatch | None = None  # the devices it uses and their memory before the start
         self.failure: Diagnosis | None = None  # why the start failed, once it has
@@ -267,25 +296,49 @@ class ServerProcess:
                 template = self.plan.redact(shlex.join(redact_args(self.plan.template_argv)))
                 log.write(f"# specperf: dry run of the command template: {template}\n".encode())
                 log.write(f"# specperf: {DRY_RUN_LIMITS}\n".encode())
-            log.flush()
-            self.env = self.plan.child_env()
-            self.gpus = GpuWatch.before_start(self.plan, self.env)
+        self.env = self.plan.child_env()
+        self.gpus = self._gpu_watch()
+        hook = _PDEATHSIG_HOOK if self.parent_death_signal else None
+        read_end, write_end = os.pipe()
+        try:
+            self.relay = self._start_relay(read_end, hook)
             try:
                 self.proc = subprocess.Popen(
-                    self.plan.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self.env,
-                    cwd=self.plan.cwd,
-                    start_new_session=True,
-                    preexec_fn=_PDEATHSIG_HOOK if self.parent_death_signal else None,
-                )
+                    self.plan.argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
+                    env=self.env, cwd=self.plan.cwd, start_new_session=True, preexec_fn=hook,
+                )  # fmt: skip
             except OSError as exc:
                 raise ServerError(
                     f"server {self.plan.server!r}: could not run {self.plan.argv[0]!r}: {exc}\n"
                     f"  command: {self.plan.display_command}"
                 ) from None
+        finally:
+            os.close(read_end)
+            os.close(write_end)  # the server and its children hold the only write ends: EOF when all are gone
+
+    def _start_relay(self, read_end: int, hook: Callable[[], None] | None) -> subprocess.Popen[bytes]:
+        """The process that writes the server's output to its log through the redactor; the
+        secrets reach it through a pipe of their own, never its argv or environment."""
+        secrets_read, secrets_write = os.pipe()
+        try:
+            with self.plan.log_path.open("ab") as errors:
+                relay = subprocess.Popen(
+                    [*RELAY_PROGRAM, str(self.plan.log_path), "--secrets-fd", str(secrets_read)],
+                    stdin=read_end, stdout=subprocess.DEVNULL, stderr=errors, pass_fds=(secrets_read,),
+                    start_new_session=True, preexec_fn=hook,
+                )  # fmt: skip
+            os.write(secrets_write, "\0".join(self.plan.secrets(self.env)).encode())
+        finally:
+            os.close(secrets_read)
+            os.close(secrets_write)
+        return relay
+
+    def _gpu_watch(self) -> GpuWatch | None:
+        if self.plan.simulated:
+            return None
+        if self.plan.remote:
+            return GpuWatch([], {}, skipped="GPU release not checked: the server runs on another host")
+        return GpuWatch.of(self.plan.engine.local_gpu_ids(self.plan.argv), self.env)
 
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -299,7 +352,7 @@ class ServerProcess:
             now = time.monotonic()
             self._check_alive(now - started)
             if now >= next_probe:
-                if probe(self.plan.url, self.plan.readiness_path, timeout=5):
+                if probe(self.plan.url, self.plan.engine.readiness_path, timeout=5):
                     return now - started
                 next_probe = time.monotonic() + _PROBE_INTERVAL_S
             if progress and now >= next_progress:
@@ -316,17 +369,24 @@ class ServerProcess:
     def _check_alive(self, elapsed: float) -> None:
         code = self.exit_code()
         if code is not None:
+            self.drain_log()
             raise ServerError(
                 f"server {self.plan.server!r} exited with code {code} after {elapsed:.1f} s, "
                 f"before it was ready: {self.diagnosis()}\n{self.describe()}"
             )
+
+    def drain_log(self, timeout: float = LOG_DRAIN_S) -> None:
+        """Let the relay write what the server printed last (it ends when every writer is gone)."""
+        if self.relay is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.relay.wait(timeout=timeout)
 
     def diagnosis(self) -> str:
         """One line: the likely cause, the first error of the first failing rank, and the log path.
 
         It is the first line of the error, so the terminal summary, JSON and Markdown reports,
         which keep only that line, all carry it."""
-        self.failure = diagnose(self.plan.log_path)
+        self.failure = diagnose(self.plan.log_path, self.plan.engine)
         return self.plan.redact(self.failure.one_line())
 
     def describe(self) -> str:
@@ -345,225 +405,41 @@ class ServerProcess:
             return []
 
     def last_log_line(self) -> str:
-        tail = [line for line in self.log_tail(5) if line.strip()]
-        return progress_line(self.plan.redact(tail[-1])) if tail else "(no output yet)"
+        """What a long start is doing: its newest milestone (loading weights, capturing CUDA graphs,
+        ...), else its newest line that is not an echo of the launch."""
+        tail = [line for line in self.log_tail(200) if line.strip() and not is_echo(line, self.plan.engine)]
+        milestones = [line for line in tail if any(p.search(line) for p in self.plan.engine.startup_milestones)]
+        chosen = milestones[-1] if milestones else (tail[-1] if tail else None)
+        return progress_line(self.plan.redact(chosen)) if chosen else "(no output yet)"
 
-    def stop(self, timeout: float = 60.0) -> Teardown:
-        """SIGTERM the process group, wait up to `timeout`, then SIGKILL the whole tree; then wait
+    def stop(self, timeout: float = 60.0, gpu_timeout: float | None = None) -> Teardown:
+        """SIGTERM the launcher, wait up to `timeout`, then SIGKILL the whole tree; then wait
         (bounded) for its GPUs to return to their memory use before the start."""
         if self.proc is None:
             return Teardown(self.plan.server)
-        result = terminate_tree(self.proc.pid, timeout, gpus=self.gpus, server=self.plan.server)
+        result = terminate_tree(
+            self.proc.pid, timeout, gpus=self.gpus, server=self.plan.server, gpu_timeout=gpu_timeout
+        )
         try:
             self.proc.wait(timeout=REAP_TIMEOUT_S)  # a process in uninterruptible sleep must not hang the night
         except subprocess.TimeoutExpired:
             if not result.stuck:
-                result.stuck.append(_describe_process(self.proc.pid))
+                result.stuck.append(describe_process(self.proc.pid))
+        self._stop_relay()
         return result
 
+    def _stop_relay(self) -> None:
+        if self.relay is None:
+            return
+        self.drain_log()
+        if self.relay.poll() is None:  # a writer survived SIGKILL (stuck): the log ends here
+            self.relay.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.relay.wait(timeout=REAP_TIMEOUT_S)
 
-#: Seconds to wait for a SIGKILLed process to be gone (a process in uninterruptible sleep never is).
+
+#: Seconds to wait for a SIGKILLed process to be reaped (a process in uninterruptible sleep never is).
 REAP_TIMEOUT_S = 10.0
-#: A device counts as released within this many MiB of its use before the start (other tenants drift).
-GPU_RELEASE_SLACK_MIB = 1024
-
-
-@dataclass
-class Teardown:
-    """How stopping one server went: processes that would not die, and whether its GPUs were freed."""
-
-    server: str
-    stuck: list[str] = field(default_factory=list)  # "pid 123 (disk-sleep): python -m sglang..."
-    gpu: str | None = None  # the GPU wait's outcome, or None when there was nothing to wait for
-    gpu_released: bool = True
-
-    @property
-    def ok(self) -> bool:
-        return not self.stuck and self.gpu_released
-
-    def line(self) -> str:
-        parts = [f"stopped {self.server}"]
-        if self.stuck:
-            parts.append(f"{len(self.stuck)} process(es) did not exit after SIGKILL: {'; '.join(self.stuck)}")
-        if self.gpu:
-            parts.append(self.gpu)
-        return ", ".join(parts)
-
-
-def terminate_tree(pid: int, timeout: float, *, gpus: GpuWatch | None = None, server: str = "") -> Teardown:
-    """Stop a server started in its own process group: SIGTERM, wait, then SIGKILL every descendant,
-    then wait until its GPUs are back to their memory use before the start (the next server would
-    fail with OOM otherwise). Every wait is bounded; what did not finish is in the result.
-
-    The descendants are listed before and after the SIGTERM: once the parent dies they are
-    re-parented and can no longer be found from it (SGLang spawns schedulers and a detokenizer).
-    """
-    result = Teardown(server or str(pid))
-    tree = _tree(pid)
-    if any(_is_running(p) for p in tree.values()):
-        _signal_group(pid, signal.SIGTERM)
-        _signal_group(pid, signal.SIGCONT)  # a stopped (hung, kill -STOP) process handles SIGTERM only once resumed
-        root = tree.get(pid)
-        if root is not None:
-            psutil.wait_procs([root], timeout=timeout)
-    tree.update(_tree(pid))
-    _signal_group(pid, signal.SIGKILL)
-    alive = [p for p in tree.values() if _is_running(p)]
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    _, stuck = psutil.wait_procs(alive, timeout=REAP_TIMEOUT_S)
-    result.stuck = [_describe_process(p.pid) for p in stuck if _is_running(p)]
-    if gpus is not None:
-        result.gpu_released, result.gpu = gpus.wait_released(GPU_RELEASE_TIMEOUT_S)
-    return result
-
-
-def _describe_process(pid: int) -> str:
-    try:
-        proc = psutil.Process(pid)
-        return f"pid {pid} ({proc.status()}): {shlex.join(proc.cmdline())[:120]}"
-    except psutil.Error:
-        return f"pid {pid}"
-
-
-# --------------------------------------------------------------------------------------------
-# GPUs
-
-
-def gpu_memory_used() -> dict[int, int] | None:
-    """MiB in use per GPU index on this host (`nvidia-smi`), or None where there is no NVIDIA GPU.
-
-    Memory per device, not processes: inside a container the driver reports host pids, which
-    match no pid the plugin knows, so a wait on pids returns at once.
-    """
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=15, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    used = {}
-    for line in out.splitlines():
-        index, _, mib = (part.strip() for part in line.partition(","))
-        if index.isdigit() and mib.isdigit():
-            used[int(index)] = int(mib)
-    return used or None
-
-
-def sglang_gpu_count(argv: tuple[str, ...] | list[str]) -> int:
-    """GPUs an SGLang launch uses: tp_size x pp_size (data-parallel replicas multiply it too)."""
-
-    def value(*flags: str) -> int:
-        for i, arg in enumerate(argv):
-            name, eq, inline = arg.partition("=")
-            if name in flags:
-                text = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-                return int(text) if text.isdigit() else 1
-        return 1
-
-    tp = value("--tp-size", "--tensor-parallel-size")
-    return tp * value("--pp-size", "--pipeline-parallel-size") * value("--dp-size", "--data-parallel-size")
-
-
-def sglang_base_gpu_id(argv: tuple[str, ...] | list[str]) -> int:
-    for i, arg in enumerate(argv):
-        name, eq, inline = arg.partition("=")
-        if name == "--base-gpu-id":
-            text = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-            return int(text) if text.isdigit() else 0
-    return 0
-
-
-def server_gpus(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> list[int]:
-    """nvidia-smi indices of the GPUs a server uses: SGLang's device ids, mapped through
-    CUDA_VISIBLE_DEVICES (nvidia-smi ignores it and lists physical indices)."""
-    logical = range(sglang_base_gpu_id(argv), sglang_base_gpu_id(argv) + sglang_gpu_count(argv))
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return list(logical)
-    ids = [part.strip() for part in visible.split(",") if part.strip()]
-    if not all(part.isdigit() for part in ids):
-        return []  # UUIDs or MIG names: which index is which is not knowable here
-    return [int(ids[i]) for i in logical if i < len(ids)]
-
-
-@dataclass
-class GpuWatch:
-    """The GPUs one server uses and their memory use before it started."""
-
-    devices: list[int]
-    before: dict[int, int]
-    skipped: str | None = None  # why the release cannot be checked
-
-    @classmethod
-    def before_start(cls, plan: LaunchPlan, env: Mapping[str, str]) -> GpuWatch | None:
-        """None where there is no nvidia-smi (the simulator's machines); a skipped watch where
-        this host is not the server's (a cluster `command` on another node)."""
-        if plan.launcher == "sim":
-            return None
-        if plan.remote:
-            return cls([], {}, skipped="GPU release not checked: the server runs on another host")
-        used = gpu_memory_used()
-        if used is None:
-            return None
-        devices = [d for d in server_gpus(plan.argv, env) if d in used]
-        if not devices:
-            return cls([], {}, skipped="GPU release not checked: its devices are unknown (CUDA_VISIBLE_DEVICES)")
-        return cls(devices, {d: used[d] for d in devices})
-
-    def wait_released(self, timeout: float) -> tuple[bool, str | None]:
-        """Poll until every device is back within GPU_RELEASE_SLACK_MIB of its use before the start.
-
-        The driver frees a dead process's memory asynchronously, so "the process is gone" is not
-        yet "the GPUs are free" (SGLang's own tests wait the same way before the next launch).
-        """
-        if self.skipped:
-            return True, self.skipped
-        started = time.monotonic()
-        names = ",".join(map(str, self.devices))
-        while True:
-            used = gpu_memory_used() or {}
-            held = {d: used.get(d, 0) - self.before[d] for d in self.devices}
-            held = {d: mib for d, mib in held.items() if mib > GPU_RELEASE_SLACK_MIB}
-            elapsed = time.monotonic() - started
-            if not held:
-                return True, f"GPU {names} released after {elapsed:.1f} s"
-            if elapsed >= timeout:
-                excess = ", ".join(f"GPU {d} holds {mib} MiB more than before the start" for d, mib in held.items())
-                return False, f"GPU {names} not released after {timeout:g} s: {excess}"
-            time.sleep(1.0)
-
-
-def _tree(pid: int) -> dict[int, psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return {p.pid: p for p in [root, *root.children(recursive=True)]}
-    except psutil.NoSuchProcess:
-        return {}
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _is_running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (a dead child nobody reaped yet)."""
-    try:
-        return _is_running(psutil.Process(pid))
-    except psutil.NoSuchProcess:
-        return False
 
 
 #: flags a progress line keeps when it shortens a launch command: what tells two configs apart

@@ -2,7 +2,10 @@
 
 Only one big model fits on the GPUs at once, so at most `max_servers` are alive: starting
 another stops the least recently used. A start that failed is not retried for every test that
-needs it (that would cost 15 minutes each); its error is raised again at once.
+needs it (that would cost 15 minutes each); its error is raised again at once. Two failures are
+retried once, because waiting is all they need: a port another process took before the server
+bound it (a fresh port), and an out-of-memory start while the GPUs still hold the previous
+server's memory (the driver releases it late on a busy host: wait for the release).
 """
 
 from __future__ import annotations
@@ -11,22 +14,23 @@ import contextlib
 import dataclasses
 import os
 import subprocess
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.engines import Engine
 from pytest_specperf.errors import ServerError
-from pytest_specperf.servers.launch import (
-    ServerProcess,
-    Teardown,
-    api_key_for,
-    build_launch,
-    pid_alive,
-    terminate_tree,
-)
+from pytest_specperf.servers.gpus import GpuWatch
+from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, api_key_for, build_launch
 from pytest_specperf.servers.registry import SharedRegistry
+from pytest_specperf.servers.teardown import Teardown, pid_alive, terminate_tree
+
+#: Seconds an out-of-memory start waits for the previous server's memory before its one retry
+#: (a bare kill "can hold GPU memory for minutes on a busy host", SGLang's test utilities say).
+OOM_RELEASE_WAIT_S = 300.0
 
 #: Set for every launched server: which start of its config in this session (1, then 2 after a restart).
 START_VARIABLE = "SPECPERF_SERVER_START"
@@ -39,6 +43,7 @@ class RunningServer:
     name: str
     url: str
     config: ServerConfig
+    engine: Engine = field(repr=False)  # resolved once from the config, carried from here on
     log_path: Path | None = None
     api_key: str | None = field(default=None, repr=False)
     process: ServerProcess | None = field(default=None, repr=False)
@@ -103,6 +108,7 @@ class ServerPool:
         self.starts: list[str] = []
         self.teardowns: list[Teardown] = []
         self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
+        self._released: tuple[str, GpuWatch] | None = None  # the last stopped server and its GPUs' memory before it
 
     def acquire(self, name: str) -> RunningServer:
         """The running server for config `name`, started (once) if needed."""
@@ -188,7 +194,13 @@ class ServerPool:
     def _get(self, server: ServerConfig) -> RunningServer:
         if server.is_attached:
             assert server.url is not None
-            return RunningServer(server.name, server.url.rstrip("/"), server, api_key=api_key_for(server, self.config))
+            return RunningServer(
+                server.name,
+                server.url.rstrip("/"),
+                server,
+                self.config.engine_of(server),
+                api_key=api_key_for(server, self.config),
+            )
         if self.registry is None:
             self._make_room(self.config.max_servers - 1)
             return self._start(server)
@@ -197,7 +209,8 @@ class ServerPool:
         if not claim.start:
             assert claim.url is not None
             return RunningServer(
-                server.name, claim.url, server, log_path=Path(claim.log_path) if claim.log_path else None,
+                server.name, claim.url, server, self.config.engine_of(server),
+                log_path=Path(claim.log_path) if claim.log_path else None,
                 api_key=api_key_for(server, self.config), pid=claim.pid,
                 launch_env={**os.environ, **self.config.env, **server.env},  # as the other worker started it
             )  # fmt: skip
@@ -245,11 +258,12 @@ class ServerPool:
             _, oldest = self._alive.popitem(last=False)
             self._stop(oldest)
 
-    def _start(self, server: ServerConfig, *, port_retry: bool = True) -> RunningServer:
-        """Start `server` and wait until it is ready; once more on a fresh port if its port was taken.
+    def _start(self, server: ServerConfig, *, retry: bool = True) -> RunningServer:
+        """Start `server` and wait until it is ready; once more if waiting is all it needs.
 
         The port is chosen when the launch is planned, and a real server binds it only after
-        loading its weights (15-30 minutes later): another process may take it meanwhile.
+        loading its weights (15-30 minutes later): another process may take it meanwhile. An
+        out-of-memory start while the previous server's memory is still held waits for the release.
         """
         plan = build_launch(
             server,
@@ -270,12 +284,15 @@ class ServerPool:
             seconds = process.wait_ready(self.progress)
         except ServerError:
             self._record(process.stop(timeout=self.config.stop_timeout))
-            if port_retry and process.failure is not None and process.failure.port_taken:
+            failure = process.failure
+            if retry and failure is not None and failure.port_taken:
                 self._note(
                     f"{server.name}: port {plan.port} was taken by another process before the server bound it "
                     f"(log: {plan.log_path}); restarted once on a fresh port"
                 )
-                return self._start(server, port_retry=False)
+                return self._start(server, retry=False)
+            if retry and failure is not None and failure.out_of_memory and self._wait_for_release(server.name, plan):
+                return self._start(server, retry=False)
             raise
         except BaseException:
             self._record(process.stop(timeout=self.config.stop_timeout))
@@ -283,9 +300,30 @@ class ServerPool:
         if self.progress:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
         return RunningServer(
-            server.name, plan.url, server, log_path=plan.log_path, api_key=plan.api_key,
+            server.name, plan.url, server, plan.engine, log_path=plan.log_path, api_key=plan.api_key,
             process=process, startup_seconds=seconds, launch_env=process.env,
         )  # fmt: skip
+
+    def _wait_for_release(self, name: str, plan: LaunchPlan) -> bool:
+        """After an out-of-memory start: if the GPUs still hold the previous server's memory, wait
+        for it (bounded) and say so; True when a retry is worth it."""
+        if self._released is None:
+            return False
+        previous, watch = self._released
+        held = watch.held()
+        if not held:
+            return False
+        mib = ", ".join(f"GPU {d} {m} MiB" for d, m in sorted(held.items()))
+        if self.progress:
+            self.progress(f"{name}: out of memory while {previous}'s memory is still held ({mib}); waiting for it")
+        started = time.monotonic()
+        released, outcome = watch.wait_released(OOM_RELEASE_WAIT_S)
+        self._note(
+            f"{name}: the start failed with out of memory while the GPUs still held {previous}'s memory ({mib}; "
+            f"log: {plan.log_path}); waited {time.monotonic() - started:.0f} s for the release "
+            + ("and restarted once" if released else f"and restarted once anyway ({outcome})")
+        )
+        return True
 
     def _record(self, teardown: Teardown) -> None:
         """Keep how a stop went (the report lists the ones that did not finish) and say it."""
@@ -311,6 +349,9 @@ class ServerPool:
     def _stop(self, server: RunningServer) -> None:
         if server.process is not None:
             self._record(server.process.stop(timeout=self.config.stop_timeout))
+            watch = server.process.gpus
+            if watch is not None and watch.devices:
+                self._released = (server.name, watch)
         elif server.pid is not None:
             self._record(terminate_tree(server.pid, self.config.stop_timeout, server=server.name))
         if self.registry is not None and not server.config.is_attached:

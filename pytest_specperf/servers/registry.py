@@ -28,7 +28,7 @@ from filelock import FileLock
 from pytest_specperf.errors import ServerError
 from pytest_specperf.jsonfile import atomic_write, safe_name
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.servers.launch import pid_alive
+from pytest_specperf.servers.teardown import pid_alive
 from pytest_specperf.verdict.fingerprint import Fingerprint
 
 POLL_S = 0.2

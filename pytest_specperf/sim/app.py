@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             round_jitter=config.sim.round_jitter,
             start_seed=_start_seed(config),
             batch_acceptance=config.sim.batch_acceptance,
+            deterministic=config.deterministic,
         )
     )
     if config.sim.run_jitter or config.sim.round_jitter:
@@ -84,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     state = ServerState(config, engine, tuned, missing)
     try:
         httpd = SimHTTPServer(state)
-    except OSError as exc:
-        log.error("Failed to bind %s:%d: %s", config.host, config.port, exc.strerror)
+    except OSError as exc:  # uvicorn's words, as SGLang's log shows them
+        log.error(
+            "ERROR:    [Errno %d] error while attempting to bind on address (%r, %d): %s",
+            exc.errno or 0, config.host, config.port, (exc.strerror or str(exc)).lower(),
+        )  # fmt: skip
         return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -122,24 +126,25 @@ def _banner(cfg: SimServerConfig, tuned: bool, missing: tuple[str, ...]) -> None
         cfg.sim.seed,
         tuning,
     )
-    spec = cfg.spec
-    log.info(
-        "server_args=ServerArgs(model_path=%r, tp_size=%d, speculative_algorithm=%r, speculative_num_steps=%s, "
-        "speculative_eagle_topk=%s, speculative_num_draft_tokens=%s, max_running_requests=%d, "
-        "cuda_graph_max_bs_decode=%d, host=%r, port=%d)",
-        cfg.model_path,
-        cfg.tp_size,
-        cfg.speculative_algorithm,
-        spec and spec.steps,
-        spec and spec.topk,
-        spec and spec.draft_tokens,
-        cfg.max_running_requests,
-        cfg.cuda_graph_max_bs_decode,
-        cfg.host,
-        cfg.port,
-    )
+    log.info("server_args=%s", server_args_echo(cfg))
     for level, message in cfg.notices:
         log.log(logging.getLevelName(level.upper()), message)
+
+
+def server_args_echo(cfg: SimServerConfig) -> dict:
+    """What SGLang 0.5.23 logs at every start (engine.py: the resolved arguments as a dict), a few
+    of its ~530 keys: words such as `nccl` and `timeout` appear in it, and the API key in clear
+    text, as in the real line; a diagnosis must never take it for an error."""
+    spec = cfg.spec
+    return {
+        "model_path": cfg.model_path, "tp_size": cfg.tp_size, "host": cfg.host, "port": cfg.port,
+        "speculative_algorithm": cfg.speculative_algorithm, "speculative_num_steps": spec and spec.steps,
+        "speculative_eagle_topk": spec and spec.topk, "speculative_num_draft_tokens": spec and spec.draft_tokens,
+        "max_running_requests": cfg.max_running_requests, "cuda_graph_max_bs_decode": cfg.cuda_graph_max_bs_given,
+        "remote_instance_weight_loader_backend": "nccl", "weight_cache_timeout": 300, "dist_timeout": None,
+        "watchdog_timeout": 300, "enable_nccl_nvls": False, "api_key": cfg.api_key,
+        "enable_deterministic_inference": cfg.deterministic,
+    }  # fmt: skip
 
 
 def _startup(cfg: SimServerConfig, state: ServerState, stop: threading.Event) -> bool:

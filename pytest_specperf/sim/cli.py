@@ -10,16 +10,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
-import sys
 from dataclasses import dataclass, field
 
 from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig, load_profile
-from .sglang_flags import ambiguous_message, parse_flag_lines, sglang_flags
+from .sglang_flags import FlagTable, ambiguous_message, load_flag_file, parse_flag_lines, sglang_flags
 
 PROG = "pytest_specperf.sim"
 
-#: SGLang 0.5.23's built-in speculative algorithms (``spec.py:31-34``).
-KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+#: SGLang 0.5.23's speculative algorithms (``spec_info.py``: the enum and the NEXTN alias).
+KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP")
 MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 #: Algorithms whose draft model must be named. EAGLE and NEXTN may run without one: SGLang then drafts with
 #: the target's own MTP layers (the draft path defaults to the target path, docs/engines/sglang.md).
@@ -85,7 +84,7 @@ class SimServerConfig:
     speculative_draft_model_path: str | None
     spec: SpecConfig | None
     max_running_requests: int
-    cuda_graph_max_bs_decode: int
+    cuda_graph_max_bs_decode: int  # the decode CUDA-graph batch limit in force (the flag, else the profile's)
     cuda_graph_max_bs_prefill: int | None
     mem_fraction_static: float
     enable_metrics: bool
@@ -94,6 +93,8 @@ class SimServerConfig:
     launch_command: str
     sim: SimOptions
     profile: Profile = field(repr=False)
+    deterministic: bool = False
+    cuda_graph_max_bs_given: int | None = None  # --cuda-graph-max-bs-decode as given (None: SGLang's default)
     unmodelled_args: dict[str, object] = field(default_factory=dict)
     notices: tuple[tuple[str, str], ...] = ()
     """(level, message) pairs to log once logging is set up: auto defaults, the 48 cap, ignored flags."""
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph-max-bs-prefill", type=int)
     p.add_argument("--mem-fraction-static", type=float)
     p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--enable-deterministic-inference", action="store_true")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--random-seed", type=int)
     sim = p.add_argument_group("simulator")
@@ -166,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "prompts (concurrency > 1 only); seeded by --sim-seed",
     )
     sim.add_argument(
+        "--sim-sglang-flags",
+        metavar="FILE",
+        help="the SGLang flag list to read flags and algorithms against (one action per line, `# algorithms:` "
+        "line), instead of SGLang 0.5.23's shipped one: a dry run on a node with a newer SGLang",
+    )
+    sim.add_argument(
         "--sim-sglang-version",
         default="0.5.23",
         metavar="V",
@@ -188,7 +196,22 @@ def _slow_draft(profile: Profile, factor: float) -> Profile:
     return dataclasses.replace(profile, cost=cost)
 
 
-def resolve_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+def flag_table(argv: list[str]) -> tuple[FlagTable, tuple[str, ...]]:
+    """The SGLang flags and algorithms to read `argv` against: `--sim-sglang-flags FILE` (the
+    installed SGLang's, written by the plugin), else SGLang 0.5.23's shipped list."""
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if flag == "--sim-sglang-flags":
+            path = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            try:
+                table, algorithms = load_flag_file(path)
+            except OSError as exc:
+                raise SimConfigError(f"--sim-sglang-flags {path}: {exc.strerror or exc}") from None
+            return table, algorithms or KNOWN_ALGORITHMS
+    return sglang_flags(), KNOWN_ALGORITHMS
+
+
+def resolve_flags(parser: argparse.ArgumentParser, argv: list[str], table: FlagTable | None = None) -> list[str]:
     """`argv` with every flag spelled out in full, as SGLang 0.5.23's argparse reads it.
 
     An abbreviation is resolved against all of SGLang's flags, not only the modelled ones (`--mo`
@@ -207,7 +230,7 @@ def resolve_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
             out.append(token)
             continue
         flag, eq, value = token.partition("=")
-        resolved = (sim_flags if flag.startswith("--sim-") else sglang_flags()).resolve(flag)
+        resolved = (sim_flags if flag.startswith("--sim-") else (table or sglang_flags())).resolve(flag)
         if resolved is None:
             parser.error(f"unrecognized arguments: {token}")
         if isinstance(resolved, list):
@@ -219,7 +242,8 @@ def resolve_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
 def parse_config(argv: list[str]) -> SimServerConfig:
     """Parse and validate a launch; raises SimConfigError (argparse itself exits 2 on syntax errors)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(resolve_flags(parser, argv))
+    table, algorithms = flag_table(argv)
+    args, extra = parser.parse_known_args(resolve_flags(parser, argv, table))
     try:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:
@@ -227,7 +251,7 @@ def parse_config(argv: list[str]) -> SimServerConfig:
     profile = _slow_draft(profile, args.sim_draft_slowdown)
     notices: list[tuple[str, str]] = []
     sim = _sim_options(args)
-    spec, algorithm, draft = _resolve_spec(args, profile, notices)
+    spec, algorithm, draft = _resolve_spec(args, profile, notices, algorithms)
     if sim.lossy_rate > 0 and spec is None:
         raise SimConfigError(
             "--sim-lossy-rate needs a speculative server (--speculative-algorithm): plain decoding "
@@ -286,8 +310,10 @@ def parse_config(argv: list[str]) -> SimServerConfig:
         enable_metrics=args.enable_metrics,
         log_level=args.log_level,
         random_seed=args.random_seed,
-        launch_command=shlex.join([sys.executable, "-m", PROG, *argv]),
+        launch_command=" ".join(argv),  # SGLang keeps the raw arguments, joined (server_args.py)
         sim=sim,
+        deterministic=args.enable_deterministic_inference,
+        cuda_graph_max_bs_given=args.cuda_graph_max_bs_decode,
         profile=profile,
         unmodelled_args=unmodelled,
         notices=tuple(notices),
@@ -336,7 +362,10 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
 
 
 def _resolve_spec(
-    args: argparse.Namespace, profile: Profile, notices: list[tuple[str, str]]
+    args: argparse.Namespace,
+    profile: Profile,
+    notices: list[tuple[str, str]],
+    known: tuple[str, ...] = KNOWN_ALGORITHMS,
 ) -> tuple[SpecConfig | None, str | None, str | None]:
     """Apply SGLang's speculative rules (speculative_hook.py), refusing where SGLang asserts or corrects."""
     given = {name: getattr(args, name) for name in _SIZE_FLAGS if getattr(args, name) is not None}
@@ -352,16 +381,18 @@ def _resolve_spec(
             )
         return None, None, None
     algorithm = raw.upper()
-    if algorithm not in KNOWN_ALGORITHMS:
+    if algorithm not in known:
         raise SimConfigError(
-            f"--speculative-algorithm {raw!r} is unknown (SGLang 0.5.23 raises 'Unknown speculative "
-            f"algorithm name'; known: {', '.join(KNOWN_ALGORITHMS)})"
+            f"--speculative-algorithm {raw!r} is unknown (SGLang raises 'Unknown speculative "
+            f"algorithm name'; known: {', '.join(known)})"
         )
-    if algorithm not in MODELLED_ALGORITHMS:
+    if algorithm not in MODELLED_ALGORITHMS and algorithm in KNOWN_ALGORITHMS:
         raise SimConfigError(
             f"--speculative-algorithm {algorithm} is known to SGLang but not modelled by the simulator "
             f"(modelled: {', '.join(MODELLED_ALGORITHMS)})"
         )
+    if algorithm not in MODELLED_ALGORITHMS:
+        return _unmodelled_chain(algorithm, args, notices)
     resolved = "EAGLE" if algorithm == "NEXTN" else algorithm
     draft = args.speculative_draft_model_path
     if algorithm in NEEDS_DRAFT_MODEL and draft is None:
@@ -375,6 +406,20 @@ def _resolve_spec(
     steps, topk, tokens = _eagle_sizes(given, algorithm, profile, notices)
     _check_eagle_sizes(steps, topk, tokens)
     return SpecConfig(resolved, steps, topk, tokens), resolved, draft
+
+
+def _unmodelled_chain(
+    algorithm: str, args: argparse.Namespace, notices: list[tuple[str, str]]
+) -> tuple[SpecConfig, str, str | None]:
+    """An algorithm the installed SGLang knows (a newer release, a plugin) and the simulator does not:
+    it is run as a draft chain of its draft tokens, so a dry run gets through, and says so."""
+    tokens = args.speculative_num_draft_tokens or 4
+    steps = args.speculative_num_steps or tokens - 1
+    notices.append(
+        ("warning", f"--speculative-algorithm {algorithm} is not modelled by the simulator: it is simulated as "
+                    f"a draft chain of {steps} steps and {tokens} draft tokens"),
+    )  # fmt: skip
+    return SpecConfig("STANDALONE", steps, 1, steps + 1), algorithm, args.speculative_draft_model_path
 
 
 def _eagle_sizes(

@@ -104,6 +104,18 @@ class Request:
         """Next published event (blocks); raises queue.Empty on timeout."""
         return self.events.get(timeout=timeout)
 
+    def wait_latest(self) -> Event:
+        """The newest event, blocking for one: every step published while the writer was busy
+        merges into it, as SGLang's tokenizer manager keeps only the last of its pending outputs
+        (a busy server streams one event for several decode steps)."""
+        event = self.events.get()
+        while not event.finished:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+        return event
+
 
 @dataclass
 class Counters:
@@ -156,6 +168,9 @@ class EngineSettings:
     round_jitter: float = 0.0  # CV of a speed factor redrawn at every cache flush, i.e. per round
     start_seed: int = 0  # tells starts apart (--sim-start-seed, else the port): one run factor per start
     batch_acceptance: float = 0.0  # CV of an acceptance factor per set of prompts sharing a decode step
+    #: --enable-deterministic-inference: only then does a request's sampling_seed fix what it samples
+    #: (SGLang builds its per-request seeds only in deterministic mode: sampling_batch_info.py)
+    deterministic: bool = False
 
 
 class Engine:
@@ -238,7 +253,7 @@ class Engine:
         if greedy:
             text_rng = random.Random(prompt.seed("text"))
             accept_rng = random.Random(prompt.seed("accept", s.seed))
-        elif params.sampling_seed is not None:  # reproducible per (seed, prompt), as SGLang's sampler is
+        elif params.sampling_seed is not None and s.deterministic:  # reproducible per (seed, prompt)
             text_rng = random.Random(prompt.seed(f"sampled-text/{params.sampling_seed}"))
             accept_rng = random.Random(prompt.seed(f"sampled-accept/{params.sampling_seed}"))
         else:

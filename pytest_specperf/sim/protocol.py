@@ -314,18 +314,25 @@ def openai_finish_reason(req: Request) -> tuple[str | None, object]:
 
 def usage(req: Request) -> dict:
     n = len(req.output_ids)
-    return {
+    return {  # SGLang's UsageInfo, in its field order
         "prompt_tokens": req.prompt.num_tokens,
-        "completion_tokens": n,
         "total_tokens": req.prompt.num_tokens + n,
-        "reasoning_tokens": 0,
+        "completion_tokens": n,
         "prompt_tokens_details": None,
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "reasoning_tokens": 0,
+        "completion_tokens_details": None,  # set only when there are reasoning tokens
     }
 
 
 class OpenAIRenderer:
-    """Builds completion / chat objects for one request (ids and creation time fixed per response)."""
+    """Builds completion / chat objects for one request (ids and creation time fixed per response).
+
+    Streams have SGLang 0.5.23's shape (`serving_chat.py`, `serving_completions.py`, `sse_utils.py`):
+    a chat stream opens with a role chunk, carries text in content chunks whose `finish_reason` is
+    null, then sends the finish reason in a chunk of its own; a completions stream puts the finish
+    reason on its last text chunk. Both then send the `sglext` block (choices: []) and the usage
+    chunk (choices: []) as separate events.
+    """
 
     def __init__(self, req: Request, job: Job, chat: bool, spec: SpecConfig | None) -> None:
         self.req, self.job, self.chat, self.spec = req, job, chat, spec
@@ -336,10 +343,13 @@ class OpenAIRenderer:
     def _base(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.job.model}
 
-    def _sglext(self, out: dict) -> dict:
+    def _spec_details(self) -> dict | None:
         if self.job.spec_details and self.spec is not None and self.req.verify_ct > 0:
-            out["sglext"] = {"spec_tokens_details": spec_fields(self.req, self.spec)}
-        return out
+            return {
+                "spec_accept_rate": 0.0, "spec_accept_length": 0.0, "spec_cap_length": 0.0,
+                "spec_block_accept_length": 0.0, **spec_fields(self.req, self.spec), "spec_cap_lens_histogram": [],
+            }  # fmt: skip
+        return None
 
     def full(self) -> dict:
         """The non-streaming response."""
@@ -359,31 +369,46 @@ class OpenAIRenderer:
             out = self._base("text_completion")
         out["choices"] = [choice]
         out["usage"] = usage(self.req)
-        return self._sglext(out)
+        details = self._spec_details()
+        if details is not None:
+            out["sglext"] = {"spec_tokens_details": details}
+        return out
+
+    def _chat_chunk(self, delta: dict, reason: str | None = None, matched: object = None) -> dict:
+        out = self._base("chat.completion.chunk")
+        choice = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                  "finish_reason": reason, "matched_stop": matched}  # fmt: skip
+        out["choices"] = [choice]
+        return out
 
     def first_chat_chunk(self) -> dict:
         """Chat streams open with a role-only delta."""
-        out = self._base("chat.completion.chunk")
-        out["choices"] = [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-        ]
-        return out
+        return self._chat_chunk({"role": "assistant", "content": ""})
 
-    def chunk(self, upto: int, final: bool) -> dict:
-        """A streaming chunk with the text added since the previous chunk (OpenAI streams are deltas)."""
+    def chunks(self, upto: int, final: bool) -> list[dict]:
+        """The events for the text up to `upto` tokens (OpenAI streams are deltas), and at the end the
+        finish chunk (chat) and the extension block."""
         text = self.req.text(upto)
         delta, self.sent_chars = text[self.sent_chars :], len(text)
         reason, matched = openai_finish_reason(self.req) if final else (None, None)
+        out: list[dict] = []
         if self.chat:
-            out = self._base("chat.completion.chunk")
-            choice = {"index": 0, "delta": {"content": delta}, "logprobs": None, "finish_reason": reason}
-        else:
-            out = self._base("text_completion")
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
-        if final:
-            choice["matched_stop"] = matched
-        out["choices"] = [choice]
-        return self._sglext(out) if final else out
+            if delta:
+                out.append(self._chat_chunk({"content": delta}))
+            if final:
+                out.append(self._chat_chunk({}, reason, matched))
+        elif delta or final:
+            chunk = self._base("text_completion")
+            chunk["choices"] = [
+                {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+            ]
+            out.append(chunk)
+        details = self._spec_details() if final else None
+        if details is not None:
+            block = self._base("chat.completion.chunk" if self.chat else "text_completion")
+            block.update({"choices": [], "usage": None, "sglext": {"spec_tokens_details": details}})
+            out.append(block)
+        return out
 
     def usage_chunk(self) -> dict:
         out = self._base("chat.completion.chunk" if self.chat else "text_completion")

@@ -371,7 +371,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, generate_chunk(req, len(req.output_ids), True, cfg.spec, cfg.enable_metrics))
         self._start_stream()
         while True:
-            ev = req.wait()
+            ev = req.wait_latest()  # steps published while the last event was written merge into one
             chunk = generate_chunk(req, ev.completion_tokens, ev.finished, cfg.spec, cfg.enable_metrics)
             self._event(json.dumps(chunk))
             if ev.finished:
@@ -389,8 +389,9 @@ class Handler(BaseHTTPRequestHandler):
             if chat:
                 self._event(json.dumps(r.first_chat_chunk()))
             while True:
-                ev = req.wait()
-                self._event(json.dumps(r.chunk(ev.completion_tokens, ev.finished)))
+                ev = req.wait_latest()
+                for chunk in r.chunks(ev.completion_tokens, ev.finished):
+                    self._event(json.dumps(chunk))
                 if ev.finished:
                     break
             if job.include_usage:

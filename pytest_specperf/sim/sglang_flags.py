@@ -43,6 +43,14 @@ class FlagTable:
         return self.actions[flag]
 
 
+def load_flag_file(path: str) -> tuple[FlagTable, tuple[str, ...] | None]:
+    """A flag file in the format above, with its `# algorithms: A B C` line if it has one: the plugin
+    writes the installed SGLang's own flags this way for a dry run (`--sim-sglang-flags`)."""
+    lines = Path(path).read_text().splitlines()
+    algorithms = next((line.split(":", 1)[1].split() for line in lines if line.startswith("# algorithms:")), None)
+    return parse_flag_lines(lines), tuple(algorithms) if algorithms is not None else None
+
+
 def parse_flag_lines(lines: list[str]) -> FlagTable:
     actions: dict[str, str] = {}
     for line in lines:

@@ -1,7 +1,10 @@
 """Status documents of the simulated server: /model_info, /server_info, /v1/loads, /v1/models, /metrics.
 
-They have SGLang 0.5.23's shapes, but never pretend to be a real SGLang: ``version`` carries a
-``+specperf-sim`` suffix and ``/server_info`` has a top-level ``simulator`` block.
+They have SGLang 0.5.23's shapes (the resolved arguments with `cuda_graph_config` nested per phase,
+`launch_command` as the raw arguments joined, the API key in clear text as SGLang reports it, the
+Prometheus labels of its scheduler and tokenizer collectors), but never pretend to be a real
+SGLang: ``version`` carries a ``+specperf-sim`` suffix and ``/server_info`` has a top-level
+``simulator`` block.
 """
 
 from __future__ import annotations
@@ -70,6 +73,21 @@ def simulator_block(st: ServerStatus) -> dict:
     }
 
 
+def cuda_graph_config(cfg: SimServerConfig) -> dict:
+    """`cuda_graph_config` as 0.5.23 resolves it: one PhaseConfig per phase (cuda_graph_config.py)."""
+
+    def phase(backend: str, max_bs: int | None) -> dict:
+        return {
+            "backend": backend, "max_bs": max_bs, "bs": None, "tc_compiler": "eager", "max_context_size": None,
+            "full_prefill_max_req": None, "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None,
+        }  # fmt: skip
+
+    return {
+        "decode": phase("full", cfg.cuda_graph_max_bs_decode),
+        "prefill": phase("breakable", cfg.cuda_graph_max_bs_prefill),
+    }
+
+
 def resolved_args(cfg: SimServerConfig) -> dict:
     """The ServerArgs-like flat dict (unmodelled flags included, so fingerprints still see them)."""
     spec = cfg.spec
@@ -85,15 +103,17 @@ def resolved_args(cfg: SimServerConfig) -> dict:
             "tp_size": cfg.tp_size,
             "dp_size": 1,
             "pp_size": 1,
-            "api_key": "<redacted>" if cfg.api_key else None,
+            "api_key": cfg.api_key,  # in clear text, as SGLang reports it (engine.py): the plugin must hide it
             "speculative_algorithm": cfg.speculative_algorithm,
             "speculative_draft_model_path": cfg.speculative_draft_model_path,
             "speculative_num_steps": spec.steps if spec else None,
             "speculative_eagle_topk": spec.topk if spec else None,
             "speculative_num_draft_tokens": spec.draft_tokens if spec else None,
             "max_running_requests": cfg.max_running_requests,
-            "cuda_graph_max_bs_decode": cfg.cuda_graph_max_bs_decode,
+            "cuda_graph_max_bs_decode": cfg.cuda_graph_max_bs_given,
             "cuda_graph_max_bs_prefill": cfg.cuda_graph_max_bs_prefill,
+            "cuda_graph_config": cuda_graph_config(cfg),
+            "enable_deterministic_inference": cfg.deterministic,
             "mem_fraction_static": cfg.mem_fraction_static,
             "context_length": prof.context_length,
             "enable_metrics": cfg.enable_metrics,
@@ -132,7 +152,7 @@ def server_info(st: ServerStatus) -> dict:
             "speculative_eagle_topk",
             "speculative_num_draft_tokens",
             "max_running_requests",
-            "cuda_graph_max_bs_decode",
+            "cuda_graph_config",
         )
     }
     state.update(
@@ -204,12 +224,15 @@ def models(cfg: SimServerConfig, created: int) -> dict:
 
 
 def metrics_text(st: ServerStatus) -> str:
-    """Prometheus text exposition of the counters the plugin reads (contract §2.8)."""
+    """Prometheus text exposition of the counters the plugin reads (contract §2.8), with SGLang's
+    labels: `model_name, engine_type` on the tokenizer's metrics, plus `tp_rank, pp_rank,
+    moe_ep_rank` on the scheduler's (reported by rank 0: metrics_collector.py)."""
     cfg, c = st.config, st.snapshot.counters
-    labels = f'engine_type="unified",model_name="{cfg.served_model_name}"'
+    tokenizer = f'model_name="{cfg.served_model_name}",engine_type="unified"'
+    scheduler = f'{tokenizer},tp_rank="0",pp_rank="0",moe_ep_rank="0"'
     out: list[str] = []
 
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
+    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]], labels: str = tokenizer) -> None:
         out.append(f"# HELP sglang:{name} {help_}")
         out.append(f"# TYPE sglang:{name} {kind}")
         out.extend(f"sglang:{name}{{{labels}{extra}}} {float(value)}" for extra, value in samples)
@@ -228,15 +251,16 @@ def metrics_text(st: ServerStatus) -> str:
     metric(
         "spec_verify_calls_total", "counter", "Total number of speculative verify calls.", [("", c.spec_verify_calls)]
     )
-    metric("num_running_reqs", "gauge", "The number of running requests.", [("", st.snapshot.running)])
-    metric("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", [("", st.snapshot.waiting)])
-    metric("gen_throughput", "gauge", "The generation throughput (token/s).", [("", c.last_gen_throughput)])
+    running, waiting = st.snapshot.running, st.snapshot.waiting
+    metric("num_running_reqs", "gauge", "The number of running requests.", [("", running)], scheduler)
+    metric("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", [("", waiting)], scheduler)
+    metric("gen_throughput", "gauge", "The generation throughput (token/s).", [("", c.last_gen_throughput)], scheduler)
     if cfg.spec is not None:
+        accept = avg_accept_length(st) or 0.0
         metric(
-            "spec_accept_length",
-            "gauge",
-            "The average acceptance length of speculative decoding.",
-            [("", avg_accept_length(st) or 0.0)],
-        )
-        metric("spec_num_draft_tokens", "gauge", "Number of draft tokens per verify.", [("", cfg.spec.draft_tokens)])
+            "spec_accept_length", "gauge", "The average acceptance length of speculative decoding.", [("", accept)],
+            scheduler,
+        )  # fmt: skip
+        tokens = cfg.spec.draft_tokens
+        metric("spec_num_draft_tokens", "gauge", "Number of draft tokens per verify.", [("", tokens)], scheduler)
     return "\n".join(out) + "\n"

@@ -11,13 +11,13 @@ happen.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import ChangePoint, change_percent
-from pytest_specperf.verdict.fingerprint import FingerprintDiff, diff
+from pytest_specperf.verdict.fingerprint import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
@@ -66,6 +66,8 @@ class Evaluation:
     drift: FingerprintDiff | None = None
     updating: bool = False
     changes: list[HistoryChange] = field(default_factory=list)  # changes in force in the history, tonight included
+    #: what the reference and this server differ in besides speculation (for a test that checks against it)
+    unlike_reference: list[Change] = field(default_factory=list)
 
     @property
     def incomparable(self) -> bool:
@@ -420,9 +422,14 @@ def evaluate(
         reference_baseline = None  # recorded speedups need both histories, of this setup
     if marker is not None:
         minimum = marker.min_speedup_at(level)
+        if (minimum is not None or marker.lossless is not None) and reference is not None:
+            evaluation.unlike_reference = speedup_differences(reference.fingerprint, result.fingerprint)
         if minimum is not None:
             spread, pairs = speedup_spread(baseline, reference_baseline)
-            checks.append(check_speedup(result, reference, minimum, limits.run_to_run_cv, spread, pairs, strict=strict))
+            speedup = check_speedup(result, reference, minimum, limits.run_to_run_cv, spread, pairs, strict=strict)
+            if evaluation.unlike_reference:
+                speedup = replace(speedup, message=f"{speedup.message}; {unlike_message(evaluation)}")
+            checks.append(speedup)
         for key in RANGE_METRICS:
             bounds = marker.range_at(key, level)
             if bounds is not None:
@@ -474,6 +481,12 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
         commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
         lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
     return "\n".join(lines)
+
+
+def unlike_message(evaluation: Evaluation) -> str:
+    """The sentence a speedup that compares more than speculation carries, naming each difference."""
+    changes = "; ".join(str(change) for change in evaluation.unlike_reference)
+    return f"the reference and this server differ besides speculation (reference → this server): {changes}"
 
 
 def incomparable_message(result: Measurement, evaluation: Evaluation) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_specperf
-from pytest_specperf.engines.base import Engine, engine_for
+from pytest_specperf.engines.base import Engine, default_engine, engine_for
 from pytest_specperf.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 
 UNSET = "unset"
@@ -241,7 +241,7 @@ class Fingerprint:
         count = self.identity.get("gpu_count", UNSET)
         if count not in ("unknown", UNSET):
             hardware += f" x{count}"
-        engine = self.identity.get("engine", "sglang")
+        engine = self.identity.get("engine", default_engine())
         version = self.environment.get(f"{engine}.version", UNSET)
         launcher = self.identity.get("launcher", UNSET)
         text = f"{hardware}, {engine} {'unknown' if version == UNSET else version}, launcher {launcher}"
@@ -259,6 +259,7 @@ def capture(
     local: bool = True,
     gpu_probe: Callable[[], LocalGpus | None] = probe_local_gpus,
     engine: Engine | None = None,
+    gpu_count: int | None = None,
 ) -> Fingerprint:
     """Fingerprint of one running server.
 
@@ -267,15 +268,17 @@ def capture(
     URL). `server_env` is the environment the server was started with; for a server attached
     by URL pass only what is known about it (e.g. `{}`), not this process's environment.
     `local` allows the `nvidia-smi` probe (server on this host). `gpu_probe` exists for tests.
-    `engine` (default SGLang) says which info fields mean what.
+    `engine` (default: the default engine) says which info fields mean what. `gpu_count` is the
+    GPUs the whole deployment uses, as its engine reads them from the launch arguments (or the
+    server's info): a per-replica count such as SGLang's `/v1/loads` undercounts data parallelism.
     """
-    engine = engine or engine_for("sglang")
+    engine = engine or engine_for(default_engine())
     info = server_info or {}
     marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
     gpus = gpu_probe() if local else None
     identity = {
         **_launch_identity(launch_identity, info, marker, engine),
-        **_gpu_identity(loads, gpus, server_env),
+        **_gpu_identity(loads, gpus, server_env, gpu_count),
     }
     environment = {
         **_versions(info, gpus, engine.name),
@@ -314,11 +317,12 @@ def _launch_identity(
 
 
 def _gpu_identity(
-    loads: Mapping[str, Any] | None, gpus: LocalGpus | None, server_env: Mapping[str, str]
+    loads: Mapping[str, Any] | None, gpus: LocalGpus | None, server_env: Mapping[str, str], gpu_count: int | None
 ) -> dict[str, str]:
-    """GPU name and count: the server's own report first, then the local probe, else unknown."""
+    """GPU name and count: the name from the server's own report, then the local probe; the count
+    from the launch (`gpu_count`), then the server's report, then the local probe, else unknown."""
     name = (loads or {}).get("accelerator")
-    count = (loads or {}).get("num_accelerators")
+    count = gpu_count if gpu_count is not None else (loads or {}).get("num_accelerators")
     if gpus is not None:
         name = name or gpus.name
         count = count if count is not None else _visible_count(gpus, server_env)
@@ -328,7 +332,7 @@ def _gpu_identity(
     }
 
 
-def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str = "sglang") -> dict[str, str]:
+def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str) -> dict[str, str]:
     versions = {
         f"{engine}.version": _text(info.get("version")),
         "python.version": platform.python_version(),
@@ -341,13 +345,28 @@ def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str = "sg
 
 
 def _server_settings(info: Mapping[str, Any], engine: Engine) -> dict[str, str]:
-    """Resolved settings and the redacted launch command, as reported by the server."""
-    settings = {
-        f"server.{name}": _text(info[name]) for name in engine.info_fields if name in info and not is_secret_name(name)
-    }
+    """Resolved settings and the redacted launch command, as reported by the server.
+
+    A nested setting (SGLang 0.5.23's `cuda_graph_config`, one object per phase) becomes one entry per
+    leaf that is set (`server.cuda_graph_config.decode.max_bs`), so a drift line names what changed.
+    """
+    settings: dict[str, str] = {}
+    for name in engine.info_fields:
+        if name in info and not is_secret_name(name):
+            settings.update(_leaves(f"server.{name}", info[name]))
     if "launch_command" in info:
         settings.update(launch_flags(_argv(info["launch_command"])))
     return settings
+
+
+def _leaves(prefix: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {prefix: _text(value)}
+    found: dict[str, str] = {}
+    for key, inner in value.items():
+        if inner is not None and not is_secret_name(str(key)):
+            found.update(_leaves(f"{prefix}.{key}", inner))
+    return found
 
 
 def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:
@@ -415,6 +434,47 @@ def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
         for name in names
         if old.get(name, UNSET) != new.get(name, UNSET)
     ]
+
+
+def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_keys: Sequence[str]) -> list[Change]:
+    """What differs between a speedup's reference server and the speculative one, besides speculation.
+
+    A speedup is meant to measure speculation alone; a different attention backend, dtype,
+    parallelism, memory fraction, CUDA-graph setting or environment variable makes it compare more
+    than that (on a CPU build of SGLang the "2.0x" of a speculative server was mostly its other
+    attention backend). Launch arguments are compared flag by flag; `speculation_keys` (fnmatch
+    patterns, the engine's) name what speculation itself changes. Old value: the reference's.
+    """
+
+    def view(fingerprint: Fingerprint) -> dict[str, str]:
+        flat = {**fingerprint.identity, **fingerprint.environment}
+        args = flat.pop("args", UNSET)
+        if not any(name.startswith("server.flag ") for name in flat):  # the server did not report its command
+            flat.update({name: v for name, v in launch_flags(_argv(args)).items()})
+        return flat
+
+    ignored = ("workload_hash", "specperf.version", "python.version")
+    changes = [
+        change
+        for change in _changes(view(reference), view(current))
+        if change.name not in ignored and not any(fnmatch.fnmatchcase(change.name, p) for p in speculation_keys)
+    ]
+    resolved = {c.name for c in changes if c.name.startswith("server.") and not c.name.startswith("server.flag ")}
+    # a flag whose resolved setting differs too is one difference, named once (by what the server runs)
+    return [c for c in changes if not c.name.startswith("server.flag --") or _setting(c.name) not in resolved]
+
+
+def _setting(flag_entry: str) -> str:
+    """`server.flag --attention-backend` -> `server.attention_backend`."""
+    return "server." + flag_entry.removeprefix("server.flag --").replace("-", "_")
+
+
+def speedup_differences(reference: Fingerprint | None, current: Fingerprint | None) -> list[Change]:
+    """`unlike_reference` with the speculation keys of the engine the fingerprints name."""
+    if reference is None or current is None:
+        return []
+    engine = engine_for(current.identity.get("engine", default_engine()))
+    return unlike_reference(reference, current, engine.speculation_keys)
 
 
 def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:

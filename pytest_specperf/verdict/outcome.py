@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message
+from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message, unlike_message
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incompara
         message = incomparable_message(measurement, evaluation)
         if on_incomparable in ("fail", "skip"):
             return Outcome("fail" if on_incomparable == "fail" else "skip", message)
+        warned.append(message)
+    if evaluation.unlike_reference:  # like a drift line: shown, and a failure only under --specperf-strict
+        message = f"{measurement.key.label}: {unlike_message(evaluation)}"
+        if strict:
+            return Outcome("fail", message + "; --specperf-strict fails it", tuple(warned))
         warned.append(message)
     doubtful = [*evaluation.suspect, *evaluation.inconclusive]
     if doubtful:

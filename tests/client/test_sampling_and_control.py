@@ -11,6 +11,7 @@ import pytest
 from simproc import SimServer, free_port
 
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig
+from pytest_specperf.engines.sglang import sampling_params
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import SamplingParams, ServerClient
 
@@ -27,14 +28,14 @@ def text_prompts(n: int) -> list[Prompt]:
 
 
 def test_seed_sent_only_when_sampling() -> None:
-    assert "sampling_seed" not in SamplingParams(16).to_sglang()
-    assert "sampling_seed" not in SamplingParams(16, temperature=0.0, sampling_seed=3).to_sglang()
+    assert "sampling_seed" not in sampling_params(SamplingParams(16))
+    assert "sampling_seed" not in sampling_params(SamplingParams(16, temperature=0.0, sampling_seed=3))
     assert "seed" not in SamplingParams(16, temperature=0.0, sampling_seed=3).to_openai()
     sampled = SamplingParams(16, temperature=0.7, sampling_seed=3)
-    assert sampled.to_sglang()["sampling_seed"] == 3
+    assert sampling_params(sampled)["sampling_seed"] == 3
     assert sampled.to_openai()["seed"] == 3
     assert "sampling_seed" not in sampled.to_openai()  # not an OpenAI field
-    assert "sampling_seed" not in SamplingParams(16, temperature=0.7).to_sglang()
+    assert "sampling_seed" not in sampling_params(SamplingParams(16, temperature=0.7))
 
 
 def test_from_workload_seeds_sampling_only_above_temperature_zero() -> None:
@@ -44,8 +45,9 @@ def test_from_workload_seeds_sampling_only_above_temperature_zero() -> None:
     assert greedy.sampling_seed is None and greedy.temperature == 0.0
 
 
-def test_seeded_sampling_is_reproducible_on_both_endpoints(plain_sim: SimServer) -> None:
-    client = plain_sim.client()
+def test_seeded_sampling_is_reproducible_on_both_endpoints(sim_factory) -> None:
+    """With --enable-deterministic-inference, as SGLang: without it the seed is ignored (next test)."""
+    client = sim_factory("--enable-deterministic-inference", time_scale=0.0).client()
     seeded = SamplingParams.from_workload(WorkloadConfig(name="w", max_new_tokens=24, temperature=0.8, seed=5))
     for prompt in (*text_prompts(2), CHAT):
         first = client.generate(prompt, seeded, 0, time.perf_counter())
@@ -54,6 +56,15 @@ def test_seeded_sampling_is_reproducible_on_both_endpoints(plain_sim: SimServer)
         assert first.output_hash == again.output_hash
     a, b = (client.generate(p, seeded, 0, time.perf_counter()) for p in text_prompts(2))
     assert a.output_hash != b.output_hash  # one workload seed, yet each prompt draws its own tokens
+
+
+def test_without_deterministic_inference_the_seed_does_not_fix_the_draw(plain_sim: SimServer) -> None:
+    """SGLang builds per-request seeds only in deterministic mode (sampling_batch_info.py): the simulator too."""
+    client = plain_sim.client()
+    seeded = SamplingParams.from_workload(WorkloadConfig(name="w", max_new_tokens=24, temperature=0.8, seed=5))
+    prompt = text_prompts(1)[0]
+    hashes = {client.generate(prompt, seeded, i, time.perf_counter()).output_hash for i in range(3)}
+    assert len(hashes) == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -177,3 +177,41 @@ def test_a_known_version_has_no_warning(pytester, fake_vllm) -> None:
     result, document = run_suite(pytester, fake_vllm("0.32.0"))
     result.assert_outcomes(passed=1)
     assert not any("checked against" in w for m in document["measurements"] for w in m["warnings"])
+
+
+DEAD_SUITE = """
+import pytest
+
+@pytest.mark.specperf(server="ngram", min_speedup=1.0)
+def test_speedup(specperf):
+    pass
+
+@pytest.mark.specperf(server="ngram", accept_length=(2.59, 2.61))
+def test_acceptance(specperf):
+    pass
+"""
+
+
+def test_a_reference_whose_requests_all_fail_is_an_error_on_vllm(pytester, fake_vllm, canned_server) -> None:
+    """The reference's engine is dead (vLLM's own error event on every request): its row is ERROR naming the
+    server and the first failure, not REGRESSION at 0.0 tok/s; the speedup that lost it says so; the
+    speculative measurement stays reported and its own check still passes; pytest fails."""
+    dead = (DATA / "completions-enginedead.http").read_text().split("\n\n", 1)[1]
+    dead_url = canned_server([f"{event}\n\n".encode() for event in dead.strip().split("\n\n")])
+    pytester.makefile(".toml", specperf=textwrap.dedent(CONFIG))
+    pytester.makepyfile(test_suite=DEAD_SUITE)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest(
+        f"--specperf-attach=ngram={fake_vllm('0.32.0')}", f"--specperf-attach=plain={dead_url}",
+        f"--specperf-json={report}", "--specperf-servers=ngram", "-p", "no:randomly",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1, passed=1)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*min_speedup of ngram/default/c1 cannot be checked: the reference server 'plain'*"])
+    document = json.loads(report.read_text())
+    assert validate(document) == []
+    reason = {e["label"]: e["reason"] for e in document["errors"]}["plain/default/c1"]
+    assert "server 'plain': all 4 requests of plain/default/c1 failed" in reason and "EngineCore" in reason
+    rows = {m["label"]: m for m in document["measurements"]}
+    assert "plain/default/c1" not in rows and rows["ngram/default/c1"]["estimates"]["output_throughput"]["value"] > 0
+    assert [m["verdict"] for m in document["measurements"]] == ["ERROR"]  # the speedup's test errored; no REGRESSION

@@ -75,8 +75,9 @@ def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
     plain_tpot = profile.plain_step_ms(1) * SCALE
     for _, tau, _, tpot, records in numbers["plain"]:
         assert tau is None and all(v is None for _, v in records)  # a plain server has no spec fields
-        # the first chunk's own delivery delay is spread over the request's other 47 steps
-        assert plain_tpot - STEP_SLACK_MS / 47 <= tpot <= plain_tpot + STEP_SLACK_MS
+        # a late first event carries the steps made meanwhile (a busy server merges them, as SGLang does),
+        # which shortens the span TPOT is measured over by up to the slack on either side
+        assert plain_tpot - STEP_SLACK_MS <= tpot <= plain_tpot + STEP_SLACK_MS
     cycle = profile.cycle_ms(5, 1, 6, 1) * SCALE
     for _, tau, per_request, tpot, records in numbers["eagle3-5step"]:
         tokens, verify = sum(n for n, _ in records), sum(v for _, v in records)

@@ -336,7 +336,7 @@ def test_startup_progress_is_visible_under_xdist(make_suite) -> None:
 
 def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeypatch, tmp_path) -> None:
     """The next server would die of OOM: a stop that did not free the GPUs must be in the night's report."""
-    from pytest_specperf.servers import launch
+    from pytest_specperf.servers import teardown
 
     calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
     bin_dir.mkdir()
@@ -346,7 +346,7 @@ def test_gpu_memory_left_behind_by_a_server_is_in_the_report(make_suite, monkeyp
     )
     (bin_dir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setattr(launch, "GPU_RELEASE_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(teardown, "GPU_RELEASE_TIMEOUT_S", 0.0)
     suite = make_suite(
         "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
         servers=f'[specperf.servers.plain]\ncommand = "{sys.executable} -m pytest_specperf.sim {{args}}"\n',

@@ -101,7 +101,7 @@ def test_step5_the_dry_run_of_the_gpu_node_edit_compares_with_the_committed_base
     text = toml.read_text()
     assert 'launcher = "sim"\n' in text and "startup_timeout = 120\n" in text
     text = text.replace('launcher = "sim"\n', 'launcher = "sglang"\npython = "/opt/sglang/.venv/bin/python"\n')
-    toml.write_text(text.replace("startup_timeout = 120\n", "startup_timeout = 1800\n"))
+    toml.write_text(text.replace("startup_timeout = 120\n", "startup_timeout = 3600\n"))
     result = example.runpytest("-p", "no:randomly", "--specperf-launcher", "sim", "-k", "code_throughput")
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines([r"eagle3-2step +code +1 .*%.* (PASS|IMPROVED|INCONCLUSIVE)$"])

@@ -195,6 +195,13 @@ def plain_sim() -> Iterator[Sim]:
 
 
 @pytest.fixture(scope="session")
+def deterministic_sim() -> Iterator[Sim]:
+    """A plain server with --enable-deterministic-inference: the only mode where SGLang honours sampling_seed."""
+    with running_sim(["--sim-time-scale", "0", "--enable-deterministic-inference"]) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="session")
 def spec_sim() -> Iterator[Sim]:
     """An EAGLE3 5/1/6 server running as fast as possible."""
     args = [

@@ -60,7 +60,9 @@ def test_server_info_spec(spec_sim):
     )
     assert info["speculative_draft_model_path"] == "org/kimi-k2.5-eagle3"
     assert info["max_running_requests"] == 48
-    assert info["cuda_graph_max_bs_decode"] == 128
+    assert info["cuda_graph_max_bs_decode"] is None  # not given: SGLang resolves the limit into cuda_graph_config
+    decode = info["cuda_graph_config"]["decode"]
+    assert decode["max_bs"] == 128 and decode["backend"] == "full"
     assert info["mem_fraction_static"] == 0.85
     assert "--speculative-num-steps 5" in info["launch_command"]
     assert info["version"] == "0.5.23+specperf-sim"
@@ -193,16 +195,19 @@ def test_stop_string(plain_sim):
     assert word not in out["text"] and full.startswith(out["text"])
 
 
-def test_stream_plain_one_token_per_chunk(plain_sim):
+def test_stream_plain_grows_by_whole_steps(plain_sim):
+    """One event per decode step, or several steps merged into one when the writer is slower than the
+    steps (SGLang's tokenizer manager keeps only its newest pending output): counts only grow."""
     chunks = plain_sim.stream(
         "/generate", {"text": "stream me", "stream": True, "sampling_params": {"max_new_tokens": 10, "temperature": 0}}
     )
     assert chunks[-1] == "[DONE]"
     data = chunks[:-1]
-    assert [c["meta_info"]["completion_tokens"] for c in data] == list(range(1, 11))
+    counts = [c["meta_info"]["completion_tokens"] for c in data]
+    assert counts == sorted(set(counts)) and counts[-1] == 10 and counts[0] >= 1
     assert all(c["meta_info"]["finish_reason"] is None for c in data[:-1])
     assert data[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 10}
-    assert "e2e_latency" in data[-1]["meta_info"] and "e2e_latency" not in data[0]["meta_info"]
+    assert "e2e_latency" in data[-1]["meta_info"] and not any("e2e_latency" in c["meta_info"] for c in data[:-1])
 
 
 def test_stream_spec_cumulative_and_multi_token(spec_sim):
@@ -221,14 +226,13 @@ def test_stream_spec_cumulative_and_multi_token(spec_sim):
         assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
         assert len(cur["output_ids"]) == cur["meta_info"]["completion_tokens"]
         assert set(cur["meta_info"]) >= META_KEYS
-    steps = [
-        b["meta_info"]["completion_tokens"] - a["meta_info"]["completion_tokens"] for a, b in itertools.pairwise(data)
-    ]
-    assert max(steps) > 1  # one verify step can carry several tokens
+    counts = [c["meta_info"]["completion_tokens"] for c in data]
+    assert counts == sorted(set(counts))  # events may merge steps, never repeat or reorder them
     final = data[-1]["meta_info"]
     assert final["completion_tokens"] == 80
-    assert len(data) == final["spec_verify_ct"] + 1  # one chunk per verify, plus the prefill token
-    assert not SPEC_KEYS & set(data[0]["meta_info"])
+    assert final["spec_verify_ct"] < 80  # one verify step can carry several tokens
+    assert len(data) <= final["spec_verify_ct"] + 1  # at most one chunk per verify, plus the prefill token
+    assert not any(SPEC_KEYS & set(c["meta_info"]) for c in data[:-1])  # spec_* on the final event only
 
 
 def test_non_stream_equals_stream(spec_sim):
@@ -327,10 +331,10 @@ def test_completions_stream_matches_non_stream(spec_sim):
         {**body, "stream": True, "return_spec_tokens_details": True, "stream_options": {"include_usage": True}},
     )
     assert chunks[-1] == "[DONE]"
-    usage_chunk, text_chunks = chunks[-2], chunks[:-2]
+    sglext_chunk, usage_chunk, text_chunks = chunks[-3], chunks[-2], chunks[:-3]
     assert "".join(c["choices"][0]["text"] for c in text_chunks) == full
-    assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert "spec_verify_ct" in text_chunks[-1]["sglext"]["spec_tokens_details"]
+    assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"  # completions: on the last text chunk
+    assert sglext_chunk["choices"] == [] and "spec_verify_ct" in sglext_chunk["sglext"]["spec_tokens_details"]
     assert usage_chunk["usage"]["completion_tokens"] == 20 and usage_chunk["choices"] == []
 
 
@@ -355,9 +359,11 @@ def test_chat_completions(spec_sim):
         },
     )
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"])
     assert text == out["choices"][0]["message"]["content"]
-    assert chunks[-2]["sglext"]["spec_tokens_details"]["spec_num_proposed_drafts"] > 0
+    finish, block = chunks[-3], chunks[-2]  # SGLang: the finish reason, then the extension block, each on its own
+    assert finish["choices"][0]["finish_reason"] == "length" and "content" not in finish["choices"][0]["delta"]
+    assert block["choices"] == [] and block["sglext"]["spec_tokens_details"]["spec_num_proposed_drafts"] > 0
 
 
 def test_openai_errors(spec_sim):
@@ -378,7 +384,7 @@ def test_api_key(sim_factory):
     r = sim.post("/generate", json={"text": "x"})
     assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
     ok = {"Authorization": "Bearer sekrit"}
-    assert sim.get("/server_info", headers=ok).json()["api_key"] == "<redacted>"
+    assert sim.get("/server_info", headers=ok).json()["api_key"] == "sekrit"  # in clear, as SGLang reports it
     assert (
         sim.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 2}}, headers=ok).status_code
         == 200

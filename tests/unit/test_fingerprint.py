@@ -111,7 +111,7 @@ def test_capture_environment_versions_settings_and_env() -> None:
     assert env["python.version"] == platform.python_version()
     assert env["specperf.version"] == pytest_specperf.__version__
     assert env["server.max_running_requests"] == "48"
-    assert env["server.cuda_graph_config"] == '{"max_bs_decode": 48}'
+    assert env["server.cuda_graph_config.max_bs_decode"] == "48"  # one entry per leaf of a nested setting
     assert env["NCCL_ALGO"] == "Ring"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"  # reported by the server itself
@@ -325,3 +325,34 @@ def test_diff_sglang_to_sim_is_incomparable() -> None:
     names = [c.name for c in d.identity]
     assert names == ["launcher", "sim_profile"]  # an absent key and "unset" are the same
     assert str(d.identity[1]) == "sim_profile: unset → kimi"
+
+
+# --- a speedup's two servers -----------------------------------------------------------------
+
+
+def test_a_speedups_servers_differ_besides_speculation() -> None:
+    from pytest_specperf.verdict.fingerprint import speedup_differences
+
+    reference = take(
+        launch_identity={**LAUNCH, "algorithm": None, "draft_model": None, "num_steps": None, "eagle_topk": None,
+                         "num_draft_tokens": None},
+        server_info={**SERVER_INFO, "attention_backend": "torch_native", "speculative_algorithm": None,
+                     "launch_command": "--model-path m --attention-backend torch_native --tp-size 8"},
+        server_env={**SERVER_ENV, "NCCL_ALGO": "Tree"},
+    )  # fmt: skip
+    speculative = take(
+        server_info={**SERVER_INFO, "attention_backend": "intel_amx", "max_running_requests": 48,
+                     "launch_command": "--model-path m --attention-backend intel_amx --tp-size 8 "
+                                       "--speculative-algorithm EAGLE3 --max-running-requests 48"},
+    )  # fmt: skip
+    names = {c.name: (c.old, c.new) for c in speedup_differences(reference, speculative)}
+    assert names == {"server.attention_backend": ("torch_native", "intel_amx"), "NCCL_ALGO": ("Tree", "Ring")}
+    assert speedup_differences(speculative, speculative) == []
+    assert speedup_differences(None, speculative) == []
+
+
+def test_the_gpu_count_comes_from_the_launch_not_a_per_replica_report() -> None:
+    """SGLang's /v1/loads counts GPUs per DP rank: a TP8 x DP2 deployment says 8."""
+    fp = take(loads={"accelerator": "NVIDIA H200", "num_accelerators": 8}, gpu_count=16)
+    assert (fp.identity["gpu"], fp.identity["gpu_count"]) == ("NVIDIA H200", "16")
+    assert take(loads={"accelerator": "NVIDIA H200", "num_accelerators": 8}).identity["gpu_count"] == "8"

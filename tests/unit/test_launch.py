@@ -11,15 +11,11 @@ from pathlib import Path
 import pytest
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.servers import launch as launch_module
-from pytest_specperf.servers.launch import (
-    LaunchPlan,
-    ServerProcess,
-    Teardown,
-    build_launch,
-    gpu_memory_used,
-    server_gpus,
-)
+from pytest_specperf.engines import engine_for
+from pytest_specperf.servers import teardown as stopping
+from pytest_specperf.servers.gpus import gpu_memory_used, visible_gpus
+from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, build_launch
+from pytest_specperf.servers.teardown import Teardown
 
 EAGLE = ServerConfig(
     name="eagle3-5step",
@@ -161,10 +157,31 @@ def test_gpu_memory_is_read_per_device(tmp_path: Path, monkeypatch: pytest.Monke
         (("--tp-size", "2"), {"CUDA_VISIBLE_DEVICES": "6,7"}, [6, 7]),
         (("--tp-size", "2", "--pp-size", "2"), {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, [4, 5, 6, 7]),
         (("--tp-size", "2"), {"CUDA_VISIBLE_DEVICES": "GPU-1a2b,GPU-3c4d"}, []),
+        (("--tp-size", "8", "--dp-size", "2"), {}, list(range(16))),
+        (("--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"), {}, list(range(8))),  # DP inside TP
+        (("--tp-size", "8", "--attn-dp-size", "8"), {}, list(range(8))),
+        (("--tp-size", "16", "--nnodes", "2", "--node-rank", "1"), {}, list(range(8))),  # this node's share
+        (("--tp-size", "2", "--base-gpu-id", "1", "--gpu-id-step", "2"), {}, [1, 3]),
     ],
 )
-def test_the_devices_a_server_uses(args: tuple[str, ...], env: dict[str, str], expected: list[int]) -> None:
-    assert server_gpus(["python", "-m", "sglang.launch_server", *args], env) == expected
+def test_the_devices_an_sglang_server_uses(args: tuple[str, ...], env: dict[str, str], expected: list[int]) -> None:
+    argv = ["python", "-m", "sglang.launch_server", *args]
+    assert visible_gpus(engine_for("sglang").local_gpu_ids(argv), env) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "count", "local"),
+    [
+        (("--tp-size", "8"), 8, 8),
+        (("--tp-size", "8", "--dp-size", "2"), 16, 16),
+        (("--tp-size", "8", "--dp-size", "8", "--enable-dp-attention"), 8, 8),
+        (("--tp-size", "8", "--attn-dp-size", "8"), 8, 8),
+        (("--tp-size", "8", "--pp-size", "2", "--nnodes", "2"), 16, 8),
+    ],
+)
+def test_an_sglang_gpu_count_understands_dp_attention(args: tuple[str, ...], count: int, local: int) -> None:
+    engine = engine_for("sglang")
+    assert (engine.gpu_count(args), len(engine.local_gpu_ids(args))) == (count, local)
 
 
 def _sleeper(tmp_path: Path, args: tuple[str, ...] = ("--tp-size", "2"), **env: str) -> ServerProcess:
@@ -195,7 +212,7 @@ def test_teardown_waits_for_the_devices_memory_not_for_pids(tmp_path: Path, monk
 
 def test_teardown_reports_memory_that_is_never_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = gpu_memory_file(tmp_path, monkeypatch, "500 500")
-    monkeypatch.setattr(launch_module, "GPU_RELEASE_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(stopping, "GPU_RELEASE_TIMEOUT_S", 0.0)
     proc = _sleeper(tmp_path)
     proc.start()
     memory.write_text("70000 500")
@@ -252,3 +269,46 @@ def test_progress_line_keeps_the_speculative_flags_of_a_long_command() -> None:
     assert progress_line("Loading weights: 45%") == "Loading weights: 45%"
     long_plain = "x" * 300
     assert progress_line(long_plain).startswith("…") and len(progress_line(long_plain)) <= 121
+
+
+def test_a_long_start_shows_its_newest_milestone_not_the_launch_echo(tmp_path: Path) -> None:
+    """A 20-minute start must not be silent, nor show SGLang's `server_args=` echo as its progress."""
+    log = tmp_path / "eagle.log"
+    log.write_text(
+        "# specperf: python -m sglang.launch_server --model-path m\n"
+        "[2026-12-01 01:00:00] server_args={'model_path': 'm', 'api_key': 'sk-live-0123456789abcdef'}\n"
+        "[2026-12-01 01:00:05 TP0] Load weight begin. avail mem=78.10 GB\n"
+        "[2026-12-01 01:09:40 TP0] Load weight end. type=DeepseekV3ForCausalLM, avail mem=12.31 GB\n"
+        "[2026-12-01 01:09:41 TP0] Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4]\n"
+        "[2026-12-01 01:09:41 TP3] Using 1 CUDA streams\n"
+        "[2026-12-01 01:09:42] server_args={'model_path': 'm', 'dist_timeout': None}\n"
+    )
+    process = ServerProcess(LaunchPlan(
+        server="eagle", argv=("python",), env_overrides={}, host="127.0.0.1", port=1, log_path=log, startup_timeout=1,
+    ))  # fmt: skip
+    assert process.last_log_line() == (
+        "[2026-12-01 01:09:41 TP0] Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4]"
+    )
+    log.write_text("# specperf: python -m sglang.launch_server\nDownloading shards: 40%\n")
+    assert process.last_log_line() == "Downloading shards: 40%"
+
+
+def test_the_default_startup_timeout_is_an_hour() -> None:
+    """SGLang's own CI allows 3600 s on H200: download, DeepGEMM compilation, CUDA-graph capture, warmup."""
+    assert SpecperfConfig().startup_timeout == 3600.0
+    assert plan(ServerConfig(name="plain")).startup_timeout == 3600.0
+
+
+def test_a_dry_run_hands_the_installed_flags_to_the_simulator(tmp_path: Path) -> None:
+    from pytest_specperf.engines.flags import EngineFlags
+
+    flags = EngineFlags(
+        "sglang", "0.6.0", "installed", {"--model-path": "--model-path", "--new-flag": "--new-flag"},
+        algorithms=("EAGLE3", "SUPERDRAFT"),
+    )  # fmt: skip
+    config = SpecperfConfig(launcher="sim", model="m", engine_flags={"sglang": flags})
+    argv = build_launch(ServerConfig(name="plain"), config, run_dir=tmp_path, port=31000).argv
+    path = Path(argv[argv.index("--sim-sglang-flags") + 1])
+    assert "# algorithms: EAGLE3 SUPERDRAFT" in path.read_text() and "--new-flag" in path.read_text()
+    shipped = SpecperfConfig(launcher="sim", model="m")
+    assert "--sim-sglang-flags" not in build_launch(ServerConfig(name="p"), shipped, run_dir=tmp_path, port=1).argv

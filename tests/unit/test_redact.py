@@ -135,3 +135,34 @@ def test_redact_text_catches_free_text_secrets() -> None:
     clean = redact_text(text)
     for secret in ("sk-123", "u:p@", "token=t", HF_TOKEN):
         assert secret not in clean
+
+
+def test_a_path_that_starts_with_hf_is_not_a_token() -> None:
+    """SGLang's tracebacks run through sglang/srt/utils/hf_transformers/config.py."""
+    line = '  File "/opt/sglang/srt/utils/hf_transformers/config.py", line 382, in get_config'
+    assert redact_text(line) == line
+    assert redact_text("hf_transformers_utils and hf_modules") == "hf_transformers_utils and hf_modules"
+    assert redact_text(f"token {HF} in a log") == f"token {REDACTED} in a log"
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "server_args={'model_path': '/m', 'api_key': 'Run-Key-4d9f2c7e81b3', 'tokenizer_path': '/t'}",
+        "server_args=ServerArgs(model_path='/m', api_key='Run-Key-4d9f2c7e81b3', tokenizer_path='/t')",
+        '{"model_path": "/m", "api_key": "Run-Key-4d9f2c7e81b3", "tokenizer_path": "/t"}',
+    ],
+)
+def test_a_quoted_value_under_a_secret_key_is_hidden(echo: str) -> None:
+    """How SGLang logs its arguments at every start (engine.py), the key in clear text."""
+    out = redact_text(echo)
+    assert "Run-Key-4d9f2c7e81b3" not in out and REDACTED in out and "/t" in out and "/m" in out
+
+
+def test_the_log_relay_hides_literal_secrets_and_shapes(tmp_path) -> None:
+    from pytest_specperf.servers.logrelay import relay
+
+    log = tmp_path / "server.log"
+    log.write_text("# specperf: header\n")
+    relay([b"key PlainWordKey42 here\n", f"{HF}\n".encode(), b"no newline at the end"], log, ["PlainWordKey42"])
+    assert log.read_text() == f"# specperf: header\nkey {REDACTED} here\n{REDACTED}\nno newline at the end"

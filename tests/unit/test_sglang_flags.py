@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import RESERVED_FLAGS, ServerConfig, SpecperfConfig
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.engines.sglang.rules import REMOVED_CUDA_GRAPH_FLAG, RESERVED_FLAGS
 from pytest_specperf.servers.launch import server_args
 from pytest_specperf.sim.cli import build_parser
 from pytest_specperf.sim.sglang_flags import SGLANG_FLAGS_FILE, SGLANG_VERSION, sglang_flags
@@ -35,12 +36,23 @@ def test_every_flag_the_plugin_emits_is_an_sglang_flag():
         assert sglang_flags().resolve(flag) == flag, flag
 
 
-def test_reserved_flags_are_sglang_flags_except_the_removed_one():
+def test_reserved_flags_are_sglang_flags_and_the_removed_one_is_ambiguous():
     for flag in RESERVED_FLAGS:
-        if flag == "--cuda-graph-max-bs":
-            assert sglang_flags().resolve(flag) == ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
-        else:
-            assert sglang_flags().resolve(flag) == flag, flag
+        assert sglang_flags().resolve(flag) == flag, flag
+    assert sglang_flags().resolve(REMOVED_CUDA_GRAPH_FLAG) == [
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs-prefill",
+    ]
+
+
+def test_the_boolean_optional_flags_have_their_no_forms():
+    """SGLang 0.5.23 registers 12 booleans with argparse.BooleanOptionalAction: each has a `--no-` twin."""
+    lines = [line.split() for line in SGLANG_FLAGS_FILE.read_text().splitlines() if line.startswith("--")]
+    twins = [names for names in lines if any(name.startswith("--no-") for name in names)]
+    assert len(twins) == 12
+    assert ["--enable-multi-layer-eagle", "--no-enable-multi-layer-eagle"] not in twins  # a plain store_true
+    for names in twins:
+        assert all(f"--no-{name[2:]}" in names for name in names if not name.startswith("--no-"))
 
 
 def test_every_flag_the_simulator_models_is_an_sglang_flag():
@@ -80,6 +92,7 @@ def test_the_generator_reads_flags_from_source(tmp_path: Path):
         "    hidden: A[int, Arg(no_cli=True)] = 0\n"
         "    renamed_thing: A[str, Arg(cli_name='--other-name')] = ''\n"
         "    plain: int = 0\n"
+        "    overlap: A[Optional[bool], Arg(help='x', action=argparse.BooleanOptionalAction)] = None\n"
     )
     (tmp_path / "srt" / "server_args.py").write_text(
         "class ServerArgs:\n"
@@ -91,6 +104,7 @@ def test_the_generator_reads_flags_from_source(tmp_path: Path):
         ["--config"],
         ["-h", "--help"],
         ["--other-name"],
+        ["--overlap", "--no-overlap"],
         ["--port"],
         ["--tp-size", "--tensor-parallel-size"],
     ]

@@ -149,15 +149,26 @@ def test_sigterm_and_ctrl_c_to_pytest_stop_the_whole_server_tree(vllm_suite) -> 
         assert alive == [], (name, alive)
 
 
-def test_a_bad_flag_fails_within_seconds_with_the_log_tail(vllm_suite) -> None:
+def test_a_bad_flag_is_refused_by_the_installed_vllm_and_a_failed_start_fails_fast(vllm_suite) -> None:
+    """A typo is refused at collection against the installed vLLM's own parser (no 20-minute start on
+    a GPU node); a value only vLLM's startup refuses fails the start within seconds, with the log tail."""
+    test = "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n"
+    typo = vllm_suite(test, servers='[specperf.servers.plain]\nargs = ["--enforce-eagr"]\n')
+    result = typo.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    refused = "unrecognized argument --enforce-eagr: the installed vLLM 0.32.0 does not have it"
+    assert refused in result.stderr.str() and "did you mean '--enforce-eager'?" in result.stderr.str()
+    assert not typo.starts()
     suite = vllm_suite(
-        "import pytest\n\n@pytest.mark.specperf(server='plain')\ndef test_x(specperf):\n    pass\n",
-        servers='[specperf.servers.plain]\nargs = ["--enforce-eager", "--no-such-flag"]\n',
+        test, servers='[specperf.servers.plain]\nargs = ["--enforce-eager", "--max-model-len", "99999999"]\n'
     )
     started = time.monotonic()
     result = suite.run()
     elapsed = time.monotonic() - started
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*server 'plain' exited with code 2*before it was ready*", "*unrecognized arguments*"])
+    result.stdout.fnmatch_lines(
+        ["*server 'plain' exited with code 1*before it was ready*ValidationError during start-up*"]
+    )
+    result.stdout.fnmatch_lines(["*User-specified max_model_len (99999999) is greater than the derived*"])
     assert elapsed < 60
     assert re.search(r"log: .*plain\.log", result.stdout.str())

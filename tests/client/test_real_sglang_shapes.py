@@ -1,0 +1,140 @@
+"""The simulator's streams have real SGLang's shape, and the client reads real SGLang's streams.
+
+`data/sglang-0.5.23/chat-eagle3.sse` was rendered by SGLang 0.5.23's own serializers
+(`sse_utils.build_sse_content`, `protocol.ChatCompletionStreamResponse`), in the order
+`serving_chat.py` emits them: a role chunk, content chunks (finish_reason null), the finish reason in
+a chunk of its own, then the `sglext` block and the usage, each with `choices: []`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from simproc import SimServer
+
+from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.engines import engine_for
+from pytest_specperf.measure.http import SamplingParams, ServerClient
+
+CAPTURED = Path(__file__).parent / "data" / "sglang-0.5.23" / "chat-eagle3.sse"
+CHAT = Prompt("c", None, ({"role": "user", "content": "What is the capital of France?"},), "x")
+
+
+def events(text: str) -> list[Any]:
+    found = re.findall(r"^data: (.*)$", text, flags=re.M)
+    return [p if p == "[DONE]" else json.loads(p) for p in found]
+
+
+def kind(event: Any) -> str:
+    """What an event is for: role, content, finish, extension block, usage, end."""
+    if event == "[DONE]":
+        return "done"
+    if not event["choices"]:
+        return "sglext" if event.get("sglext") else "usage"
+    choice = event["choices"][0]
+    if choice["finish_reason"] is not None:
+        return "finish"
+    return "role" if "role" in choice["delta"] else "content"
+
+
+def shape(value: Any) -> Any:
+    """Keys and types, recursively: what a client parses, not what the text says."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items() if k not in ("id", "created", "model")}
+    if isinstance(value, list):
+        return [shape(value[0])] if value and isinstance(value[0], dict) else "list"
+    return type(value).__name__
+
+
+def collapse(kinds: list[str]) -> list[str]:
+    return [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1] or k != "content"]
+
+
+def test_the_simulators_chat_stream_has_the_shape_of_sglangs(spec_sim: SimServer) -> None:
+    captured = events(CAPTURED.read_text())
+    body = {
+        "messages": [dict(m) for m in CHAT.messages or ()], "max_tokens": 24, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True}, "return_spec_tokens_details": True,
+    }  # fmt: skip
+    reply = requests.post(f"{spec_sim.url}/v1/chat/completions", json=body, timeout=30)
+    simulated = events(reply.text)
+    assert collapse([kind(e) for e in simulated]) == collapse([kind(e) for e in captured]) == [
+        "role", "content", "finish", "sglext", "usage", "done",
+    ]  # fmt: skip
+    by_kind = {kind(e): shape(e) for e in captured if e != "[DONE]"}
+    for event in simulated[:-1]:
+        assert shape(event) == by_kind[kind(event)], kind(event)
+
+
+@pytest.fixture
+def replay() -> Iterator[Callable[[str], str]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(stream: str) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for piece in re.findall(r"data: .*?\n\n", stream, flags=re.S):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece.encode()), piece.encode()))
+                self.wfile.write(b"0\r\n\r\n")
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield start
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_client_reads_sglangs_chat_stream(replay: Callable[[str], str]) -> None:
+    client = ServerClient(replay(CAPTURED.read_text()), engine=engine_for("sglang"))
+    record = client.generate(CHAT, SamplingParams(max_new_tokens=14), 0, time.perf_counter())
+    assert record.ok, record.error
+    assert (record.completion_tokens, record.verify_ct, record.finish_reason) == (14, 5, "length")
+    assert (record.accepted_drafts, record.proposed_drafts) == (9, 20)
+    assert record.output == "The capital of France is Paris, which lies on the Seine river."
+    assert record.num_chunks == 5  # content chunks only: the role, finish, sglext and usage events carry no tokens
+
+
+MERGED_GENERATE = "".join(
+    "data: " + json.dumps(e) + "\n\n"
+    for e in (
+        {"text": "The", "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 1}},
+        # a busy server: three decode steps in one event (the tokenizer manager keeps only its newest output)
+        {"text": "The capital of France is Paris", "meta_info": {"id": "r", "finish_reason": None,
+                                                                  "prompt_tokens": 7, "completion_tokens": 9}},
+        {"text": "The capital of France is Paris, on the Seine.", "meta_info": {
+            "id": "r", "finish_reason": {"type": "length", "length": 14}, "prompt_tokens": 7,
+            "completion_tokens": 14, "cached_tokens": 0, "spec_verify_ct": 5, "spec_num_correct_drafts": 9,
+            "spec_num_proposed_drafts": 20}},
+    )
+) + "data: [DONE]\n\n"  # fmt: skip
+
+
+def test_the_client_reads_merged_generate_events(replay: Callable[[str], str]) -> None:
+    client = ServerClient(replay(MERGED_GENERATE), engine=engine_for("sglang"))
+    record = client.generate(Prompt("t", "hi", None, "x"), SamplingParams(max_new_tokens=14), 0, time.perf_counter())
+    assert record.ok, record.error
+    assert (record.completion_tokens, record.verify_ct, record.num_chunks) == (14, 5, 3)
+    assert record.accept_length == pytest.approx(14 / 5)
