@@ -179,7 +179,7 @@ def decide(
     if not counted:
         return None
     floor = 0.0
-    if len(counted) < len(history):  # the counted runs may be a censored sample: see robust_spread
+    if _returns(history):  # runs left out, and the key came back after them: a censored sample (robust_spread)
         floor = robust_spread([math.log(_mean(r.samples)) for r in history])
     comparison = compare_with_history(tonight, counted, tolerance.prior_cv, spread_floor=floor)
     return comparison, classify_ratio(comparison.ratio, tolerance.max_regression, tolerance.direction, strict=strict)
