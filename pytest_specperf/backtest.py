@@ -29,7 +29,7 @@ from typing import Any
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.jsonfile import atomic_write, clean
-from pytest_specperf.verdict.changes import ChangePoint, change_percent
+from pytest_specperf.verdict.changes import ChangePoint, change_percent, change_size
 from pytest_specperf.verdict.history import bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night, stored_status
 from pytest_specperf.verdict.stats import Decision, Direction
@@ -215,10 +215,7 @@ def night_line(night: Night) -> str:
 
 
 def _size(change: ChangePoint) -> str:
-    size = change_percent(change.change)
-    if change.kind == "drift" and change.per_run is not None:
-        return f"drifting {(change.per_run - 1) * 100:+.2f}% per run, {size}"
-    return size
+    return change_size(change.change, change.kind, change.per_run)
 
 
 def summary(result: Replay, tolerance: Tolerance) -> dict[str, Any]:

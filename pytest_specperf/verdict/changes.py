@@ -79,6 +79,14 @@ class ChangePoint:
         return change_percent(self.change)
 
 
+def change_size(ratio: Estimate, kind: str = "step", per_run: float | None = None) -> str:
+    """'-8.1% [-9.5, -6.7]', or for a drift 'drifting -0.30% per run, -9.0% [-11.2, -6.8]'."""
+    size = change_percent(ratio)
+    if kind == "drift" and per_run is not None:
+        return f"drifting {(per_run - 1) * 100:+.2f}% per run, {size}"
+    return size
+
+
 def change_percent(change: Estimate) -> str:
     """A ratio as a change in percent with its interval: '-8.1% [-9.5, -6.7]'."""
     text = f"{(change.value - 1) * 100:+.1f}%"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline, StoredRun
-from pytest_specperf.verdict.changes import ChangePoint, change_percent
+from pytest_specperf.verdict.changes import ChangePoint, change_size
 from pytest_specperf.verdict.fingerprint import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
@@ -320,9 +320,7 @@ def rejected_runs(night: NightVerdict, runs: Sequence[StoredRun]) -> list[tuple[
 
 
 def _since(change: ChangePoint, runs: Sequence[StoredRun]) -> str:
-    size = change_percent(change.change)
-    if change.kind == "drift" and change.per_run is not None:
-        size = f"drifting {(change.per_run - 1) * 100:+.2f}% per run, {size}"
+    size = change_size(change.change, change.kind, change.per_run)
     if change.index >= len(runs):
         return f"{size} since tonight"
     p = runs[change.index].provenance

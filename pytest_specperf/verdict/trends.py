@@ -19,7 +19,7 @@ from typing import Final
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.store.records import StoredBaseline, StoredRun
-from pytest_specperf.verdict.changes import ChangePoint, change_percent, newest_change
+from pytest_specperf.verdict.changes import ChangePoint, change_percent, change_size, newest_change
 from pytest_specperf.verdict.history import SpeedupSpread
 from pytest_specperf.verdict.stats import Estimate, mean_estimate, ratio_estimate
 
@@ -81,10 +81,7 @@ class HistoryChange:
         a drift: '... throughput drifting -0.30% per run, -9.0% [-11.2, -6.8] since the run of ...'."""
         k = self.key
         name = KEY_METRICS.get(self.metric, self.metric)
-        size = self.percent
-        if self.kind == "drift" and self.per_run is not None:
-            size = f"drifting {(self.per_run - 1) * 100:+.2f}% per run, {size}"
-        where = f"{k.server} {k.workload} c{k.concurrency} {name} {size}"
+        where = f"{k.server} {k.workload} c{k.concurrency} {name} {change_size(self.change, self.kind, self.per_run)}"
         if self.created is None:
             return f"{where} since tonight"
         commit = f"commit {self.commit[:7]}" if self.commit else "no git commit"
