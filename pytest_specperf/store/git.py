@@ -234,14 +234,21 @@ class GitStore:
         again = f", after {attempt - 1} push(es) by other jobs came first (their runs are kept)"
         return [f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
 
-    def publish_files(self, write: Callable[[Path], object], subject: str) -> list[str]:
-        """Commit what `write(root)` puts in the work tree beside the histories (a dashboard made from them)
-        and push it, never forced. When another job pushed first, its commit is fetched and `write` runs
-        again on top: what it writes is derived from the histories, which that push changed."""
+    def publish_files(self, write: Callable[[Path], str]) -> list[str]:
+        """Commit what `write(root)` puts in the work tree beside the histories (a dashboard made from them;
+        it returns the commit's subject) and push it, never forced. When another job pushed first, its
+        commit is fetched and `write` runs again on top: what it writes is derived from the histories,
+        which that push changed."""
         self.prepare()
         if self._offline:
             raise StoreError(f"{self.location}: the remote cannot be reached; nothing was published")
-        pushed = self._push(lambda: write(self.work_dir), lambda: redact_text(subject + "\n"), "files")
+        subject = ""
+
+        def apply() -> None:
+            nonlocal subject
+            subject = write(self.work_dir)
+
+        pushed = self._push(apply, lambda: redact_text(subject + "\n"), "files")
         if pushed is None:
             return [f"{self.location}: nothing to publish (the branch holds the same files)"]
         commit, attempt = pushed

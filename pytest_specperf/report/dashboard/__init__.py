@@ -118,8 +118,7 @@ def run(args: argparse.Namespace, store: Store) -> int:
                 f"--publish writes the pages onto a git store's branch (git:<branch>); {store.location} is a folder: "
                 "write the pages with -o and serve that folder"
             )
-        subject = f"specperf: dashboard of {len(site.made.keys)} keys, newest run {site.made.newest_run[:10]}"
-        for line in store.publish_files(site.write_into, subject):
+        for line in store.publish_files(site.write_into):
             print(line)
     if args.output is not None:
         made = site.made
@@ -139,11 +138,14 @@ class _Site:
     made: Dashboard
     writes: int = 0
 
-    def write_into(self, root: Path) -> list[Path]:
+    def write_into(self, root: Path) -> str:
+        """Write the pages at `root`; the commit's subject."""
         if self.writes:
             self.made = self.build()
         self.writes += 1
-        return write_site(self.made, root, nojekyll=True)
+        write_site(self.made, root, nojekyll=True)
+        keys = len(self.made.keys)
+        return f"specperf: dashboard of {keys} key{'s' if keys != 1 else ''}, newest run {self.made.newest_run[:10]}"
 
 
 def default_title(store: Store) -> str:
