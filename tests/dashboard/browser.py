@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -54,9 +55,12 @@ class Browser:
         ours, theirs_in = os.pipe()  # we write, Chromium reads (its fd 3)
         theirs_out, mine = os.pipe()  # Chromium writes (its fd 4), we read
 
-        def descriptors() -> None:  # in the child: the pipe ends as fds 3 and 4 (dup2 makes them inheritable)
-            os.dup2(ours, 3)
-            os.dup2(mine, 4)
+        def descriptors() -> None:
+            """In the child: the pipe ends as fds 3 and 4. Copied out of the way first (either may be 3 or 4
+            already), then dup2'ed onto 3 and 4, which makes them survive the exec."""
+            reading, writing = fcntl.fcntl(ours, fcntl.F_DUPFD, 10), fcntl.fcntl(mine, fcntl.F_DUPFD, 10)
+            os.dup2(reading, 3)
+            os.dup2(writing, 4)
 
         self.process = subprocess.Popen(
             [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],

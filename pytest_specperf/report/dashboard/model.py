@@ -17,7 +17,6 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_specperf.measure.records import METRICS, MeasurementKey
@@ -78,9 +77,16 @@ class Chart:
     level: float | None = None
 
     @property
+    def name(self) -> str:
+        return KEY_METRICS[self.metric]
+
+    @property
+    def unit(self) -> str:
+        return UNITS.get(self.metric) or METRICS[self.metric].unit
+
+    @property
     def title(self) -> str:
-        unit = UNITS.get(self.metric) or METRICS[self.metric].unit
-        return f"{KEY_METRICS[self.metric]} ({unit})"
+        return f"{self.name} ({self.unit})"
 
     @property
     def higher_is_better(self) -> bool:
@@ -142,11 +148,13 @@ class KeyView:
 
 @dataclass(frozen=True)
 class Dashboard:
+    """Every key of a store. Nothing in it depends on when it was made: the same histories give the same
+    pages, so publishing them again without a new run commits nothing."""
+
     title: str
     location: str
     keys: tuple[KeyView, ...]
     limits: Limits
-    generated: str
 
     def layer(self, layer: str) -> list[KeyView]:
         return [k for k in self.keys if k.layer == layer]
@@ -178,14 +186,11 @@ def anchor(layer: str, key: MeasurementKey) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
 
 
-def build_dashboard(
-    entries: Sequence[StoredBaseline], *, title: str, location: str, limits: Limits, generated: str | None = None
-) -> Dashboard:
+def build_dashboard(entries: Sequence[StoredBaseline], *, title: str, location: str, limits: Limits) -> Dashboard:
     """Every stored history of a store, as the dashboard shows it (engine's layer first)."""
     views = [key_view(entry, entries, limits) for entry in entries if entry.runs]
     views.sort(key=lambda v: (v.layer != ENGINE, not v.runs[-1].measurement.is_reference, *_order(v.key)))
-    when = generated or datetime.now(UTC).isoformat(timespec="seconds")
-    return Dashboard(title, location, tuple(views), limits, when)
+    return Dashboard(title, location, tuple(views), limits)
 
 
 def _order(key: MeasurementKey) -> tuple[str, str, int]:
@@ -280,11 +285,10 @@ def _changes(entry: StoredBaseline, metric: str, marks: Sequence[RunMark]) -> li
     """Change points of each segment's series (as `specperf history` finds them); the newest one of the
     newest segment is the one in force."""
     found = []
-    groups = _by_segment(marks)
-    for number, group in enumerate(groups):
+    for group in _by_segment(marks):
         values = [m.value.value for m in group]
         points = [m.point for m in group]
-        current = number == len(groups) - 1 and group[-1].run == len(entry.runs) - 1
+        current = group[-1].point.segment == entry.runs[-1].segment
         in_force = newest_change(values) if current else None
         for point in change_points(values):
             sentence = HistoryChange.of(entry.measurement.key, metric, point, points).sentence

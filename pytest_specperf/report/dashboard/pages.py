@@ -177,7 +177,7 @@ def _page(d: Dashboard, name: str, heading: str, body: str) -> str:
     sub = (
         f"store {escape(d.location)} · {len(d.keys)} keys · newest run {escape(_when(d.newest_run))} · "
         f"tolerance {d.limits.max_regression:.0%} throughput, {d.limits.max_regression_accept_length:.0%} accept "
-        f"length · made {escape(_when(d.generated))}"
+        "length"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -334,12 +334,11 @@ def _tip(view: KeyView, chart: Chart, mark: RunMark) -> str:
     if mark.run in view.newest:
         first += " · the newest night"
     commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
-    unit = chart.title[chart.title.rfind("(") + 1 : -1]
     rounds = len(run.measurement.rounds)
     lines = [
         first,
         f"{_when(p.created)} · {commit} · host {p.host}",
-        f"{chart.title.split(' (')[0]} {fmt(mark.value, DIGITS.get(chart.metric, 2))} {unit} over {rounds} rounds",
+        f"{chart.name} {fmt(mark.value, DIGITS.get(chart.metric, 2))} {chart.unit} over {rounds} rounds",
         f"status: {STATUS_TEXT.get(run.status, run.status)}; verdict {VERDICT_OF_STATUS.get(run.status, '?')}",
     ]
     if mark.rejected:
