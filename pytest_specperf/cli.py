@@ -9,6 +9,8 @@
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
     specperf backtest FILE.csv [--value COLUMN]   replay a nightly series through the verdict engine the tests
                                                   use: each night's outcome, change points, a summary
+    specperf dashboard [--store STORE] -o DIR     a static HTML site of the stored histories (--publish: onto
+                                                  a git store's branch, for GitHub Pages)
     specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
 
 Exit codes:
@@ -39,6 +41,7 @@ from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.records import Measurement
+from pytest_specperf.report import dashboard
 from pytest_specperf.report.analysis import Report, Row, sweep_summaries
 from pytest_specperf.report.jsonreport import (
     LoadedReport,
@@ -92,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,backtest,schema}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{show,history,diff,merge,backtest,dashboard,schema}"
+    )
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help=STORE_HELP)
@@ -138,9 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     merge.set_defaults(run=run_merge)
 
     backtest.add_parser(commands, EXIT_CODES, formatter)
+    dashboard.add_parser(commands, EXIT_CODES, formatter).set_defaults(run=run_dashboard)
     schema = commands.add_parser("schema", help="print the JSON Schema of --specperf-json reports")
     schema.set_defaults(run=run_schema)
     return parser
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    dashboard.check_arguments(args)
+    with opened_store(args.store) as store:
+        return dashboard.run(args, store)
 
 
 def run_schema(args: argparse.Namespace) -> int:

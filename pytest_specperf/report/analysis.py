@@ -208,34 +208,45 @@ def second_start_events(rows: list[Row], restarted: dict[str, list[MeasurementKe
 
 def history_warnings(row: Row, tolerance: float) -> list[str]:
     """What a row's history says about tonight: a confirmation, rejected runs, and what the key can
-    and cannot see (a run-to-run spread that hides a change of the tolerance; run means in two groups)."""
+    and cannot see (`blind_spots`)."""
     label, night = row.key.label, row.night
     lines = [f"{label}: {row.confirmation}"] if row.confirmation else []
     if night is None or night.comparison is None:
         return lines
-    comparison = night.comparison
     lines += [
         f"{label}: the run of {created[:10]} rejected as an outlier: {r.describe()}; kept in the file, left out of "
         "the level and the spread"
         for created, r in row.rejected
     ]
+    return lines + [f"{label}: {spot}" for spot in blind_spots(night, tolerance)]
+
+
+def blind_spots(night: NightVerdict, tolerance: float) -> list[str]:
+    """Why a key's nightly gate cannot show a change of `tolerance` (docs/verdicts.md, "What the gate can
+    see"): it keeps leaving its level and coming back, its run-to-run CV is credibly above tolerance /
+    `BLIND_RATIO`, or its run means fall into two alternating groups. Sentences without the key's
+    label (the report and the dashboard each put it their own way); none when the gate can see it."""
+    comparison = night.comparison
+    if comparison is None:
+        return []
+    lines = []
     low = spread_lower_bound(comparison)
     if night.flapping:
         lines.append(
-            f"{label}: this key cannot show a {tolerance:.0%} change: {night.returns} of its last "
+            f"this key cannot show a {tolerance:.0%} change: {night.returns} of its last "
             f"{len(night.values) - 1} nights were beyond the tolerance and then back to normal: raise rounds, "
             "raise the tolerance or fix the noise"
         )
     elif low is not None and low > tolerance / BLIND_RATIO:
         sees = f"; the smallest change one night flags (80%) is {night.detectable - 1:+.1%}" if night.detectable else ""
         lines.append(
-            f"{label}: this key cannot show a {tolerance:.0%} change: its run-to-run CV is {comparison.run_cv:.1%} "
+            f"this key cannot show a {tolerance:.0%} change: its run-to-run CV is {comparison.run_cv:.1%} "
             f"(at least {low:.1%}, 90% confidence){sees}: raise rounds, raise the tolerance or fix the noise"
         )
     groups = bimodal(night.values[:-1], share=0.15)
     if groups is not None:
         lines.append(
-            f"{label}: its run means fall into two groups ({groups[0]:.4g} and {groups[1]:.4g}, alternating from "
+            f"its run means fall into two groups ({groups[0]:.4g} and {groups[1]:.4g}, alternating from "
             "night to night): some starts land in another state (a GPU clock, a NUMA placement, a kernel choice)"
         )
     return lines

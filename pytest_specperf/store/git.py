@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -226,11 +227,44 @@ class GitStore:
         if self._follower or not self._appended:
             return []
         count = f"{len(self._appended)} run{'s' if len(self._appended) != 1 else ''}"
+        pushed = self._push(lambda: None, self._message, count)
+        if pushed is None:
+            return [f"{self.location}: the {count} were on the branch already (an earlier push reached it)"]
+        commit, attempt = pushed
+        again = f", after {attempt - 1} push(es) by other jobs came first (their runs are kept)"
+        return [f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
+
+    def publish_files(self, write: Callable[[Path], str]) -> list[str]:
+        """Commit what `write(root)` puts in the work tree beside the histories (a dashboard made from them;
+        it returns the commit's subject) and push it, never forced. When another job pushed first, its
+        commit is fetched and `write` runs again on top: what it writes is derived from the histories,
+        which that push changed."""
+        self.prepare()
+        if self._offline:
+            raise StoreError(f"{self.location}: the remote cannot be reached; nothing was published")
+        subject = ""
+
+        def apply() -> None:
+            nonlocal subject
+            subject = write(self.work_dir)
+
+        pushed = self._push(apply, lambda: redact_text(subject + "\n"), "files")
+        if pushed is None:
+            return [f"{self.location}: nothing to publish (the branch holds the same files)"]
+        commit, attempt = pushed
+        again = f", after {attempt - 1} push(es) by other jobs came first" if attempt > 1 else ""
+        return [f"{self.location}: pushed {subject!r} as commit {commit[:7]}{again}"]
+
+    def _push(self, apply: Callable[[], object], message: Callable[[], str], what: str) -> tuple[str, int] | None:
+        """Apply, commit and push, up to `PUSH_ATTEMPTS` times: (the pushed commit, the attempt it took),
+        or None when the work tree held nothing new. After a push another job's came before, the
+        branch is fetched again (`_catch_up` re-appends this session's runs) and `apply` runs again."""
         self._git.ensure_identity()
         for attempt in range(1, PUSH_ATTEMPTS + 1):
-            commit = self._commit()
+            apply()
+            commit = self._commit(message())
             if commit is None:
-                return [f"{self.location}: the {count} were on the branch already (an earlier push reached it)"]
+                return None
             ref = f"{commit}:refs/heads/{self.branch}"
             push = self._git(
                 "push", "--quiet", "--porcelain", "--no-verify", self._remote, ref, timeout=NETWORK_TIMEOUT_S,
@@ -238,16 +272,15 @@ class GitStore:
             )  # fmt: skip
             if push.returncode == 0:
                 self._base = commit
-                again = f", after {attempt - 1} push(es) by other jobs came first (their runs are kept)"
-                return [f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
+                return commit, attempt
             self._catch_up(_push_failure(push))
         self._keep = True
         raise StoreError(
-            f"{self.location}: other jobs pushed first {PUSH_ATTEMPTS} times in a row; the {count} are committed "
+            f"{self.location}: other jobs pushed first {PUSH_ATTEMPTS} times in a row; the {what} are committed "
             f"in {self.work_dir} (HEAD), not pushed"
         )
 
-    def _commit(self) -> str | None:
+    def _commit(self, message: str) -> str | None:
         """A commit of the work tree on top of the branch; None when it holds nothing new."""
         self._git("add", "--all")  # the lock and temp files, should the branch's .gitignore not name them:
         self._git("rm", "--cached", "--quiet", "--ignore-unmatch", "--", LOCK_NAME, ":(glob)**/.*.tmp")
@@ -255,7 +288,7 @@ class GitStore:
         if self._base is not None and tree == self._git.out("rev-parse", f"{self._base}^{{tree}}"):
             return None
         parents = ["-p", self._base] if self._base is not None else []
-        commit = self._git.out("commit-tree", "--no-gpg-sign", *parents, "-m", self._message(), tree)
+        commit = self._git.out("commit-tree", "--no-gpg-sign", *parents, "-m", message, tree)
         self._git("update-ref", "--no-deref", "HEAD", commit)  # the work tree's own detached HEAD
         return commit
 

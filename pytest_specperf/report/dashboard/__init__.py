@@ -1,0 +1,159 @@
+"""`specperf dashboard`: a static HTML site of a store's histories, to look at a key's nights.
+
+    specperf dashboard --store .specperf -o site/              a folder store, into site/
+    specperf dashboard --store git:specperf-history --publish  onto the branch itself (GitHub Pages)
+
+Two pages: `index.html`, the summary (what regressed, what is suspect, which keys' gate cannot see a
+change of the tolerance, and every key in a table), and `suite.html`, a panel per (server, workload,
+level), the real engine's and the simulator's layers apart. What they show is computed by the
+verdict engine the tests run (model.py); the charts are inline SVG drawn here (svg.py), so the pages
+need no network and no other file (pages.py).
+
+`--publish` writes the site at the root of a git store's branch, beside the histories, commits it and
+pushes, like a recording session does: when another job pushed first, its runs are fetched and the
+site is made again from them. GitHub Pages can then serve the branch's root.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.jsonfile import atomic_write
+from pytest_specperf.report.dashboard.model import LAYER_TITLES, Dashboard, build_dashboard
+from pytest_specperf.report.dashboard.pages import SUITE, SUMMARY, suite_page, summary_page
+from pytest_specperf.store import GitStore, Store
+from pytest_specperf.verdict.checks import Limits
+
+__all__ = ["Dashboard", "add_parser", "build_dashboard", "run", "write_site"]
+
+#: Tells GitHub Pages to serve the files as they are (no Jekyll build of the branch).
+NOJEKYLL = ".nojekyll"
+
+
+def write_site(dashboard: Dashboard, directory: Path, *, nojekyll: bool = False) -> list[Path]:
+    """Write the pages into `directory` (created if needed), each atomically; the paths written.
+    A directory that cannot be written is one `SpecperfError` line naming it."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise SpecperfError(f"{directory}: not a directory; give -o a directory for the dashboard's pages")
+    pages = {SUMMARY: summary_page(dashboard), SUITE: suite_page(dashboard)}
+    if nojekyll:
+        pages[NOJEKYLL] = ""
+    try:
+        for name, text in pages.items():
+            atomic_write(directory / name, text)
+    except OSError as exc:
+        raise SpecperfError(
+            f"{directory}: cannot write the dashboard ({exc.strerror or exc}); give -o a directory you can write"
+        ) from None
+    return [directory / name for name in pages if name != NOJEKYLL]
+
+
+def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> argparse.ArgumentParser:
+    """The `dashboard` subcommand's arguments; the caller sets what runs it (`run` with the opened store)."""
+    parser = commands.add_parser(
+        "dashboard", help="a static HTML site of the stored histories", epilog=epilog, formatter_class=formatter,
+        description=__doc__.split("\n\n")[0],
+    )  # fmt: skip
+    parser.add_argument(
+        "--store",
+        default=".specperf",
+        help="store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)",
+    )
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="where to write the pages")
+    parser.add_argument(
+        "--publish", action="store_true",
+        help="a git store: write the pages at the root of its branch, commit and push them (GitHub Pages)",
+    )  # fmt: skip
+    parser.add_argument("--title", help="the pages' title (default: the suite's or the branch's name)")
+    parser.add_argument(
+        "--max-regression", type=float, default=SpecperfConfig.max_regression, metavar="F",
+        help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-regression-accept-length", type=float, default=SpecperfConfig.max_regression_accept_length,
+        metavar="F", help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
+    )  # fmt: skip
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the store is opened (a git store is fetched): the arguments alone."""
+    if args.output is None and not args.publish:
+        raise SpecperfError("dashboard: give -o DIR (where to write the pages), or --publish for a git store")
+    for name in ("max_regression", "max_regression_accept_length"):
+        value = getattr(args, name)
+        if not 0.0 < value < 1.0:
+            raise SpecperfError(f"--{name.replace('_', '-')} must be a fraction in (0, 1) (0.05 = 5%), got {value:g}")
+
+
+def run(args: argparse.Namespace, store: Store) -> int:
+    """Build the dashboard of an opened (prepared) store and write it, publish it, or both."""
+    limits = Limits(
+        args.max_regression, args.max_regression_accept_length, 0.0, run_to_run_cv=SpecperfConfig.run_to_run_cv,
+        run_to_run_cv_accept_length=SpecperfConfig.run_to_run_cv_accept_length,
+    )  # fmt: skip
+    title = args.title or default_title(store)
+    location = store.location if isinstance(store, GitStore) else str(Path(args.store))  # as the user wrote it
+
+    def build() -> Dashboard:
+        entries = store.entries()
+        if not entries:
+            raise SpecperfError(
+                f"{store.location}: no stored histories to show (a store keeps <server>/<workload>-c<level>.json, "
+                "the simulator's under sim/; record some with pytest --specperf-record)"
+            )
+        return build_dashboard(entries, title=title, location=location, limits=limits)
+
+    site = _Site(build, build())
+    if args.publish:
+        if not isinstance(store, GitStore):
+            raise SpecperfError(
+                f"--publish writes the pages onto a git store's branch (git:<branch>); {store.location} is a folder: "
+                "write the pages with -o and serve that folder"
+            )
+        for line in store.publish_files(site.write_into):
+            print(line)
+    if args.output is not None:
+        made = site.made
+        written = write_site(made, args.output)
+        layers = ", ".join(f"{LAYER_TITLES[layer].lower()}: {len(made.layer(layer))}" for layer in made.layers)
+        print(f"wrote the dashboard of {len(made.keys)} keys ({layers}) to {args.output}:")
+        for path in written:
+            print(f"  {path}")
+    return 0
+
+
+@dataclass
+class _Site:
+    """The dashboard to publish: as first built, and made again from the branch after another job's push."""
+
+    build: Callable[[], Dashboard]
+    made: Dashboard
+    writes: int = 0
+
+    def write_into(self, root: Path) -> str:
+        """Write the pages at `root`; the commit's subject."""
+        if self.writes:
+            self.made = self.build()
+        self.writes += 1
+        write_site(self.made, root, nojekyll=True)
+        keys = len(self.made.keys)
+        return f"specperf: dashboard of {keys} key{'s' if keys != 1 else ''}, newest run {self.made.newest_run[:10]}"
+
+
+def default_title(store: Store) -> str:
+    """The suite's name: a folder store's parent folder (`example_suite/.specperf`), or the repository and
+    branch of a git store."""
+    if isinstance(store, GitStore):
+        url = store.spec.url
+        repository = Path(url.rstrip("/")).name.removesuffix(".git") if url else Path.cwd().name
+        return f"{repository} {store.branch}"
+    root = Path(store.location).resolve()
+    return (root.parent.name if root.name.startswith(".") else root.name) or str(root)

@@ -1,0 +1,343 @@
+"""What the dashboard shows of a store, computed by the verdict engine the tests run.
+
+Nothing here is new statistics: each number comes from the function that makes it for a night or
+for `specperf history` — a run's value and interval from `trends.series`, rejected runs from
+`history.reject_outliers` over a segment's counted runs (as `specperf history` marks them), change
+points and drifts from `changes.change_points` per segment and the one in force from
+`changes.newest_change`, their "since" text from `trends.HistoryChange.sentence`, the level the
+newest night was held against and what the gate can see from `nightly.judge_night` (the newest
+night against the runs before it, built like `checks.past_runs`) and `analysis.blind_spots`, and
+fingerprint drift from `fingerprint.diff`. Pure: no I/O, no HTML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_specperf.measure.records import METRICS, MeasurementKey
+from pytest_specperf.report.analysis import blind_spots
+from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated
+from pytest_specperf.verdict.changes import change_points, newest_change
+from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
+from pytest_specperf.verdict.fingerprint import Fingerprint, diff
+from pytest_specperf.verdict.history import reject_outliers
+from pytest_specperf.verdict.nightly import NightVerdict, judge_night
+from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
+
+#: The two layers a store keeps apart (store/records.py): a real engine's runs and the simulator's.
+ENGINE, SIMULATOR = "engine", "sim"
+LAYER_TITLES = {ENGINE: "Measured on the engine", SIMULATOR: "Simulator (pytest_specperf.sim)"}
+#: What a stored run's status means, and the night's verdict it records.
+STATUS_TEXT = {
+    "accepted": "accepted: counts in the level and the spread",
+    "suspect": "suspect (a SUSPECT night: beyond the tolerance, not credibly): kept, out of the level and the spread",
+    "refused": "refused (a REGRESSION night): kept, out of the level and the spread",
+}
+UNITS = {"speedup": "x"}
+
+
+@dataclass(frozen=True)
+class RunMark:
+    """One run of a key as one metric's chart shows it."""
+
+    run: int  # position in the key's history, oldest 0
+    value: Estimate
+    point: Point  # what trends.series made of it (created, commit, segment, status)
+    rejected: str | None = None  # why the run is left out of the level and the spread as an outlier
+
+
+@dataclass(frozen=True)
+class ChangeMark:
+    """A change point of one metric's series within a segment: a step from `run` on, or a drift
+    over `run` .. `end`."""
+
+    run: int
+    end: int
+    kind: str
+    change: Estimate
+    per_run: float | None
+    sentence: str
+    in_force: bool  # the newest change of the current segment: what a night would act on
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One metric of one key: every run with a value, its change points, the level the newest night was
+    held against (a judged metric's, when there was one)."""
+
+    metric: str
+    points: tuple[RunMark, ...]
+    changes: tuple[ChangeMark, ...] = ()
+    level: float | None = None
+
+    @property
+    def name(self) -> str:
+        return KEY_METRICS[self.metric]
+
+    @property
+    def unit(self) -> str:
+        return UNITS.get(self.metric) or METRICS[self.metric].unit
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} ({self.unit})"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "speedup" or METRICS[self.metric].higher_is_better
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The newest night of a key's throughput against the runs before it: what it was judged against
+    and what the gate can see. `night` is None when there is nothing to judge it against (`why`)."""
+
+    night: NightVerdict | None
+    why: str | None = None
+    blind: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """One (server, workload, level) of one layer: its runs, charts and gate."""
+
+    key: MeasurementKey
+    layer: str
+    path: Path
+    runs: tuple[StoredRun, ...]
+    newest: frozenset[int]  # the runs of the newest night (a second server start adds one)
+    charts: tuple[Chart, ...]
+    gate: Gate
+    drift: tuple[tuple[str, ...], ...]  # per run: fingerprint changes since the run before
+    reference: str | None = None  # the server the speedup is over
+
+    @property
+    def status(self) -> str:
+        return self.runs[-1].status
+
+    @property
+    def anchor(self) -> str:
+        return anchor(self.layer, self.key)
+
+    @property
+    def segments(self) -> list[tuple[int, int, int]]:
+        """(segment number, first run, last run), oldest first."""
+        found: list[tuple[int, int, int]] = []
+        for index, run in enumerate(self.runs):
+            if found and found[-1][0] == run.segment:
+                found[-1] = (run.segment, found[-1][1], index)
+            else:
+                found.append((run.segment, index, index))
+        return found
+
+    def chart(self, metric: str) -> Chart | None:
+        return next((c for c in self.charts if c.metric == metric), None)
+
+    @property
+    def change_in_force(self) -> ChangeMark | None:
+        """The throughput change in force, else any other metric's."""
+        marks = [m for c in self.charts for m in c.changes if m.in_force]
+        return marks[0] if marks else None
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """Every key of a store. Nothing in it depends on when it was made: the same histories give the same
+    pages, so publishing them again without a new run commits nothing."""
+
+    title: str
+    location: str
+    keys: tuple[KeyView, ...]
+    limits: Limits
+
+    def layer(self, layer: str) -> list[KeyView]:
+        return [k for k in self.keys if k.layer == layer]
+
+    @property
+    def layers(self) -> list[str]:
+        return [layer for layer in (ENGINE, SIMULATOR) if self.layer(layer)]
+
+    @property
+    def regressed(self) -> list[KeyView]:
+        return [k for k in self.keys if k.status == "refused"]
+
+    @property
+    def suspect(self) -> list[KeyView]:
+        return [k for k in self.keys if k.status == "suspect"]
+
+    @property
+    def blind(self) -> list[KeyView]:
+        return [k for k in self.keys if k.gate.blind]
+
+    @property
+    def newest_run(self) -> str:
+        return max(k.runs[-1].provenance.created for k in self.keys)
+
+
+def anchor(layer: str, key: MeasurementKey) -> str:
+    """A stable HTML id for a key's panel."""
+    text = f"{layer}-{key.server}-{key.workload}-c{key.concurrency}"
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+
+
+def build_dashboard(entries: Sequence[StoredBaseline], *, title: str, location: str, limits: Limits) -> Dashboard:
+    """Every stored history of a store, as the dashboard shows it (engine's layer first)."""
+    views = [key_view(entry, entries, limits) for entry in entries if entry.runs]
+    views.sort(key=lambda v: (v.layer != ENGINE, not v.runs[-1].measurement.is_reference, *_order(v.key)))
+    return Dashboard(title, location, tuple(views), limits)
+
+
+def _order(key: MeasurementKey) -> tuple[str, str, int]:
+    return key.server, key.workload, key.concurrency
+
+
+def layer_of(entry: StoredBaseline) -> str:
+    return SIMULATOR if is_simulated(entry.fingerprint) else ENGINE
+
+
+def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Limits) -> KeyView:
+    reference = reference_history(entry, stored)
+    nights = {metric: judge_newest(entry, metric, limits) for metric in JUDGED_METRICS}
+    charts = []
+    for metric in KEY_METRICS:
+        night = nights.get(metric)
+        chart = _chart(entry, metric, reference, night.comparison.level if night and night.comparison else None)
+        if chart.points:
+            charts.append(chart)
+    first = len(entry.runs) - len(newest_night(entry.runs))
+    return KeyView(
+        key=entry.measurement.key, layer=layer_of(entry), path=entry.path, runs=entry.runs,
+        newest=frozenset(range(first, len(entry.runs))), charts=tuple(charts),
+        gate=gate(entry, nights["output_throughput"], limits), drift=_drift(entry.runs),
+        reference=reference.measurement.key.server if reference is not None else None,
+    )  # fmt: skip
+
+
+def reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -> StoredBaseline | None:
+    """The reference's history of the same workload, level and layer (a speedup's other half)."""
+    key = entry.measurement.key
+    if entry.measurement.is_reference:
+        return None
+    return next(
+        (
+            e for e in stored
+            if e.measurement.is_reference and e.measurement.key.workload == key.workload
+            and e.measurement.key.concurrency == key.concurrency and layer_of(e) == layer_of(entry)
+        ),
+        None,
+    )  # fmt: skip
+
+
+def newest_night(runs: Sequence[StoredRun]) -> tuple[StoredRun, ...]:
+    """The newest run and the runs of the same session right before it (a second server start)."""
+    session = runs[-1].provenance.session
+    count = 1
+    while session and count < len(runs) and runs[-1 - count].provenance.session == session:
+        count += 1
+    return tuple(runs[-count:])
+
+
+def _chart(entry: StoredBaseline, metric: str, reference: StoredBaseline | None, level: float | None) -> Chart:
+    marks = []
+    for index, run in enumerate(entry.runs):
+        # trends.series on this one run: its value and interval exactly as a night's report has them
+        one = dataclasses.replace(entry, runs=(run,))
+        found = series(None, one, metric, reference_baseline=reference, whole=True)
+        if found:
+            marks.append(RunMark(index, found[0].value, found[0]))
+    if metric in JUDGED_METRICS:
+        marks = _with_rejections(marks)
+    return Chart(metric, tuple(marks), tuple(_changes(entry, metric, marks)), level)
+
+
+def _by_segment(marks: Sequence[RunMark]) -> list[list[RunMark]]:
+    groups: list[list[RunMark]] = []
+    for mark in marks:
+        if groups and groups[-1][0].point.segment == mark.point.segment:
+            groups[-1].append(mark)
+        else:
+            groups.append([mark])
+    return groups
+
+
+def _with_rejections(marks: list[RunMark]) -> list[RunMark]:
+    """Counted runs that `reject_outliers` leaves out of their segment's level and spread, as
+    `specperf history` marks them."""
+    out = {}
+    for group in _by_segment(marks):
+        counted = [m for m in group if m.point.status == "accepted"]
+        levels = [math.log(m.value.value) for m in counted if m.value.value > 0.0]
+        if len(levels) != len(counted):
+            continue
+        for rejection in reject_outliers(levels):
+            mark = counted[rejection.index]
+            out[mark.run] = f"rejected as an outlier: {rejection.describe()}; kept, out of the level and the spread"
+    return [dataclasses.replace(m, rejected=out.get(m.run)) for m in marks]
+
+
+def _changes(entry: StoredBaseline, metric: str, marks: Sequence[RunMark]) -> list[ChangeMark]:
+    """Change points of each segment's series (as `specperf history` finds them); the newest one of the
+    newest segment is the one in force."""
+    found = []
+    for group in _by_segment(marks):
+        values = [m.value.value for m in group]
+        points = [m.point for m in group]
+        current = group[-1].point.segment == entry.runs[-1].segment
+        in_force = newest_change(values) if current else None
+        for point in change_points(values):
+            sentence = HistoryChange.of(entry.measurement.key, metric, point, points).sentence
+            force = in_force is not None and (in_force.index, in_force.kind) == (point.index, point.kind)
+            found.append(ChangeMark(
+                group[point.index].run, group[-1].run, point.kind, point.change, point.per_run, sentence, force,
+            ))  # fmt: skip
+    return found
+
+
+def judge_newest(entry: StoredBaseline, metric: str, limits: Limits) -> NightVerdict | None:
+    """The newest night against the runs of its segment before it, by `nightly.judge_night` (None with
+    nothing to judge against, or no value of `metric`)."""
+    runs = entry.runs
+    night = newest_night(runs)
+    before = runs[: len(runs) - len(night)]
+    tonight = [s for r in night if (s := r.measurement.samples(metric)) and min(s) > 0.0]
+    if not tonight or not before or before[-1].segment != night[0].segment:
+        return None
+    _, past = past_runs(dataclasses.replace(entry, runs=before), metric)
+    if not any(p.status.counted for p in past):
+        return None
+    rounds = len(night[0].measurement.rounds)
+    return judge_night(tonight, past, limits.tolerance(metric), rounds=rounds)
+
+
+def gate(entry: StoredBaseline, night: NightVerdict | None, limits: Limits) -> Gate:
+    """What the throughput gate made of the newest night (`judge_newest`), and what it cannot see."""
+    if night is None:
+        runs = entry.runs
+        newest = newest_night(runs)
+        if len(newest) == len(runs):
+            why = "one night recorded: nothing to judge it against yet"
+        elif runs[len(runs) - len(newest) - 1].segment != newest[0].segment:
+            why = "the newest night starts a new segment (--specperf-update): nothing to judge it against yet"
+        else:
+            why = "no counted run before the newest night"
+        return Gate(None, why)
+    return Gate(night, None, tuple(blind_spots(night, limits.max_regression)))
+
+
+def _drift(runs: Sequence[StoredRun]) -> tuple[tuple[str, ...], ...]:
+    """Each run's fingerprint changes since the run before it (the first run has none to compare)."""
+    found: list[tuple[str, ...]] = [()]
+    for before, after in itertools.pairwise(runs):
+        old, new = before.measurement.fingerprint, after.measurement.fingerprint
+        if isinstance(old, Fingerprint) and isinstance(new, Fingerprint):
+            changes = diff(old.redacted(), new.redacted())
+            found.append(tuple(changes.describe().splitlines()) if changes else ())
+        else:
+            found.append(())
+    return tuple(found[: len(runs)])

@@ -1,0 +1,388 @@
+"""The dashboard's two pages, as self-contained HTML: the summary (`index.html`) and the suite's panels
+(`suite.html`).
+
+Self-contained: the style, the charts (svg.py) and a short script are inline, so a page needs no
+network and no other file to be read. Every user-supplied name is escaped. The script only turns
+`<title>` hover texts into a styled tooltip that also opens on keyboard focus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from html import escape
+
+import pytest_specperf
+from pytest_specperf.report.dashboard.model import (
+    ENGINE,
+    LAYER_TITLES,
+    SIMULATOR,
+    STATUS_TEXT,
+    Chart,
+    Dashboard,
+    KeyView,
+    RunMark,
+)
+from pytest_specperf.report.dashboard.svg import COLOURS, chart_svg, marker
+from pytest_specperf.report.terminal import _scale_note
+from pytest_specperf.verdict.changes import change_percent
+from pytest_specperf.verdict.checks import fmt
+from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
+
+SUMMARY, SUITE = "index.html", "suite.html"
+DIGITS = {"output_throughput": 1, "mean_tpot_ms": 2, "accept_length": 2, "speedup": 3}
+VERDICT_OF_STATUS = {"accepted": "passed", "suspect": "SUSPECT", "refused": "REGRESSION"}
+
+STYLE = """
+:root { --ink: #1d2330; --muted: #5b6475; --line: #d8dde6; --bad: #d62728; --warn: #e08a00; --ok: #2b8a3e; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink);
+       background: #f5f7fa; }
+header.top { background: #fff; border-bottom: 1px solid var(--line); padding: 14px 24px 10px; }
+header.top h1 { margin: 0; font-size: 20px; }
+.sub { color: var(--muted); margin: 2px 0 8px; font-size: 12.5px; }
+nav a { margin-right: 16px; color: var(--muted); text-decoration: none; font-weight: 600; }
+nav a[aria-current] { color: var(--ink); border-bottom: 2px solid var(--ink); }
+main { padding: 16px 24px 40px; }
+h2 { font-size: 16px; margin: 22px 0 8px; }
+a { color: #1f5fbf; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 12px; }
+.card { background: #fff; border: 1px solid var(--line); border-left: 5px solid var(--muted); border-radius: 6px;
+        padding: 10px 14px; }
+.card h2 { margin: 0 0 2px; font-size: 15px; }
+.card.bad { border-left-color: var(--bad); } .card.warn { border-left-color: var(--warn); }
+.card.blind { border-left-color: #6a51a3; }
+.card ul { margin: 6px 0 0; padding-left: 18px; } .card li { margin: 3px 0; }
+.card .none { color: var(--muted); }
+.count { display: inline-block; min-width: 22px; padding: 0 6px; border-radius: 10px; background: #eef1f5;
+         text-align: center; font-size: 12px; margin-left: 4px; }
+.hint { color: var(--muted); font-size: 12px; margin: 0; }
+table { border-collapse: collapse; background: #fff; border: 1px solid var(--line); font-size: 12.5px; }
+th, td { padding: 4px 9px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: #eef1f5; font-weight: 600; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.badge { display: inline-block; padding: 0 7px; border-radius: 9px; font-size: 11.5px; font-weight: 600;
+         background: #eef1f5; color: var(--muted); }
+.badge.refused { background: #fde2e2; color: #a51d1e; } .badge.suspect { background: #fff0d6; color: #8a5300; }
+.badge.accepted { background: #e3f4e6; color: #1f6b2e; } .badge.sim { background: #e8e2f6; color: #4b3a86; }
+.layer-note { color: var(--muted); font-size: 12.5px; margin: -4px 0 10px; }
+.panels { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
+.panel { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px 8px; }
+.panel.status-refused { border-top: 4px solid var(--bad); } .panel.status-suspect { border-top: 4px solid var(--warn); }
+.panel h3 { display: inline; font-size: 15px; margin: 0 6px 0 0; }
+.facts { color: var(--muted); font-size: 12px; margin: 3px 0 4px; }
+.small { display: grid; grid-template-columns: repeat(3, 1fr); gap: 6px; }
+.chart { width: 100%; height: auto; display: block; }
+.chart-title { font-size: 11.5px; color: var(--muted); margin: 4px 0 0 4px; }
+.notes { margin: 6px 0 0; padding-left: 18px; font-size: 12.5px; } .notes li { margin: 2px 0; }
+.notes .in-force { font-weight: 600; }
+.legend { display: flex; flex-wrap: wrap; gap: 14px; font-size: 12.5px; color: var(--muted); margin: 0 0 8px; }
+.legend svg { vertical-align: middle; }
+.toc { font-size: 12.5px; columns: 3 220px; margin: 0 0 10px; padding-left: 18px; }
+svg text { font: 10px system-ui, sans-serif; fill: var(--muted); }
+svg .segment-band { fill: #f7f8fb; } svg .segment-band.odd { fill: #eef0f6; }
+svg .segment-start { stroke: #8a93a6; stroke-dasharray: 4 3; }
+svg .grid { stroke: #e7eaf0; } svg .level { stroke-dasharray: 6 3; stroke-width: 1.4; }
+svg .change line { stroke-width: 2; } svg .change.drift line { stroke-dasharray: 7 4; }
+svg .change-label { fill: #6d2a87; font-weight: 600; } svg .newest-label { fill: var(--ink); font-weight: 600; }
+svg .interval { fill: none; stroke-width: 1.3; } svg .ring { fill: none; stroke: var(--ink); stroke-width: 1.6; }
+svg .hit { fill: transparent; } svg .point:focus, svg .change:focus { outline: none; }
+svg .point:hover .marker, svg .point:focus .marker { stroke: var(--ink); stroke-width: 2.5; }
+.tip { position: fixed; z-index: 10; max-width: 460px; background: #1d2330; color: #fff; font-size: 12px;
+       padding: 7px 9px; border-radius: 5px; white-space: pre-line; pointer-events: none;
+       box-shadow: 0 3px 10px rgba(0, 0, 0, .25); }
+footer { color: var(--muted); font-size: 12px; padding: 0 24px 24px; }
+"""
+
+#: Hover (and keyboard focus) shows a point's or a change's `<title>` in a styled box.
+SCRIPT = """
+(function () {
+  "use strict";
+  var tip = document.createElement("div");
+  tip.className = "tip";
+  tip.hidden = true;
+  document.body.appendChild(tip);
+  document.querySelectorAll(".point, .change").forEach(function (element) {
+    var title = element.querySelector(":scope > title");
+    if (title) { element.setAttribute("data-tip", title.textContent); title.remove(); }
+  });
+  function show(element, x, y) {
+    tip.textContent = element.getAttribute("data-tip");
+    tip.hidden = false;
+    var left = Math.min(x + 14, window.innerWidth - tip.offsetWidth - 8);
+    var top = y + 14 + tip.offsetHeight > window.innerHeight ? y - tip.offsetHeight - 10 : y + 14;
+    tip.style.left = Math.max(4, left) + "px";
+    tip.style.top = Math.max(4, top) + "px";
+  }
+  function hide() { tip.hidden = true; }
+  document.addEventListener("mouseover", function (event) {
+    var element = event.target.closest && event.target.closest("[data-tip]");
+    if (element) { show(element, event.clientX, event.clientY); } else { hide(); }
+  });
+  document.addEventListener("focusin", function (event) {
+    var element = event.target.closest && event.target.closest("[data-tip]");
+    if (!element) { hide(); return; }
+    var box = element.getBoundingClientRect();
+    show(element, box.right, box.bottom);
+  });
+  document.addEventListener("keydown", function (event) { if (event.key === "Escape") { hide(); } });
+})();
+"""
+
+
+def summary_page(d: Dashboard) -> str:
+    """What regressed, what is suspect, what the gate cannot see, and every key in one table."""
+    tolerance = f"{d.limits.max_regression:.0%}"
+    cards = [
+        _card("bad", "Regressed", "the newest night was refused: a REGRESSION", d.regressed, _regressed_item),
+        _card(
+            "warn",
+            "Suspect",
+            "the newest night was SUSPECT: not credibly beyond the tolerance",
+            d.suspect,
+            _regressed_item,
+        ),
+        _card(
+            "blind",
+            f"Cannot see a {tolerance} change",
+            "what the nightly gate cannot tell from its own noise",
+            d.blind,
+            _blind_item,
+        ),
+    ]
+    body = [f'<section class="cards">{"".join(cards)}</section>']
+    for layer in d.layers:
+        body.append(f"<h2>{escape(LAYER_TITLES[layer])}</h2>{_layer_note(d, layer)}{_key_table(d.layer(layer))}")
+    return _page(d, SUMMARY, f"{d.title}: summary", "".join(body))
+
+
+def suite_page(d: Dashboard) -> str:
+    """A panel per key, by layer."""
+    body = [_legend()]
+    for layer in d.layers:
+        views = d.layer(layer)
+        toc = "".join(f'<li><a href="#{v.anchor}">{escape(v.key.label)}</a></li>' for v in views)
+        panels = "".join(_panel(v) for v in views)
+        body.append(
+            f'<section class="layer" data-layer="{layer}"><h2>{escape(LAYER_TITLES[layer])} '
+            f'<span class="count">{len(views)}</span></h2>{_layer_note(d, layer)}<ul class="toc">{toc}</ul>'
+            f'<div class="panels">{panels}</div></section>'
+        )
+    return _page(d, SUITE, f"{d.title}: every key", "".join(body))
+
+
+def _page(d: Dashboard, name: str, heading: str, body: str) -> str:
+    links = "".join(
+        f'<a href="{page}"{" aria-current=page" if page == name else ""}>{label}</a>'
+        for page, label in ((SUMMARY, "Summary"), (SUITE, "Every key"))
+    )
+    sub = (
+        f"store {escape(d.location)} · {len(d.keys)} keys · newest run {escape(_when(d.newest_run))} · "
+        f"tolerance {d.limits.max_regression:.0%} throughput, {d.limits.max_regression_accept_length:.0%} accept "
+        "length"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(heading)}</title><style>{STYLE}</style></head><body>"
+        f'<header class="top"><h1>{escape(heading)}</h1><p class="sub">{sub}</p><nav>{links}</nav></header>'
+        f"<main>{body}</main><footer>Made by <code>specperf dashboard</code> (pytest-specperf "
+        f"{escape(pytest_specperf.__version__)}) from the stored histories; every figure is the verdict engine's "
+        "own. A static page: it loads nothing from the network.</footer>"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )
+
+
+def _when(created: str) -> str:
+    """'2026-11-18T01:00:00+00:00' as '2026-11-18 01:00 UTC'."""
+    if len(created) < 16:
+        return created
+    zone = " UTC" if created.endswith(("+00:00", "Z")) else ""
+    return f"{created[:10]} {created[11:16]}{zone}"
+
+
+def _label(view: KeyView, *, layer: bool = True) -> str:
+    badge = ' <span class="badge sim">simulator</span>' if layer and view.layer == SIMULATOR else ""
+    return f'<a href="{SUITE}#{view.anchor}">{escape(view.key.label)}</a>{badge}'
+
+
+def _card(kind: str, title: str, hint: str, views: Sequence[KeyView], item: Callable[[KeyView], str]) -> str:
+    items = "".join(f"<li>{item(v)}</li>" for v in views) or '<li class="none">none</li>'
+    return (
+        f'<div class="card {kind}" data-list="{kind}"><h2>{escape(title)}<span class="count">{len(views)}</span></h2>'
+        f'<p class="hint">{escape(hint)}</p><ul>{items}</ul></div>'
+    )
+
+
+def _regressed_item(view: KeyView) -> str:
+    newest = view.runs[-1].provenance
+    parts = [f"{_label(view)} · {escape(newest.created[:10])}"]
+    night = view.gate.night
+    if night is not None and night.comparison is not None:
+        parts.append(f"tok/s vs level {escape(change_percent(night.comparison.ratio))}")
+    change = view.change_in_force
+    if change is not None:
+        parts.append(escape(change.sentence))
+    return " · ".join(parts)
+
+
+def _blind_item(view: KeyView) -> str:
+    return _label(view) + "<ul>" + "".join(f"<li>{escape(b)}</li>" for b in view.gate.blind) + "</ul>"
+
+
+def _key_table(views: Sequence[KeyView]) -> str:
+    head = ("key", "runs", "newest night", "tok/s", "vs level", "run-to-run CV", "one night flags (80%)",
+            "change in force")  # fmt: skip
+    rows = []
+    for view in views:
+        newest = view.runs[-1]
+        chart = view.chart("output_throughput")
+        value = chart.points[-1].value if chart and chart.points else None
+        night = view.gate.night
+        c = night.comparison if night is not None else None
+        cv = "-" if c is None else f"{c.run_cv:.1%}" + (" (prior)" if c.prior else "")
+        change = view.change_in_force
+        cells = [
+            _label(view, layer=False), str(len(view.runs)),
+            f'{escape(newest.provenance.created[:10])} <span class="badge {newest.status}">{newest.status}</span>',
+            escape(fmt(value, 1)) if value is not None else "-",
+            escape(change_percent(c.ratio)) if c is not None else escape(view.gate.why or "-"),
+            cv, f"{night.detectable - 1:+.1%}" if night is not None and night.detectable else "-",
+            escape(change.sentence) if change is not None else "-",
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f'<table class="keys"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _layer_note(d: Dashboard, layer: str) -> str:
+    if layer == ENGINE:
+        return '<p class="layer-note">Runs measured on the real engine (SGLang, vLLM).</p>'
+    prints = [k.runs[-1].measurement.fingerprint for k in d.layer(layer)]
+    found = [fp for fp in prints if isinstance(fp, Fingerprint)]
+    profiles = sorted({fp.identity.get("sim_profile", UNSET) for fp in found} - {UNSET})
+    scales = sorted({fp.identity.get("sim_time_scale", UNSET) for fp in found} - {UNSET})
+    profile = f" (profile {', '.join(profiles)})" if profiles else ""
+    notes = "; ".join(_scale_note(s) for s in scales)
+    return (
+        f'<p class="layer-note">SIMULATED: these runs come from pytest_specperf.sim{escape(profile)}, a model of a '
+        f"GPU server, not a GPU{'; ' + escape(notes) if notes else ''}.</p>"
+    )
+
+
+def _legend() -> str:
+    def symbol(status: str, rejected: bool = False, ring: bool = False) -> str:
+        colour = COLOURS["rejected"] if rejected else COLOURS[status]
+        ringed = '<circle cx="9" cy="9" r="7" fill="none" stroke="#1d2330" stroke-width="1.6"/>' if ring else ""
+        return f'<svg width="18" height="18" viewBox="0 0 18 18">{ringed}{marker(9, 9, status, colour, rejected)}</svg>'
+
+    items = [
+        (symbol("accepted"), "accepted: counts in the level and the spread"),
+        (symbol("suspect"), "suspect night"),
+        (symbol("refused"), "refused (a REGRESSION night)"),
+        (symbol("accepted", rejected=True), "rejected as an outlier"),
+        (symbol("accepted", ring=True), "the newest night"),
+        ('<svg width="18" height="18"><line x1="9" x2="9" y1="1" y2="17" stroke="#9a3fb5" stroke-width="2"/></svg>',
+         "change point (dashed: a drift)"),
+        ('<svg width="22" height="18"><line x1="1" x2="21" y1="9" y2="9" stroke="#2ca02c" stroke-width="1.4" '
+         'stroke-dasharray="6 3"/></svg>', "level the newest night was judged against"),
+        ('<svg width="22" height="18"><rect x="1" y="2" width="20" height="14" fill="#eef0f6"/></svg>',
+         "segment (since a --specperf-update)"),
+    ]  # fmt: skip
+    return (
+        '<p class="legend">'
+        + "".join(f"<span>{s} {escape(t)}</span>" for s, t in items)
+        + " <span>Bars: 90% interval over the run's rounds. Hover or focus a point for its run.</span></p>"
+    )
+
+
+def _panel(view: KeyView) -> str:
+    status = view.status
+    key = view.key
+    badges = f'<span class="badge {status}" title="{escape(STATUS_TEXT[status])}">newest night: {status}</span>'
+    if view.layer == SIMULATOR:
+        badges += ' <span class="badge sim">simulator</span>'
+    charts = list(view.charts)
+    main = next((c for c in charts if c.metric == "output_throughput"), charts[0] if charts else None)
+    small = [c for c in charts if c is not main]
+    body = _chart_block(view, main, 540, 170, main=True) if main is not None else ""
+    if small:
+        body += '<div class="small">' + "".join(_chart_block(view, c, 180, 110) for c in small) + "</div>"
+    return (
+        f'<article class="panel status-{status}" id="{view.anchor}" data-key="{escape(key.label)}" '
+        f'data-layer="{view.layer}" data-runs="{len(view.runs)}">'
+        f"<header><h3>{escape(key.server)} · {escape(key.workload)} · c{key.concurrency}</h3>{badges}</header>"
+        f'<p class="facts">{_facts(view)}</p>{body}{_notes(view)}</article>'
+    )
+
+
+def _chart_block(view: KeyView, chart: Chart, width: int, height: int, *, main: bool = False) -> str:
+    title = chart.title + (
+        f" over {view.reference}, same session" if chart.metric == "speedup" and view.reference else ""
+    )
+    tips = {m.run: _tip(view, chart, m) for m in chart.points}
+    dates = [r.provenance.created[5:10] for r in view.runs]
+    svg = chart_svg(
+        chart, runs=len(view.runs), segments=view.segments, newest=view.newest, tips=tips, dates=dates,
+        width=width, height=height, caption=f"{title} of {view.key.label}: {len(chart.points)} runs", labels=main,
+    )  # fmt: skip
+    return f'<div class="chart-block"><p class="chart-title">{escape(title)}</p>{svg}</div>'
+
+
+def _tip(view: KeyView, chart: Chart, mark: RunMark) -> str:
+    run = view.runs[mark.run]
+    p = run.provenance
+    first = f"run {mark.run + 1} of {len(view.runs)} · segment {run.segment}"
+    if mark.run in view.newest:
+        first += " · the newest night"
+    commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
+    rounds = len(run.measurement.rounds)
+    lines = [
+        first,
+        f"{_when(p.created)} · {commit} · host {p.host}",
+        f"{chart.name} {fmt(mark.value, DIGITS.get(chart.metric, 2))} {chart.unit} over {rounds} rounds",
+        f"status: {STATUS_TEXT.get(run.status, run.status)}; verdict {VERDICT_OF_STATUS.get(run.status, '?')}",
+    ]
+    if mark.rejected:
+        lines.append(mark.rejected)
+    drift = view.drift[mark.run]
+    if mark.run == 0:
+        lines.append("fingerprint: the first run of this history")
+    elif drift:
+        lines.append("fingerprint since the run before: " + "; ".join(drift))
+    else:
+        lines.append("fingerprint: as the run before")
+    return "\n".join(lines)
+
+
+def _facts(view: KeyView) -> str:
+    segments = len(view.segments)
+    newest = view.runs[-1].provenance
+    runs = f"{len(view.runs)} run{'s' if len(view.runs) != 1 else ''}"
+    parts = [f"{runs} in {segments} segment{'s' if segments != 1 else ''}", f"newest {escape(_when(newest.created))}"]
+    if newest.git_commit:
+        parts.append(f"commit {escape(newest.git_commit[:7])}")
+    night = view.gate.night
+    if night is not None and night.comparison is not None:
+        c = night.comparison
+        parts.append(f"tok/s vs level {escape(change_percent(c.ratio))}")
+        parts.append(f"run-to-run CV {c.run_cv:.1%}" + (" (prior)" if c.prior else f" from {c.runs} runs"))
+        if night.detectable:
+            parts.append(f"one night flags {night.detectable - 1:+.1%} (80%)")
+    return " · ".join(parts)
+
+
+def _notes(view: KeyView) -> str:
+    notes = []
+    for chart in view.charts:
+        for change in chart.changes:
+            css = ' class="in-force"' if change.in_force else ""
+            notes.append(f"<li{css}>{escape(change.sentence)}{' (in force)' if change.in_force else ''}</li>")
+    throughput = view.chart("output_throughput")
+    for mark in throughput.points if throughput else ():
+        if mark.rejected:
+            notes.append(
+                f"<li>run of {escape(view.runs[mark.run].provenance.created[:10])} {escape(mark.rejected)}</li>"
+            )
+    notes += [f"<li>{escape(b)}</li>" for b in view.gate.blind]
+    if view.gate.why:
+        notes.append(f'<li class="why">gate: {escape(view.gate.why)}</li>')
+    return f'<ul class="notes">{"".join(notes)}</ul>' if notes else ""

@@ -1,0 +1,189 @@
+"""`specperf dashboard` without a browser: what it computes from a store, its bad input, and git stores
+(read by URL, published onto the branch, published again after another job's push came first)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from histories import STEP_AT, Night, measurement, record, rich_store
+
+from pytest_specperf.cli import build_parser
+from pytest_specperf.cli import main as specperf
+from pytest_specperf.config.location import StoreLocation
+from pytest_specperf.measure.records import MeasurementKey
+from pytest_specperf.report import dashboard
+from pytest_specperf.report.dashboard.model import Dashboard, KeyView, build_dashboard
+from pytest_specperf.store import GitStore, open_store
+from pytest_specperf.store.file import FileStore
+from pytest_specperf.verdict.checks import Limits
+
+BRANCH = "specperf-history"
+LIMITS = Limits(0.05, 0.02, 0.0)
+
+
+def view(board: Dashboard, label: str, layer: str = "sim") -> KeyView:
+    return next(k for k in board.keys if k.key.label == label and k.layer == layer)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Dashboard:
+    store = rich_store(tmp_path_factory.mktemp("rich") / ".specperf")
+    return build_dashboard(store.entries(), title="rich", location=str(store.root), limits=LIMITS)
+
+
+def test_the_newest_night_decides_the_lists_and_the_gate_what_it_can_see(board: Dashboard) -> None:
+    assert [k.key.label for k in board.regressed] == ["eagle3-5step/chat/c1"]
+    assert [k.key.label for k in board.suspect] == ["eagle3-2step/chat/c1"]
+    assert [(k.layer, k.key.label) for k in board.blind] == [("engine", "plain/code/c1"), ("sim", "plain/sweep/c2")]
+    bimodal = view(board, "plain/code/c1", "engine").gate.blind
+    assert bimodal[0].startswith("this key cannot show a 5% change: its run-to-run CV is ")
+    assert bimodal[1].startswith("its run means fall into two groups (")
+    stepped = view(board, "eagle3-5step/chat/c1")
+    assert stepped.newest == {11, 12}  # tonight's two server starts
+    night = stepped.gate.night
+    assert night is not None and night.comparison is not None and night.comparison.starts == 2
+    assert night.comparison.runs == STEP_AT  # the refused and suspect runs count in neither level nor spread
+    assert view(board, "plain/chat/c1").gate.blind == ()
+
+
+def test_changes_rejections_and_drift_are_the_engines(board: Dashboard) -> None:
+    stepped = view(board, "eagle3-5step/chat/c1")
+    change = stepped.change_in_force
+    assert change is not None and (change.kind, change.run) == ("step", STEP_AT)
+    assert change.sentence.startswith("eagle3-5step chat c1 throughput -")
+    assert change.sentence.endswith("since the run of 2026-11-08 (commit 070abcd)")
+    assert stepped.chart("output_throughput").level is not None
+    drifting = view(board, "plain/sweep/c2").chart("output_throughput")
+    assert [(c.kind, c.run, c.end, c.in_force) for c in drifting.changes] == [("drift", 0, 17, True)]
+
+    two = view(board, "eagle3-2step/chat/c1")
+    rejected = [m.run for m in two.chart("output_throughput").points if m.rejected]
+    assert rejected == [8]
+    assert two.chart("output_throughput").points[8].rejected.startswith("rejected as an outlier: -5.9% against")
+    assert two.segments == [(0, 0, 3), (1, 4, 12)]
+    assert two.drift[9] == ("NCCL_ALGO: Ring → Tree",) and two.drift[10] == ()
+    assert two.chart("speedup") is not None and len(two.chart("speedup").points) == 12  # tonight has no pair
+    assert view(board, "plain/chat/c1").chart("speedup") is None
+
+
+def test_a_night_with_nothing_before_it_in_its_segment_says_so(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    record(store, MeasurementKey("plain", "chat", 1), [Night(600.0), Night(600.0), Night(640.0, new_segment=True)])
+    record(store, MeasurementKey("plain", "code", 1), [Night(600.0)])
+    board = build_dashboard(store.entries(), title="t", location="t", limits=LIMITS)
+    assert view(board, "plain/chat/c1").gate.why == (
+        "the newest night starts a new segment (--specperf-update): nothing to judge it against yet"
+    )
+    assert view(board, "plain/code/c1").gate.why == "one night recorded: nothing to judge it against yet"
+
+
+def test_names_are_escaped(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / ".specperf")
+    record(store, MeasurementKey('<img src=x onerror="alert(1)">', "chat", 1), [Night(600.0)] * 3)
+    assert specperf(["dashboard", "--store", str(store.root), "-o", str(tmp_path / "site")]) == 0
+    for page in ("index.html", "suite.html"):
+        text = (tmp_path / "site" / page).read_text()
+        assert "<img" not in text and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--store", "{tmp}/nowhere", "-o", "{tmp}/site"], "{tmp}/nowhere: no such store directory ("),
+        (["--store", "{tmp}/empty", "-o", "{tmp}/site"], "{tmp}/empty: no stored histories to show ("),
+        (["--store", "{tmp}/store", "-o", "{tmp}/file/site"], "{tmp}/file/site: cannot write the dashboard (Not a"),
+        (["--store", "{tmp}/store", "-o", "{tmp}/file"], "{tmp}/file: not a directory; give -o a directory"),
+        (["--store", "{tmp}/store"], "dashboard: give -o DIR (where to write the pages), or --publish"),
+        (["--store", "{tmp}/store", "--publish"], "--publish writes the pages onto a git store's branch"),
+        (["--store", "{tmp}/store", "-o", "{tmp}/site", "--max-regression", "5"], "--max-regression must be a "),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("not a folder")
+    record(FileStore(tmp_path / "store"), MeasurementKey("plain", "chat", 1), [Night(600.0)])
+    code = specperf(["dashboard", *(a.format(tmp=tmp_path) for a in argv)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"specperf: error: {message.format(tmp=tmp_path)}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "site").exists()
+
+
+# ---- git stores -----------------------------------------------------------------------------------
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def git_store(remote: Path, work: Path) -> GitStore:
+    store = open_store(StoreLocation.parse(f"git:{remote}#{BRANCH}", base=work.parent, where="store"), work_dir=work)
+    assert isinstance(store, GitStore)
+    return store
+
+
+def recorded(remote: Path, tmp_path: Path, key: MeasurementKey, name: str) -> None:
+    """One machine records three runs of `key` onto the branch, as a nightly job does."""
+    store = git_store(remote, tmp_path / f"work-{name}")
+    store.prepare()
+    for night, level in enumerate((600.0, 603.0, 598.0)):
+        run = measurement(key, [level, level * 1.002, level * 0.998], None, simulated=True, nccl="Ring")
+        store.save(run, suite_dir=None, session=f"{name}{night}", new_segment=False)
+    assert store.publish()[0].startswith(f"git:{remote}#{BRANCH}: pushed 3 runs as commit ")
+    store.close()
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "--quiet", "--bare", str(bare))
+    recorded(bare, tmp_path, MeasurementKey("plain", "chat", 1), "a")
+    return bare
+
+
+def test_a_git_store_is_read_by_url_and_published_onto_its_branch(remote: Path, tmp_path: Path, capsys) -> None:
+    store = f"git:{remote}#{BRANCH}"
+    assert specperf(["dashboard", "--store", store, "-o", str(tmp_path / "site")]) == 0
+    assert "plain/chat/c1" in (tmp_path / "site" / "suite.html").read_text()
+    runs_before = git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.json")
+
+    assert specperf(["dashboard", "--store", store, "--publish"]) == 0
+    out = capsys.readouterr().out
+    head = git(remote, "rev-parse", BRANCH)
+    newest = json.loads(runs_before)["runs"][-1]["provenance"]["created"][:10]
+    subject = f"specperf: dashboard of 1 key, newest run {newest}"
+    assert git(remote, "log", "-1", "--format=%s", BRANCH) == subject
+    assert f"git:{remote}#{BRANCH}: pushed {subject!r} as commit {head[:7]}" in out
+    assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [".gitignore", ".nojekyll", "index.html",
+                                                                         "sim", "suite.html"]  # fmt: skip
+    assert git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.json") == runs_before  # the runs are untouched
+    assert "plain/chat/c1" in git(remote, "show", f"{BRANCH}:suite.html")
+    # the store still reads as a store: the pages are not histories
+    assert specperf(["history", "--store", store]) == 0 and "plain/chat/c1: 3 runs" in capsys.readouterr().out
+    # nothing new to publish: no empty commit
+    assert specperf(["dashboard", "--store", store, "--publish"]) == 0
+    assert "nothing to publish" in capsys.readouterr().out and git(remote, "rev-parse", BRANCH) == head
+
+
+def test_publishing_after_another_jobs_push_draws_its_runs_too(remote: Path, tmp_path: Path, capsys) -> None:
+    ours = git_store(remote, tmp_path / "work-ours")
+    ours.prepare()  # fetched: the branch holds plain/chat/c1 only
+    recorded(remote, tmp_path, MeasurementKey("plain", "code", 1), "b")  # another job pushes meanwhile
+    args = build_parser().parse_args(["dashboard", "--store", f"git:{remote}#{BRANCH}", "--publish"])
+    try:
+        assert dashboard.run(args, ours) == 0
+    finally:
+        ours.close()
+    assert ", after 1 push(es) by other jobs came first" in capsys.readouterr().out
+    page = git(remote, "show", f"{BRANCH}:suite.html")
+    assert "plain/chat/c1" in page and "plain/code/c1" in page  # made again from the runs that came first
+    assert git(remote, "log", "-1", "--format=%s", BRANCH).startswith("specperf: dashboard of 2 keys, newest run ")
+    assert git(remote, "show", f"{BRANCH}:sim/plain/code-c1.json")  # the other job's runs are kept
