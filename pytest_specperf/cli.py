@@ -38,6 +38,7 @@ from pytest_specperf import backtest
 from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import Measurement
 from pytest_specperf.report.analysis import Report, Row, sweep_summaries
 from pytest_specperf.report.jsonreport import (
@@ -57,7 +58,7 @@ from pytest_specperf.store.records import KIND as BASELINE_KIND
 from pytest_specperf.store.records import StoredBaseline, StoredRun, read_baseline
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, check_regression
-from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
+from pytest_specperf.verdict.drift import FingerprintDiff, diff
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.stats import (
     Decision,

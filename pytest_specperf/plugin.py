@@ -18,7 +18,9 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_specperf import __version__
-from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf.config.loading import apply_overrides, find_config_file, parse_attach
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.engines.suite import check_launcher, load_suite
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates
@@ -145,14 +147,17 @@ def _load(config: pytest.Config) -> SpecperfConfig | None:
     if found is None:
         return None
     only = config.getoption("specperf_servers")
+    launcher = config.getoption("specperf_launcher")
     specperf_config = apply_overrides(
-        load_config(*found),
-        launcher=config.getoption("specperf_launcher"),
+        load_suite(*found),
+        launcher=launcher,
         rounds=config.getoption("specperf_rounds"),
         attach=parse_attach(config.getoption("specperf_attach")),
         only_servers=[s for s in only.split(",") if s] if only else None,
         sim_time_scale=config.getoption("specperf_sim_time_scale"),
     )
+    if launcher is not None:
+        check_launcher(specperf_config, "--specperf-launcher")
     check_command_templates(specperf_config)
     return specperf_config
 

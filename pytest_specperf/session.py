@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError, StalledServer, StoreError
+from pytest_specperf.measure.cache import MeasurementCache
 from pytest_specperf.measure.machinelock import Holding, MachineLock
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer, ServerPool
-from pytest_specperf.servers.registry import MeasurementCache, SharedRegistry
+from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.store import open_store
 from pytest_specperf.store.records import SaveResult, StoredBaseline, Summary, is_simulated
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
-from pytest_specperf.verdict.fingerprint import Fingerprint
 from pytest_specperf.verdict.markers import Case, SpecperfMarker
 from pytest_specperf.verdict.verdicts import Verdict
 
@@ -579,8 +579,7 @@ class SpecperfSession:
     def absorb(self, payload: dict[str, Any]) -> None:
         """Merge a worker's results into this (controller) session, for the summary."""
         for data in payload["measurements"]:
-            fingerprint = Fingerprint.from_dict(data["fingerprint"]) if data.get("fingerprint") else None
-            measurement = Measurement.from_dict(data, fingerprint)
+            measurement = Measurement.from_dict(data)
             known = self.measurements.get(measurement.key)
             if known is None or len(measurement.rounds) > len(known.rounds):
                 self.measurements[measurement.key] = measurement

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import GLOBAL_KEYS, SERVER_KEYS
+from pytest_specperf.config.loading import GLOBAL_KEYS, SERVER_KEYS
 from pytest_specperf.config.workloads import WorkloadConfig
 from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.markers import MARKER_KEYS

@@ -18,11 +18,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
-from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
 from pytest_specperf.verdict.verdicts import Verdict
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from simproc import SPEC_ARGS, SimServer, start_sim
+
+from tests.client.simproc import SPEC_ARGS, SimServer, start_sim
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import TWO_LEVEL_WORKLOAD
-from test_servers import pytest_blocked_in_a_test
+
+from tests.plugin.conftest import TWO_LEVEL_WORKLOAD
+from tests.plugin.test_servers import pytest_blocked_in_a_test
 
 SPEC_TEST = """
 import pytest

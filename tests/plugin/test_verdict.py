@@ -7,7 +7,8 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
+
+from tests.plugin.conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 TUNED_ENV = 'env = { NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16" }\n'
 

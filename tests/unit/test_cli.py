@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from report_samples import CONFIG, measurement, story_measurements
 
 from pytest_specperf.cli import main
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import dumps, load_report, report_document, write_json
 from pytest_specperf.report.schema import validate
 from pytest_specperf.store.file import FileStore
-from pytest_specperf.verdict.fingerprint import Fingerprint
+from tests.unit.report_samples import CONFIG, measurement, story_measurements
 
 
 def write_report(path: Path, measurements: list[Measurement], host: str = "gpu-a") -> Path:

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
 
 from pytest_specperf.report import outputs
 from pytest_specperf.report.analysis import build_report
@@ -29,6 +28,7 @@ from pytest_specperf.report.terminal import (
 )
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.verdict.stats import Estimate
+from tests.unit.report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
 
 STORY_TEXT = """\
 store: .specperf
@@ -329,10 +329,9 @@ def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Pat
 def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
     """With one bar the figure is narrow: its title and legend must still be inside the picture."""
     pytest.importorskip("matplotlib")
-    from report_samples import CONFIG, story_measurements
-
     from pytest_specperf.report.analysis import build_report
     from pytest_specperf.report.plots import cycle_figure
+    from tests.unit.report_samples import CONFIG, story_measurements
 
     measurements = {k: v for k, v in story_measurements().items() if k.server in ("plain", "eagle3-5step")}
     report = build_report(CONFIG, measurements, {}, {}, {}, updating=False)
@@ -355,7 +354,7 @@ def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
 
 
 def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
-    from report_samples import history_report
+    from tests.unit.report_samples import history_report
 
     lines = text(history_report())
     header = next(line for line in lines if line.startswith("server"))
@@ -373,7 +372,7 @@ def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
 
 def test_trend_column_worst_case_stays_within_width() -> None:
     """A long server name, a wide interval, INCONCLUSIVE: names wrap earlier, the table fits."""
-    from report_samples import history_report
+    from tests.unit.report_samples import history_report
 
     report = history_report()
     long_name = "eagle3-5step-with-a-very-long-config-name"
@@ -407,9 +406,8 @@ def test_trend_scale_spans_at_least_five_percent() -> None:
 
 
 def test_json_report_carries_history_change_points_and_why_a_run_was_not_stored() -> None:
-    from report_samples import history_report
-
     from pytest_specperf.measure.records import MeasurementKey
+    from tests.unit.report_samples import history_report
 
     why = "a check MISSED (REGRESSION)"
     report = history_report({MeasurementKey("eagle3-5step", "chat", 1): why})
@@ -451,9 +449,8 @@ def test_a_report_of_an_older_version_without_history_still_reads() -> None:
 
 def test_history_plots_one_figure_per_row_with_a_history(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from report_samples import history_report
-
     from pytest_specperf.report.plots import history_figure
+    from tests.unit.report_samples import history_report
 
     written = [p.name for p in write_plots(history_report(), tmp_path)]
     assert "history-eagle3-5step-chat-c1.png" in written and "history-plain-chat-c1.png" in written

@@ -43,7 +43,7 @@ def test_accepted_values_come_back_typed() -> None:
 
 
 def test_the_same_mistake_reads_the_same_in_config_workload_and_marker(tmp_path) -> None:
-    from pytest_specperf.config.settings import _Getter
+    from pytest_specperf.config.loading import _Getter
     from pytest_specperf.config.workloads import parse_workload
 
     in_config = message(_Getter({"rounds": True}, "[specperf]").integer, "rounds", 5, minimum=2)

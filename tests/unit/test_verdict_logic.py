@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from report_samples import CONFIG, baseline_of, fingerprint, measurement
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.report.analysis import build_report
@@ -15,6 +14,7 @@ from pytest_specperf.verdict.markers import SpecperfMarker
 from pytest_specperf.verdict.outcome import Outcome, outcome_of
 from pytest_specperf.verdict.stats import Decision
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
+from tests.unit.report_samples import CONFIG, baseline_of, fingerprint, measurement
 
 LIMITS = Limits(max_regression=0.05, max_regression_accept_length=0.02, max_error_rate=0.0)
 STEADY = [1.59] * 5
