@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.backtest import __doc__ as BACKTEST_DOC
 from pytest_specperf.backtest import (
-    BacktestError,
     describe_summary,
     night_line,
     read_series,
     replay,
     to_json,
 )
-from pytest_specperf.backtest import __doc__ as BACKTEST_DOC
+from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.jsonfile import atomic_write, clean
 from pytest_specperf.verdict.nightly import Tolerance
@@ -35,24 +35,25 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
     parser.add_argument("--rounds", metavar="COLUMN", help="per-round values, separated by ';'")
     parser.add_argument("--update", metavar="COLUMN", help="1 where a run starts a new segment (--specperf-update)")
     parser.add_argument(
-        "--tolerance", type=float, default=SpecperfConfig.max_regression, metavar="F",
+        "--tolerance", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
         help=f"tolerated change (default: max_regression, {SpecperfConfig.max_regression:g})",
     )  # fmt: skip
     parser.add_argument("--lower-is-better", action="store_true", help="the values are latencies (lower is better)")
     parser.add_argument(
-        "--prior-cv", type=float, default=SpecperfConfig.run_to_run_cv, metavar="F",
+        "--prior-cv", type=check.from_command_line, default=SpecperfConfig.run_to_run_cv, metavar="F",
         help=f"run-to-run CV while a segment has under 3 runs (default {SpecperfConfig.run_to_run_cv:g})",
     )  # fmt: skip
-    parser.add_argument("--history", type=int, default=SpecperfConfig.history, metavar="N", help="nights kept")
+    parser.add_argument(
+        "--history", type=check.from_command_line, default=SpecperfConfig.history, metavar="N", help="nights kept"
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
     parser.set_defaults(run=run_backtest)
 
 
 def run_backtest(args: argparse.Namespace) -> int:
-    if not 0.0 < args.tolerance < 1.0:
-        raise BacktestError(f"--tolerance must be a fraction in (0, 1) (0.05 = 5%), got {args.tolerance:g}")
-    if args.prior_cv < 0.0 or args.history < 2:
-        raise BacktestError("--prior-cv must be >= 0 and --history >= 2")
+    args.tolerance = check.setting("max_regression", args.tolerance, "--tolerance")  # max_regression's rule
+    args.prior_cv = check.setting("run_to_run_cv", args.prior_cv, "--prior-cv")
+    args.history = check.integer(args.history, "--history", minimum=2)  # a history needs a night before tonight
     column, rows = read_series(
         args.file, value=args.value, commit=args.commit, time=args.time, rounds=args.rounds, update=args.update
     )

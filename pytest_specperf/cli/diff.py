@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specperf.cli.common import OK, REGRESSED, mean_pm, opened_store, shown
+from pytest_specperf.config import values as check
 from pytest_specperf.config.location import GIT_PREFIX
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
@@ -42,14 +43,14 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
     compare.add_argument("new", help="JSON report, stored baseline file, store directory, or git:... store")
     compare.add_argument(
         "--max-regression",
-        type=float,
+        type=check.from_command_line,
         default=SpecperfConfig.max_regression,
         metavar="F",
         help=f"tolerated throughput loss (default {SpecperfConfig.max_regression:g} = 5%%)",
     )
     compare.add_argument(
         "--max-regression-accept-length",
-        type=float,
+        type=check.from_command_line,
         default=SpecperfConfig.max_regression_accept_length,
         metavar="F",
         help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
@@ -95,10 +96,8 @@ DIFF_HEADERS = ("measurement", "old tok/s", "new tok/s", "new/old [CI]", "old τ
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    for name in ("max_regression", "max_regression_accept_length"):
-        value = getattr(args, name)
-        if not 0 <= value < 1:
-            raise SpecperfError(f"--{name.replace('_', '-')} must be a fraction in [0, 1), got {value}")
+    for name in ("max_regression", "max_regression_accept_length"):  # the config's rule and sentence
+        setattr(args, name, check.setting(name, getattr(args, name), f"--{name.replace('_', '-')}"))
     old, new = load_side(args.old), load_side(args.new)
     pairs = pair_up(old, new)
     limits = Limits(args.max_regression, args.max_regression_accept_length, 0.0)

@@ -127,13 +127,13 @@ class _Parser:
             "startup_timeout": get.number("startup_timeout", DEFAULT_STARTUP_TIMEOUT, minimum=0, exclusive=True),
             "stop_timeout": get.number("stop_timeout", 60.0, minimum=0, exclusive=True),
             "max_servers": get.integer("max_servers", 1, minimum=1),
-            "rounds": get.integer("rounds", 5, minimum=2),
-            "max_rounds": get.integer("max_rounds", None, minimum=2),
-            "max_regression": get.number("max_regression", 0.05, minimum=0, maximum=1),
-            "max_regression_accept_length": get.number("max_regression_accept_length", 0.02, 0, 1),
-            "history": get.integer("history", 30, minimum=1),
-            "run_to_run_cv": get.number("run_to_run_cv", 0.02, 0, 1),
-            "run_to_run_cv_accept_length": get.number("run_to_run_cv_accept_length", 0.005, 0, 1),
+            "rounds": get.setting("rounds", 5),
+            "max_rounds": get.setting("max_rounds", None),
+            "max_regression": get.setting("max_regression", 0.05),
+            "max_regression_accept_length": get.setting("max_regression_accept_length", 0.02),
+            "history": get.setting("history", 30),
+            "run_to_run_cv": get.setting("run_to_run_cv", 0.02),
+            "run_to_run_cv_accept_length": get.setting("run_to_run_cv_accept_length", 0.005),
             "confirm": get.boolean("confirm", True),
             "max_restarts": get.integer("max_restarts", 4, minimum=0),
             "strict": get.boolean("strict", False),
@@ -141,12 +141,9 @@ class _Parser:
             "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
             "api_key": get.string("api_key", None),
             "sim_profile": get.string("sim_profile", None),
-            "sim_time_scale": get.number("sim_time_scale", 1.0, minimum=0),
+            "sim_time_scale": get.setting("sim_time_scale", 1.0),
             "sim_args": tuple(check_sim_args(get.string_list("sim_args", ()), self.where("", "sim_args"))),
         }
-        for key in ("max_regression", "max_regression_accept_length"):
-            if values[key] >= 1:
-                raise ConfigError(self.where("", key), f"must be a fraction below 1 (0.05 = 5%), got {values[key]:g}")
         if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
             raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
@@ -297,6 +294,11 @@ class _Getter:
     def _read(self, key: str, default: Any) -> tuple[Any, str]:
         return self.table.get(key, default), f"{self.where} {key}"
 
+    def setting(self, key: str, default: Any) -> Any:
+        """A setting other front ends accept too, checked by its one rule (config/values.py `SETTINGS`)."""
+        value, where = self._read(key, default)
+        return None if value is None else check.setting(key, value, where)
+
     def string(self, key: str, default: str | None) -> Any:
         value, where = self._read(key, default)
         return None if value is None else check.string(value, where)
@@ -348,14 +350,13 @@ def apply_overrides(
     if launcher is not None:  # which launchers exist the engines know: engines/suite.py checks it
         config = replace(config, launcher=launcher)
     if rounds is not None:
-        if rounds < 2:
-            raise ConfigError("--specperf-rounds", f"must be >= 2 (a CI needs two rounds), got {rounds}")
+        rounds = check.setting("rounds", rounds, "--specperf-rounds")
         keep = config.max_rounds is not None and config.max_rounds >= rounds
         config = replace(config, rounds=rounds, max_rounds=config.max_rounds if keep else None)
     if sim_time_scale is not None:
-        if sim_time_scale < 0:
-            raise ConfigError("--specperf-sim-time-scale", f"must be >= 0, got {sim_time_scale}")
-        config = replace(config, sim_time_scale=sim_time_scale)
+        config = replace(
+            config, sim_time_scale=check.setting("sim_time_scale", sim_time_scale, "--specperf-sim-time-scale")
+        )
     servers = dict(config.servers)
     for name, url in (attach or {}).items():
         if name not in servers:

@@ -170,10 +170,6 @@ def _positive(raw: Any, where: str) -> float:
     return check.number(raw, where, minimum=0, exclusive_min=True)
 
 
-def _share(raw: Any, where: str) -> float:
-    return check.number(raw, where, minimum=0, maximum=1)
-
-
 def _check_concurrency(raw: Any, where: str) -> tuple[int, ...]:
     """A single level or a list of levels; levels are sorted so reports read low to high."""
     levels = raw if isinstance(raw, list | tuple) else [raw]
@@ -203,7 +199,7 @@ _KEYS: dict[str, Callable[[Any, str], Any]] = {
     "ignore_eos": check.boolean,
     "warmup": _count,
     "seed": _count,
-    "max_error_rate": _share,
+    "max_error_rate": lambda raw, where: check.setting("max_error_rate", raw, where),
     "request_timeout": _positive,
     "stall_timeout": _positive,
 }

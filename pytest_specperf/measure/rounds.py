@@ -154,12 +154,23 @@ def accept_length_ceiling(num_steps: int, num_draft_tokens: int | None) -> int:
     return depth + 1
 
 
+#: Adds a site's own facts to a measurement's fingerprint: (server, key, identity, environment), the
+#: last two changed in place (the plugin's `pytest_specperf_update_fingerprint` hook).
+UpdateFingerprint = Callable[[MeasuredServer, MeasurementKey, dict[str, str], dict[str, str]], None]
+
+
 class Measurer:
     """Runs measurements; prompts are loaded once per workload."""
 
-    def __init__(self, config: SpecperfConfig, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: SpecperfConfig,
+        progress: Callable[[str], None] | None = None,
+        update_fingerprint: UpdateFingerprint | None = None,
+    ) -> None:
         self.config = config
         self.progress = progress
+        self.update_fingerprint = update_fingerprint
         self._prompts: dict[str, list[Prompt]] = {}
         self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._no_counters: set[tuple[Any, ...]] = set()
@@ -260,7 +271,7 @@ class Measurer:
             **server.engine.identity_extras(cfg),
         }
         gpu_count = reported.gpu_count if server.attached else server.engine.gpu_count(cfg.args)
-        return capture(
+        captured = capture(
             launch_identity=identity,
             server_info=info,
             loads=loads,
@@ -270,6 +281,11 @@ class Measurer:
             engine=server.engine,
             gpu_count=gpu_count,
         )
+        if self.update_fingerprint is None:
+            return captured
+        identity, environment = dict(captured.identity), dict(captured.environment)
+        self.update_fingerprint(server, measurement.key, identity, environment)
+        return Fingerprint(identity, environment).redacted()  # a site's facts pass the same redaction
 
     def extend(
         self, measurement: Measurement, server: MeasuredServer, workload: WorkloadConfig, rounds: int, *, start: int = 0

@@ -551,10 +551,8 @@ def _md(text: str) -> str:
 # --- pytest ----------------------------------------------------------------------------------------
 
 
-def terminal_summary(terminalreporter: Any, session: Any) -> None:
+def terminal_summary(terminalreporter: Any, report: Report, *, store: Any = None, full: bool = False) -> None:
     """The `pytest_terminal_summary` section: header, tables, cost model, sweep, warnings, updates."""
-    report = session.report()
-    full = session.options.verbose > 0 or session.options.report == "full"
     terminalreporter.section("specperf")
-    for line in render_text(summary_blocks(report, store=session.config.store, full=full)):
+    for line in render_text(summary_blocks(report, store=store, full=full)):
         terminalreporter.write_line(line)

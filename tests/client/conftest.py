@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-
-from tests.client.simproc import SPEC_ARGS, SimServer, start_sim
+from simproc import SPEC_ARGS, SimServer, start_sim
 
 
 @pytest.fixture

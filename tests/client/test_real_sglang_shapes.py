@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import requests
+from simproc import SimServer
 
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import engine_for
 from pytest_specperf.measure.http import ServerClient
-from tests.client.simproc import SimServer
 
 CAPTURED = Path(__file__).parent / "data" / "sglang-0.5.23" / "chat-eagle3.sse"
 CHAT = Prompt("c", None, ({"role": "user", "content": "What is the capital of France?"},), "x")

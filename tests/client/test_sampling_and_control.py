@@ -8,12 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from simproc import SimServer, free_port
 
 from pytest_specperf.config.workloads import Prompt, SamplingParams, WorkloadConfig
 from pytest_specperf.engines.sglang import sampling_params
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import ServerClient
-from tests.client.simproc import SimServer, free_port
 
 SECRET = "sk-flush-0123456789abcdef"
 CHAT = Prompt("c1", None, ({"role": "user", "content": "Say something random."},), "chat")

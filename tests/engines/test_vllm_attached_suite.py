@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from canned_streams import send_stream
 
 from pytest_specperf.report.schema import validate
-from tests.engines.conftest import send_stream
 
 DATA = Path(__file__).parent / "data" / "vllm-0.32.0"
 #: what one request adds to the counters (half the ngram server's deltas over its two captured requests)

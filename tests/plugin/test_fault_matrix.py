@@ -12,9 +12,8 @@ from typing import Any
 
 import psutil
 import pytest
-
-from tests.plugin.conftest import TWO_LEVEL_WORKLOAD
-from tests.plugin.test_servers import pytest_blocked_in_a_test
+from plugin_suites import TWO_LEVEL_WORKLOAD
+from test_servers import pytest_blocked_in_a_test
 
 SPEC_TEST = """
 import pytest

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from plugin_suites import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 from pytest_specperf.measure.machinelock import MachineLock
-from tests.plugin.conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 
 def store_suite(make_suite, tests: str = ONE_MEASURED_TEST, extra: str = ""):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
 
 from pytest_specperf.cli import main as specperf
 from pytest_specperf.verdict.stats import ratio_estimate
-from tests.plugin.conftest import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
 
 BRANCH = "specperf-history"
 #: the stored-history checks cannot fail a night here: this is about where runs go, not what they say

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests.plugin.conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 
 def runs_of(suite) -> list[dict]:

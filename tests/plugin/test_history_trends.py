@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests.plugin.conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 SPEEDUP_TEST = """
 import pathlib

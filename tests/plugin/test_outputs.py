@@ -7,9 +7,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from plugin_suites import TWO_LEVEL_WORKLOAD
 
 from pytest_specperf.report.schema import validate
-from tests.plugin.conftest import TWO_LEVEL_WORKLOAD
 
 SPEEDUP_TEST = """
 import pytest

@@ -7,8 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
-from tests.plugin.conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 TUNED_ENV = 'env = { NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16" }\n'
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_store import measurement
 
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.store import GitStore, Store, open_store
 from pytest_specperf.store.file import FileStore
-from tests.unit.test_store import measurement
 
 BRANCH = "specperf-history"
 SHARED = MeasurementKey("plain", "chat", 1)

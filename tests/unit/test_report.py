@@ -8,14 +8,14 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
 
 from pytest_specperf.report import outputs
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import decode_report, dumps, report_document
-from pytest_specperf.report.outputs import bmf_document, write_outputs
+from pytest_specperf.report.outputs import OutputPaths, bmf_document, write_outputs
 from pytest_specperf.report.plots import PlotError, write_plots
 from pytest_specperf.report.schema import REPORT_SCHEMA, validate
 from pytest_specperf.report.terminal import (
@@ -28,7 +28,6 @@ from pytest_specperf.report.terminal import (
 )
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.verdict.stats import Estimate
-from tests.unit.report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
 
 STORY_TEXT = """\
 store: .specperf
@@ -247,22 +246,19 @@ def test_secrets_never_reach_the_json() -> None:
 # --- the session's outputs -------------------------------------------------------------------------
 
 
-def fake_session(tmp_path: Path, **paths: str | None) -> SimpleNamespace:
-    options = SimpleNamespace(**{"json_path": None, "markdown_path": None, "bmf_path": None, "plot_dir": None, **paths})
-    return SimpleNamespace(options=options, config=SimpleNamespace(store=tmp_path / ".specperf"))
+def output_args(tmp_path: Path, **paths: str | None) -> dict[str, object]:
+    """`write_outputs`' arguments beside the report: where each output goes, and the store."""
+    return {"paths": OutputPaths(**paths), "store": tmp_path / ".specperf"}
 
 
 def test_write_outputs_writes_each_file_and_the_step_summary(tmp_path: Path, monkeypatch) -> None:
     step_summary = tmp_path / "step.md"
     step_summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    session = fake_session(
-        tmp_path,
-        json_path=str(tmp_path / "r.json"),
-        markdown_path=str(tmp_path / "r.md"),
-        bmf_path=str(tmp_path / "b.json"),
+    paths = output_args(
+        tmp_path, json=str(tmp_path / "r.json"), markdown=str(tmp_path / "r.md"), bmf=str(tmp_path / "b.json")
     )
-    lines = write_outputs(story_report(), session)
+    lines = write_outputs(story_report(), **paths)  # type: ignore[arg-type]
     assert lines == [
         f"specperf: wrote JSON report to {tmp_path / 'r.json'}",
         f"specperf: wrote Markdown summary to {tmp_path / 'r.md'}",
@@ -278,7 +274,7 @@ def test_write_outputs_writes_each_file_and_the_step_summary(tmp_path: Path, mon
 def test_an_unwritable_output_is_reported_not_raised(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    lines = write_outputs(story_report(), fake_session(tmp_path, json_path=str(blocker / "r.json")))
+    lines = write_outputs(story_report(), **output_args(tmp_path, json=str(blocker / "r.json")))  # type: ignore[arg-type]
     assert len(lines) == 1 and lines[0].startswith(f"specperf: ERROR: could not write JSON report to {blocker}")
 
 
@@ -286,7 +282,7 @@ def test_plots_without_matplotlib_say_how_to_install(tmp_path: Path, monkeypatch
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PlotError, match=r"pip install pytest-specperf\[plot\]"):
         write_plots(story_report(), tmp_path)
-    lines = write_outputs(story_report(), fake_session(tmp_path, plot_dir=str(tmp_path / "plots")))
+    lines = write_outputs(story_report(), **output_args(tmp_path, plots=str(tmp_path / "plots")))  # type: ignore[arg-type]
     assert "pip install pytest-specperf[plot]" in lines[0]
 
 
@@ -321,7 +317,7 @@ def test_saved_baselines_round_trip(tmp_path: Path) -> None:
 def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Path, monkeypatch) -> None:
     step_summary = tmp_path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    lines = write_outputs(story_report(), fake_session(tmp_path))
+    lines = write_outputs(story_report(), **output_args(tmp_path))  # type: ignore[arg-type]
     assert lines == [f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})"]
     assert "eagle3-5step" in step_summary.read_text()
 
@@ -329,9 +325,10 @@ def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Pat
 def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
     """With one bar the figure is narrow: its title and legend must still be inside the picture."""
     pytest.importorskip("matplotlib")
+    from report_samples import CONFIG, story_measurements
+
     from pytest_specperf.report.analysis import build_report
     from pytest_specperf.report.plots import cycle_figure
-    from tests.unit.report_samples import CONFIG, story_measurements
 
     measurements = {k: v for k, v in story_measurements().items() if k.server in ("plain", "eagle3-5step")}
     report = build_report(CONFIG, measurements, {}, {}, {}, updating=False)
@@ -354,7 +351,7 @@ def test_cycle_plot_of_one_speculative_config_fits_title_and_legend() -> None:
 
 
 def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
-    from tests.unit.report_samples import history_report
+    from report_samples import history_report
 
     lines = text(history_report())
     header = next(line for line in lines if line.startswith("server"))
@@ -372,7 +369,7 @@ def test_history_rows_show_the_last_runs_as_a_trend_within_width() -> None:
 
 def test_trend_column_worst_case_stays_within_width() -> None:
     """A long server name, a wide interval, INCONCLUSIVE: names wrap earlier, the table fits."""
-    from tests.unit.report_samples import history_report
+    from report_samples import history_report
 
     report = history_report()
     long_name = "eagle3-5step-with-a-very-long-config-name"
@@ -406,8 +403,9 @@ def test_trend_scale_spans_at_least_five_percent() -> None:
 
 
 def test_json_report_carries_history_change_points_and_why_a_run_was_not_stored() -> None:
+    from report_samples import history_report
+
     from pytest_specperf.measure.records import MeasurementKey
-    from tests.unit.report_samples import history_report
 
     why = "a check MISSED (REGRESSION)"
     report = history_report({MeasurementKey("eagle3-5step", "chat", 1): why})
@@ -449,8 +447,9 @@ def test_a_report_of_an_older_version_without_history_still_reads() -> None:
 
 def test_history_plots_one_figure_per_row_with_a_history(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
+    from report_samples import history_report
+
     from pytest_specperf.report.plots import history_figure
-    from tests.unit.report_samples import history_report
 
     written = [p.name for p in write_plots(history_report(), tmp_path)]
     assert "history-eagle3-5step-chat-c1.png" in written and "history-plain-chat-c1.png" in written
