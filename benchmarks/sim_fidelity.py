@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import requests
 
-from pytest_specperf.sim.profile import Profile, SpecConfig, load_profile
+from pytest_specperf.sim.profile import Profile, SpecConfig
+from pytest_specperf.sim.profile_files import load_profile
 from pytest_specperf.sim.text import Prompt
 
 

@@ -53,6 +53,6 @@ def pytest_specperf_update_json(config: pytest.Config, report: Report, document:
 
     `document` is the report as docs/json-schema.md describes it; `report` is the model it was
     made from. Add keys of your own at the top level (`document["site"] = {...}`): the schema allows
-    them and `specperf merge` keeps them out of its merge. Changing the plugin's own keys makes a
+    them (`specperf merge` leaves them out of a merged report). Changing the plugin's own keys makes a
     report that `specperf diff`, `specperf merge` or another site's tools may refuse or misread.
     """

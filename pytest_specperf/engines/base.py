@@ -1,10 +1,10 @@
 """The engine interface: everything the rest of the plugin needs to know about a serving engine.
 
-An engine is resolved once from a server config (`engine_of`) and carried as an object from then
-on (`LaunchPlan.engine`, `RunningServer.engine`): launch flags and their rules, readiness, how a
-failed start reads, request and stream formats, where speculation is reported, which server-info
-fields mean what, GPU accounting and teardown. Nothing outside `engines/` branches on an engine's
-name, so a new engine is one module registered here plus its tests.
+An engine is resolved once from a server config (`engine_for(config.engine_name(server))`) and
+carried as an object from then on (`LaunchPlan.engine`, `RunningServer.engine`): launch flags and
+their rules, readiness, how a failed start reads, request and stream formats, where speculation is
+reported, which server-info fields mean what, GPU accounting and teardown. Nothing outside
+`engines/` branches on an engine's name, so a new engine is one module registered here plus its tests.
 """
 
 from __future__ import annotations

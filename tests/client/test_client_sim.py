@@ -83,10 +83,9 @@ def test_http_error_becomes_error_record(plain_sim: SimServer) -> None:
 
 def test_timeout_becomes_error_record(spec_sim: SimServer) -> None:
     client = spec_sim.client(request_timeout=0.05)
-    began = time.perf_counter()
-    record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, began)
-    assert record.error is not None and "timeout" in record.error
-    assert time.perf_counter() - began < 2.0
+    record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, time.perf_counter())
+    assert record.error == "timeout: no complete answer within 0.05 s"
+    assert record.completion_tokens == 0  # an error never adds throughput
 
 
 def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:

@@ -6,7 +6,8 @@ import math
 import re
 
 from pytest_specperf.report.sweep import find_crossover
-from pytest_specperf.sim.profile import SpecConfig, load_profile
+from pytest_specperf.sim.profile import SpecConfig
+from pytest_specperf.sim.profile_files import load_profile
 from pytest_specperf.verdict.stats import Estimate
 
 LEVELS = (1, 2, 4, 8)

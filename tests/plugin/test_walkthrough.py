@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.sim.profile import load_profile
+from pytest_specperf.sim.profile_files import load_profile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_suite"
 
