@@ -88,9 +88,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
 
 def test_plots_and_sweep_of_a_session(make_suite) -> None:
     pytest.importorskip("matplotlib")
-    suite = make_suite(
-        SPEEDUP_TEST, workloads=TWO_LEVEL_WORKLOAD
-    )
+    suite = make_suite(SPEEDUP_TEST, workloads=TWO_LEVEL_WORKLOAD)
     plots = suite.pytester.path / "plots"
     result = suite.run(f"--specperf-plot={plots}", f"--specperf-json={suite.pytester.path / 'r.json'}")
     result.assert_outcomes(passed=4)
