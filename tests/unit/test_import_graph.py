@@ -179,3 +179,13 @@ def test_a_late_or_type_only_import_is_an_import(tmp_path: Path) -> None:
     )
     known = {"pytest_specperf.verdict.stats", "pytest_specperf.report.terminal", "pytest_specperf.measure.records"}
     assert imported(source, "pytest_specperf.measure.mod", known) == known
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    """A module past 600 lines holds more than one concept: split it by concept."""
+    long = {
+        p.relative_to(PACKAGE).as_posix(): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 600
+    }
+    assert long == {}
