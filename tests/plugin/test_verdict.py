@@ -346,20 +346,22 @@ def diff_verdicts(old: Path, new: Path) -> tuple[int, dict[str, str]]:
 def test_specperf_diff_and_the_tests_agree_on_the_same_histories(make_suite, tmp_path: Path) -> None:
     """A night recorded into a store, then `specperf diff` of the store before and after it: the same
     verdict, measurement by measurement, as the session gave (the tests' own history check, the same
-    default tolerances and prior) — for an unchanged night and for a slower draft model."""
+    default tolerances and prior) — for an unchanged night (whatever a busy machine made of it) and
+    for a slower draft model."""
     suite = verdict_suite(make_suite)
     set_in_config(suite, "run_to_run_cv = 0\n", "")  # the default prior, which `specperf diff` assumes too
     store, report = suite.pytester.path / ".specperf", suite.pytester.path / "report.json"
     suite.run("--specperf-update").assert_outcomes(passed=1)
     slow_draft = 'num_draft_tokens = 6\nsim_args = ["--sim-draft-slowdown", "8"]\n'
-    for night, change, outcome in ((1, None, "passed"), (2, slow_draft, "failed")):
+    for night, change in ((1, None), (2, slow_draft)):
         before = tmp_path / f"before-night-{night}"
         shutil.copytree(store, before)
         if change is not None:
             set_in_config(suite, "num_draft_tokens = 6\n", change)
-        suite.run("--specperf-record", f"--specperf-json={report}").assert_outcomes(**{outcome: 1})
+        result = suite.run("--specperf-record", f"--specperf-json={report}")
         tested = {m["label"]: m["verdict"] for m in json.loads(report.read_text())["measurements"]}
+        assert result.ret == (pytest.ExitCode.TESTS_FAILED if "REGRESSION" in tested.values() else pytest.ExitCode.OK)
         code, diffed = diff_verdicts(before, store)
         assert diffed == tested
         assert code == (1 if "REGRESSION" in tested.values() else 0)
-    assert tested["eagle3-5step/default/c1"] == "REGRESSION"
+    assert tested["eagle3-5step/default/c1"] == "REGRESSION"  # the slower draft model, by either
