@@ -36,8 +36,8 @@ from pathlib import Path
 
 import psutil
 
-from pytest_specperf.config.workloads import Prompt
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.config.workloads import Prompt, SamplingParams
+from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.load import RoundResult, run_requests
 from pytest_specperf.transport import probe
 

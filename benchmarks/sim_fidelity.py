@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import requests
 
-from pytest_specperf.sim.profile import Profile, SpecConfig, load_profile
-from pytest_specperf.sim.text import Prompt
+from pytest_specperf.sim.profile import Profile, SpecConfig
+from pytest_specperf.sim.profile_files import load_profile
+from pytest_specperf.sim.text import SimPrompt
 
 
 @dataclass
@@ -146,7 +147,7 @@ def expected_steps(profile: Profile, spec: SpecConfig | None, text: str, max_new
     if spec is None:
         return float(max_new - 1)
     model = profile.acceptance_for(spec.algorithm)
-    difficulty = model.difficulty_at(Prompt.from_text(text).unit("difficulty"))
+    difficulty = model.difficulty_at(SimPrompt.from_text(text).unit("difficulty"))
     return profile.expected_verify_steps(spec, max_new, difficulty=difficulty)
 
 

@@ -15,9 +15,7 @@ run-to-run spread then carries all of the noise, which is what a history of run 
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import math
 import statistics
 from collections import Counter
@@ -26,13 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.jsonfile import atomic_write, clean
 from pytest_specperf.verdict.changes import ChangePoint, change_percent, change_size
 from pytest_specperf.verdict.history import bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night, stored_status
-from pytest_specperf.verdict.stats import Decision, Direction
+from pytest_specperf.verdict.stats import Decision
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 #: A run-to-run CV credibly above tolerance / BLIND_RATIO cannot show a change of the tolerance.
@@ -281,57 +277,3 @@ def to_json(result: Replay, column: str, path: Path, tolerance: Tolerance) -> di
         "nights": nights,
         "summary": summary(result, tolerance),
     }
-
-
-# --- the command -------------------------------------------------------------------------------------
-
-
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    parser = commands.add_parser(
-        "backtest", help="replay a nightly series (CSV) through the verdict engine", epilog=epilog,
-        formatter_class=formatter, description=__doc__.split("\n\n")[0],
-    )  # fmt: skip
-    parser.add_argument("file", type=Path, help="CSV with a header, one row per run, oldest first")
-    parser.add_argument("--value", metavar="COLUMN", help="the values (default: the only numeric column)")
-    parser.add_argument("--commit", metavar="COLUMN", help="each run's commit")
-    parser.add_argument("--time", metavar="COLUMN", help="each run's time")
-    parser.add_argument("--rounds", metavar="COLUMN", help="per-round values, separated by ';'")
-    parser.add_argument("--update", metavar="COLUMN", help="1 where a run starts a new segment (--specperf-update)")
-    parser.add_argument(
-        "--tolerance", type=float, default=SpecperfConfig.max_regression, metavar="F",
-        help=f"tolerated change (default: max_regression, {SpecperfConfig.max_regression:g})",
-    )  # fmt: skip
-    parser.add_argument("--lower-is-better", action="store_true", help="the values are latencies (lower is better)")
-    parser.add_argument(
-        "--prior-cv", type=float, default=SpecperfConfig.run_to_run_cv, metavar="F",
-        help=f"run-to-run CV while a segment has under 3 runs (default {SpecperfConfig.run_to_run_cv:g})",
-    )  # fmt: skip
-    parser.add_argument("--history", type=int, default=SpecperfConfig.history, metavar="N", help="nights kept")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
-    parser.set_defaults(run=run_backtest)
-
-
-def run_backtest(args: argparse.Namespace) -> int:
-    if not 0.0 < args.tolerance < 1.0:
-        raise BacktestError(f"--tolerance must be a fraction in (0, 1) (0.05 = 5%), got {args.tolerance:g}")
-    if args.prior_cv < 0.0 or args.history < 2:
-        raise BacktestError("--prior-cv must be >= 0 and --history >= 2")
-    column, rows = read_series(
-        args.file, value=args.value, commit=args.commit, time=args.time, rounds=args.rounds, update=args.update
-    )
-    direction = Direction.LOWER_IS_BETTER if args.lower_is_better else Direction.HIGHER_IS_BETTER
-    tolerance = Tolerance(args.tolerance, direction, args.prior_cv)
-    result = replay(rows, tolerance, history=args.history)
-    better = "lower" if args.lower_is_better else "higher"
-    print(f"{args.file}: {column} ({better} is better), tolerance {args.tolerance:.0%}, one server start a night")
-    print(f"{'run':>5}  {'time / commit':<28} {'value':>12}  {'vs history [90%]':<28} {'outcome':<12} notes")
-    for night in result.nights:
-        print(night_line(night))
-    data = to_json(result, column, args.file, tolerance)
-    print()
-    for line in describe_summary(data["summary"], tolerance):
-        print(line)
-    if args.json is not None:
-        atomic_write(args.json, json.dumps(clean(data), indent=2, allow_nan=False) + "\n")
-        print(f"backtest JSON written to {args.json}")
-    return 0

@@ -1,132 +1,75 @@
-"""pytest hooks and fixtures of pytest-specperf; the work itself happens in `session.py`."""
+"""pytest hooks of pytest-specperf; the work itself happens in the session (session/), the fixtures
+tests use are fixtures.py, the options options.py, and the hooks other plugins implement hookspec.py.
+
+Options and markers are parsed once: the options into a frozen `Options` when pytest is configured,
+each marker into a `SpecperfMarker` when its test function is parametrized (kept for its items).
+"""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
 import functools
-import json
 import signal
 import sys
 import uuid
 import warnings
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
-from pytest_specperf import __version__
-from pytest_specperf.config.settings import SpecperfConfig, apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf import __version__, fixtures, hookspec
+from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
 from pytest_specperf.errors import ConfigError, SpecperfError
-from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.servers.launch import DRY_RUN_LIMITS, check_command_templates
-from pytest_specperf.servers.pool import RunningServer
+from pytest_specperf.fixtures import RESULT_KEY, SESSION_KEY, TARGET_PARAM, SpecperfResult, fail, item_case
+from pytest_specperf.measure.records import MeasurementKey
+from pytest_specperf.options import Options, add_options, load_suite_config, spaced_path_hint
+from pytest_specperf.servers.launch import DRY_RUN_LIMITS
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.servers.teardown import terminate_tree
-from pytest_specperf.session import Options, PlannedTest, SpecperfSession
-from pytest_specperf.verdict.checks import CheckResult
+from pytest_specperf.session import SpecperfSession
+from pytest_specperf.session.payload import WorkerPayload
+from pytest_specperf.session.plan import PlannedTest
 from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker, measured_cases, parse_marker
 from pytest_specperf.verdict.outcome import outcome_of
 
 SESSION_PLUGIN = "specperf-session"
-TARGET_PARAM = "specperf_server"
-RESULT_KEY = pytest.StashKey["SpecperfResult"]()
+MARKER_HELP = (
+    "specperf(server=, workload=, min_speedup=, throughput=, accept_length=, tpot_ms=, ttft_ms=, "
+    "max_regression=, max_regression_accept_length=, lossless=, max_error_rate=): "
+    "measure a server config and check its performance"
+)
 
 
 class SpecperfWarning(UserWarning):
     """A result that passes but deserves a look (an INCONCLUSIVE check, a sanity warning)."""
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspec)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("specperf", "speculative-decoding performance (pytest-specperf)")
-    add = group.addoption
-    add(
-        "--specperf-config",
-        metavar="PATH",
-        help="config file (default: specperf.toml or [tool.specperf] in the rootdir)",
-    )
-    add("--specperf-launcher", metavar="ENGINE|sim", help="override `launcher`: sim dry-runs a suite on the simulator")
-    add("--specperf-rounds", type=int, metavar="N", help="override `rounds` (measured rounds per measurement)")
-    add("--specperf-sim-time-scale", type=float, metavar="F", help="override `sim_time_scale` (simulator delays x F)")
-    add(
-        "--specperf-attach",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="use the running server at URL for config NAME (never started or stopped)",
-    )
-    add("--specperf-servers", metavar="A,B", help="run only tests of these server configs (shards on several machines)")
-    add(
-        "--specperf-update",
-        action="store_true",
-        help="store this session's runs as the new normal: each starts a new segment of its history",
-    )
-    add(
-        "--specperf-record",
-        action="store_true",
-        help="append this session's good runs to their histories (the nightly job passes it)",
-    )
-    add(
-        "--specperf-update-force",
-        action="store_true",
-        help="like --specperf-update, but also store runs with failed checks, request errors or sanity warnings",
-    )
-    add(
-        "--specperf-strict",
-        action="store_true",
-        help="pass only checks credibly within their thresholds (config strict)",
-    )
-    add(
-        "--specperf-on-incomparable",
-        choices=("fail", "skip", "warn"),
-        default="fail",
-        help="what a baseline from a different setup does (default: fail)",
-    )
-    add(
-        "--specperf-run-dir",
-        metavar="DIR",
-        help="where server logs go (default: a specperf folder in pytest's basetemp)",
-    )
-    add(
-        "--specperf-keep-servers",
-        action="store_true",
-        help="leave launched servers running at exit and print how to attach",
-    )
-    add(
-        "--specperf-report",
-        choices=("none", "short", "full"),
-        default="short",
-        help="terminal summary detail (default: short)",
-    )
-    add("--specperf-json", metavar="PATH", help="write the session's results as JSON")
-    add(
-        "--specperf-markdown",
-        metavar="PATH",
-        help="write the summary as Markdown (a GitHub Actions job also gets it in $GITHUB_STEP_SUMMARY)",
-    )
-    add("--specperf-bmf", metavar="PATH", help="write Bencher Metric Format JSON")
-    add("--specperf-plot", metavar="DIR", help="write PNG plots (needs the `plot` extra: matplotlib)")
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "specperf(server=, workload=, min_speedup=, throughput=, accept_length=, tpot_ms=, ttft_ms=, "
-        "max_regression=, max_regression_accept_length=, lossless=, max_error_rate=): "
-        "measure a server config and check its performance",
-    )
+    config.addinivalue_line("markers", MARKER_HELP)
+    if not config.pluginmanager.is_registered(fixtures):  # the fixtures tests use live in their own module
+        config.pluginmanager.register(fixtures, "specperf-fixtures")
     try:
-        specperf_config = _load(config)
+        options = Options.from_pytest_config(config)
+        specperf_config = load_suite_config(options, Path(config.rootpath), Path(config.invocation_params.dir))
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-specperf: {exc}") from None
-    plugin = SpecperfPlugin(config, specperf_config)
-    if plugin.options.plot_dir:
+    if options.outputs.plots:
         from pytest_specperf.report.plots import missing_matplotlib
 
         if problem := missing_matplotlib():  # say so before any server starts, not after the run
             raise pytest.UsageError(f"pytest-specperf: {problem}")
+    plugin = SpecperfPlugin(config, options, specperf_config)
     config.pluginmanager.register(plugin, SESSION_PLUGIN)
     for message in specperf_config.warnings if specperf_config else ():
         config.issue_config_time_warning(SpecperfWarning(message), stacklevel=2)
@@ -134,108 +77,48 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistHooks(plugin), "specperf-xdist")
 
 
-def _load(config: pytest.Config) -> SpecperfConfig | None:
-    found = find_config_file(Path(config.rootpath), config.getoption("specperf_config"))
-    invoked = Path(config.invocation_params.dir)
-    if found is None and invoked != Path(config.rootpath):
-        # pytest picks its rootdir before it knows this plugin's options, so the PATH of
-        # `--specperf-json PATH` (with a space) counts as a test path and can pull the rootdir
-        # away from the suite: the directory pytest was run from is the suite's then
-        found = find_config_file(invoked, None)
-    if found is None:
-        return None
-    only = config.getoption("specperf_servers")
-    specperf_config = apply_overrides(
-        load_config(*found),
-        launcher=config.getoption("specperf_launcher"),
-        rounds=config.getoption("specperf_rounds"),
-        attach=parse_attach(config.getoption("specperf_attach")),
-        only_servers=[s for s in only.split(",") if s] if only else None,
-        sim_time_scale=config.getoption("specperf_sim_time_scale"),
-    )
-    check_command_templates(specperf_config)
-    return specperf_config
-
-
-@dataclass
-class SpecperfResult:
-    """What the `specperf` fixture gives a test: its measurement and how it compares."""
-
-    server: RunningServer
-    key: MeasurementKey  # what was measured: server, workload, concurrency
-    result: Measurement
-    reference: Measurement | None = None
-    marker: SpecperfMarker | None = None
-    checks: list[CheckResult] = field(default_factory=list)
-
-    @property
-    def speedup(self) -> float | None:
-        """Ratio of mean throughputs, this server over the reference, same workload and session."""
-        if self.reference is None:
-            return None
-        ref = self.reference.samples("output_throughput")
-        cur = self.result.samples("output_throughput")
-        if not ref or not cur or sum(ref) == 0:
-            return None
-        return (sum(cur) / len(cur)) / (sum(ref) / len(ref))
-
-
 class SpecperfPlugin:
     """Hooks that need the session state; registered once per pytest process."""
 
-    def __init__(self, config: pytest.Config, specperf_config: SpecperfConfig | None) -> None:
+    def __init__(self, config: pytest.Config, options: Options, specperf_config: SpecperfConfig | None) -> None:
         self.pytest_config = config
+        self.options = options
         self.config = specperf_config
-        self.options = Options(
-            update=config.getoption("specperf_update") or config.getoption("specperf_update_force"),
-            record=config.getoption("specperf_record"),
-            update_force=config.getoption("specperf_update_force"),
-            strict=config.getoption("specperf_strict"),
-            keep_servers=config.getoption("specperf_keep_servers"),
-            on_incomparable=config.getoption("specperf_on_incomparable"),
-            report=config.getoption("specperf_report"),
-            json_path=config.getoption("specperf_json"),
-            markdown_path=config.getoption("specperf_markdown"),
-            bmf_path=config.getoption("specperf_bmf"),
-            plot_dir=config.getoption("specperf_plot"),
-            verbose=config.getoption("verbose"),
-        )
-        only = config.getoption("specperf_servers")
-        self.only_servers = {s for s in only.split(",") if s} if only else None
         self.usage_errors: list[str] = []
+        self.markers: dict[str, SpecperfMarker] = {}  # parsed once per test function, by its node id
         self.written: list[str] = []
         self.session: SpecperfSession | None = None
         self._previous_sigterm: Any = None
-        workerinput = getattr(config, "workerinput", None) or {}
+        self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         # under xdist: the folder all workers of this session (and only of this session) share
-        self.session_id: str = workerinput.get("specperf_session") or uuid.uuid4().hex[:12]
+        self.session_id: str = (self.workerinput or {}).get("specperf_session") or uuid.uuid4().hex[:12]
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The session state is made here: the tmp_path factory (for the run dir) exists by now."""
-        if self.config is not None:
-            workerinput = getattr(self.pytest_config, "workerinput", None)
-            self.session = SpecperfSession(
-                self.config, self.options, self.run_dir, progress=self.progress, shared_dir=self.shared_dir,
-                worker=workerinput["workerid"] if workerinput else None, session_id=self.session_id,
-            )  # fmt: skip
-            try:  # a shared store's remote must answer before any server starts
-                self.session.prepare_store()
-            except SpecperfError as exc:
-                raise pytest.UsageError(f"pytest-specperf: store: {exc}") from None
-            self._install_signal_handlers()
-            atexit.register(self._shutdown)
+        if self.config is None:
+            return
+        self.session = SpecperfSession(
+            self.config, self.options, self.run_dir, progress=self.progress, shared_dir=self.shared_dir,
+            worker=self.workerinput["workerid"] if self.workerinput else None, session_id=self.session_id,
+            update_fingerprint=self._update_fingerprint,
+        )  # fmt: skip
+        self.pytest_config.stash[SESSION_KEY] = self.session
+        try:  # a shared store's remote must answer before any server starts
+            self.session.prepare_store()
+        except SpecperfError as exc:
+            raise pytest.UsageError(f"pytest-specperf: store: {exc}") from None
+        self._install_signal_handlers()
+        atexit.register(self._shutdown)
 
     # ---- helpers -------------------------------------------------------------------------
 
     @functools.cached_property
     def run_dir(self) -> Path:
         """Server logs (and, under xdist, the state workers share): one folder per session."""
-        workerinput = getattr(self.pytest_config, "workerinput", None)
-        if workerinput and "specperf_run_dir" in workerinput:
-            return Path(workerinput["specperf_run_dir"])
-        explicit = self.pytest_config.getoption("specperf_run_dir")
-        if explicit:
-            path = Path(explicit).resolve()
+        if self.workerinput and "specperf_run_dir" in self.workerinput:
+            return Path(self.workerinput["specperf_run_dir"])
+        if self.options.run_dir:
+            path = Path(self.options.run_dir).resolve()
             path.mkdir(parents=True, exist_ok=True)
             return path
         factory = self.pytest_config._tmp_path_factory  # type: ignore[attr-defined]
@@ -251,21 +134,26 @@ class SpecperfPlugin:
         An xdist worker's terminal output never reaches the user; its stderr (inherited from
         the controller) does, so a worker writes there, naming itself.
         """
-        workerinput = getattr(self.pytest_config, "workerinput", None)
         reporter = self.pytest_config.pluginmanager.get_plugin("terminalreporter")
         capman = self.pytest_config.pluginmanager.get_plugin("capturemanager")
-        if workerinput and sys.__stderr__ is not None:
-            with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-                sys.__stderr__.write(f"[specperf {workerinput['workerid']}] {message}\n")
+        uncaptured = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        if self.workerinput and sys.__stderr__ is not None:
+            with uncaptured:
+                sys.__stderr__.write(f"[specperf {self.workerinput['workerid']}] {message}\n")
                 sys.__stderr__.flush()
-            return
-        if reporter is None:
-            return
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
+        elif reporter is not None:
+            with uncaptured:
                 reporter.write_line(f"[specperf] {message}")
-        else:
-            reporter.write_line(f"[specperf] {message}")
+
+    def _update_fingerprint(
+        self, server: Any, key: MeasurementKey, identity: dict[str, str], environment: dict[str, str]
+    ) -> None:
+        self.pytest_config.hook.pytest_specperf_update_fingerprint(
+            config=self.pytest_config, server=server, key=key, identity=identity, environment=environment
+        )
+
+    def _update_json(self, report: Any, document: dict[str, Any]) -> None:
+        self.pytest_config.hook.pytest_specperf_update_json(config=self.pytest_config, report=report, document=document)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM (a CI job cancelled) becomes KeyboardInterrupt, so teardown stops servers."""
@@ -291,7 +179,7 @@ class SpecperfPlugin:
             return [f"specperf {__version__}: no specperf.toml found (inactive)"]
         c = self.config
         lines = [f"specperf {__version__}: config {c.source}, launcher {c.launcher}, store {c.store}"]
-        if c.launcher == "sim":
+        if c.launcher == SIM_LAUNCHER:
             lines.append(
                 f"specperf: SIMULATED servers (pytest_specperf.sim, profile {c.sim_profile or 'default'}, "
                 f"time scale {c.sim_time_scale:g}): numbers model a GPU server, they are not one"
@@ -310,39 +198,40 @@ class SpecperfPlugin:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         mark = metafunc.definition.get_closest_marker("specperf")
         uses_server = TARGET_PARAM in metafunc.fixturenames
-        if mark is None and not uses_server:
-            return
-        if _user_parametrized(metafunc, TARGET_PARAM):
+        if (mark is None and not uses_server) or _user_parametrized(metafunc, TARGET_PARAM):
             return
         nodeid = metafunc.definition.nodeid
         if self.config is None:
             self.usage_errors.append(
                 f"{nodeid}: uses @pytest.mark.specperf or specperf_server, but no config was found: add "
                 f"specperf.toml (or [tool.specperf] in pyproject.toml) to {metafunc.config.rootpath}, "
-                "or pass --specperf-config PATH" + _spaced_path_hint(metafunc.config)
+                "or pass --specperf-config PATH" + spaced_path_hint(metafunc.config)
             )
             return
         try:
             if mark is not None:
-                marker = parse_marker(mark.args, mark.kwargs, nodeid, self.config)
+                marker = self._marker(nodeid, mark)
                 cases: list[tuple[Case, str]] = [(c, i) for c, i in measured_cases(marker, self.config)]
             else:
                 cases = [(ServerCase(name), name) for name in self.config.servers]
         except ConfigError as exc:
             self.usage_errors.append(str(exc))
             return
-        if self.only_servers is not None:
-            cases = [(c, i) for c, i in cases if c.server in self.only_servers]
+        cases = [(c, i) for c, i in cases if self.options.selects(c.server)]
         if TARGET_PARAM not in metafunc.fixturenames:
             metafunc.fixturenames.append(TARGET_PARAM)
         if not cases:
-            metafunc.parametrize(
-                TARGET_PARAM,
-                [pytest.param(None, marks=pytest.mark.skip(reason="not in --specperf-servers"))],
-                indirect=True,
-            )
+            skip = pytest.mark.skip(reason="not in --specperf-servers")
+            metafunc.parametrize(TARGET_PARAM, [pytest.param(None, marks=skip)], indirect=True)
             return
         metafunc.parametrize(TARGET_PARAM, [c for c, _ in cases], ids=[i for _, i in cases], indirect=True)
+
+    def _marker(self, nodeid: str, mark: pytest.Mark) -> SpecperfMarker:
+        """The marker of the test function `nodeid`, parsed on first use (ConfigError names the test)."""
+        if nodeid not in self.markers:
+            assert self.config is not None
+            self.markers[nodeid] = parse_marker(mark.args, mark.kwargs, nodeid, self.config)
+        return self.markers[nodeid]
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -352,18 +241,20 @@ class SpecperfPlugin:
             raise pytest.UsageError("pytest-specperf:\n  " + "\n  ".join(self.usage_errors))
         if self.session is None:
             return
-        found = [(item, _item_case(item)) for item in items]
-        keys = self.session.group_order([t for _, t in found])
+        found = [(item, item_case(item)) for item in items]
+        keys = self.session.plan.group_order([t for _, t in found])
         order = sorted(range(len(items)), key=lambda i: keys[i])
         items[:] = [found[i][0] for i in order]
         planned = []
-        for item, case in (found[i] for i in order):
-            if case is None:
-                continue
-            mark = item.get_closest_marker("specperf")
-            marker = parse_marker(mark.args, mark.kwargs, item.nodeid, self.session.config) if mark else None
-            planned.append(PlannedTest(item.nodeid, case, marker))
-        self.session.plan(planned)
+        try:
+            for item, case in (found[i] for i in order):
+                if case is not None:
+                    mark = item.get_closest_marker("specperf")
+                    marker = self._marker(_function_id(item), mark) if mark else None
+                    planned.append(PlannedTest(item.nodeid, case, marker))
+        except ConfigError as exc:
+            raise pytest.UsageError(f"pytest-specperf:\n  {exc}") from None
+        self.session.plan_tests(planned)
 
     # ---- running -------------------------------------------------------------------------
 
@@ -390,7 +281,7 @@ class SpecperfPlugin:
             evaluation = self.session.evaluate(item.nodeid, result.result, result.reference)
         except SpecperfError as exc:  # e.g. the server died during adaptive rounds
             self.session.record_error(result.result.key, str(exc))
-            _fail(str(exc))
+            fail(str(exc))
         result.checks = evaluation.checks
         measurement = result.result
         for name in ("output_throughput", "accept_length", "mean_tpot_ms", "mean_ttft_ms"):
@@ -412,22 +303,26 @@ class SpecperfPlugin:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._shutdown()
-        if self.session is not None:
-            if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, SIGTERM: checks never ran to the end
-                self.session.storing_interrupted()
-            else:
-                self.session.store_results()  # every check of the session's measurements has run
-            if self.session.store_failed:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.session is None:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, SIGTERM: checks never ran to the end
+            self.session.storing_interrupted()
+        else:
+            self.session.store_results()  # every check of the session's measurements has run
+        if self.session.store_failed:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         workeroutput = getattr(self.pytest_config, "workeroutput", None)
-        if workeroutput is not None and self.session is not None:
-            workeroutput["specperf"] = json.dumps(self.session.worker_payload())
-        elif self.session is not None and self.session.worker is None:
+        if workeroutput is not None:
+            workeroutput["specperf"] = self.session.worker_payload().to_json()
+        elif self.session.worker is None:
             self._kill_worker_leftovers()
-            if self.session.measurements or self.session.errors():
+            if self.session.has_results():
                 from pytest_specperf.report.outputs import write_outputs
 
-                self.written = write_outputs(self.session.report(), self.session)
+                self.written = write_outputs(
+                    self.session.report(), self.options.outputs, store=self.session.config.store,
+                    update_json=self._update_json,
+                )  # fmt: skip
 
     def _kill_worker_leftovers(self) -> None:
         """Controller's safety net: servers xdist workers left (still shared at their end, or a crash).
@@ -450,37 +345,14 @@ class SpecperfPlugin:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.session is None or self.options.report == "none":
-            return
-        if not self.session.measurements and not self.session.errors():
+        if self.session is None or self.options.report == "none" or not self.session.has_results():
             return
         from pytest_specperf.report.terminal import terminal_summary
 
-        terminal_summary(terminalreporter, self.session)
+        full = self.options.verbose > 0 or self.options.report == "full"
+        terminal_summary(terminalreporter, self.session.report(), store=self.session.config.store, full=full)
         for line in self.written:
             terminalreporter.write_line(line)
-
-
-def _fail(message: str) -> NoReturn:
-    """Fail the test with `message` alone: not chained to the exception being handled, which would
-    print the same error a second time ("During handling of the above exception...")."""
-    __tracebackhide__ = True
-    raise pytest.fail.Exception(message, pytrace=False) from None
-
-
-PATH_OPTIONS = ("--specperf-json", "--specperf-markdown", "--specperf-bmf", "--specperf-plot", "--specperf-run-dir")
-
-
-def _spaced_path_hint(config: pytest.Config) -> str:
-    """How to fix a rootdir that a path option's value (given after a space) moved."""
-    args = [str(a) for a in config.invocation_params.args]
-    spaced = [a for a in args if a in PATH_OPTIONS]
-    if not spaced:
-        return ""
-    return (
-        f" (pytest chose rootdir {config.rootpath} counting the value after {spaced[0]} as a test path: "
-        f"write {spaced[0]}=PATH, with '=', or pass --rootdir)"
-    )
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
@@ -497,83 +369,10 @@ def _user_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     return False
 
 
-def _case(value: object) -> Case | None:
-    """A parametrized value as a case; users parametrize `specperf_server` with plain names."""
-    if isinstance(value, str):
-        return ServerCase(value)
-    return value if isinstance(value, ServerCase | MeasurementKey) else None
-
-
-def _item_case(item: pytest.Item) -> Case | None:
+def _function_id(item: pytest.Item) -> str:
+    """The node id of an item's test function: the item's own, less its parameter ids."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or TARGET_PARAM not in callspec.params:
-        return None
-    return _case(callspec.params[TARGET_PARAM])
-
-
-def _plugin(request: pytest.FixtureRequest) -> SpecperfPlugin:
-    plugin = request.config.pluginmanager.get_plugin(SESSION_PLUGIN)
-    if plugin is None or plugin.session is None:
-        pytest.fail("pytest-specperf is not configured: no specperf.toml found", pytrace=False)
-    return plugin
-
-
-# ---- fixtures ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def specperf_server(request: pytest.FixtureRequest) -> RunningServer:
-    """The running server of this test's config (`.name`, `.url`, `.config`, `.log_path`).
-
-    Parametrized over every server config by default; narrow it with
-    `@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)`.
-    """
-    plugin = _plugin(request)
-    case = _case(getattr(request, "param", None))
-    if case is None:
-        pytest.fail("specperf_server needs a server: parametrize it or use @pytest.mark.specperf", pytrace=False)
-    assert plugin.session is not None
-    if case.server not in plugin.session.config.servers:
-        pytest.fail(f"unknown server config {case.server!r}", pytrace=False)
-    try:
-        return plugin.session.server(case.server)
-    except SpecperfError as exc:
-        _fail(str(exc))
-
-
-@pytest.fixture
-def specperf(request: pytest.FixtureRequest, specperf_server: RunningServer) -> SpecperfResult:
-    """This test's measurement, its reference measurement and its checks (measured before the body runs)."""
-    plugin = _plugin(request)
-    assert plugin.session is not None
-    key = request.node.callspec.params[TARGET_PARAM]
-    if not isinstance(key, MeasurementKey):
-        pytest.fail("the specperf fixture needs @pytest.mark.specperf on the test", pytrace=False)
-    planned = plugin.session.planned.get(request.node.nodeid)
-    session = plugin.session
-    try:
-        result = session.measurement(key)
-        reference = session.reference_measurement(key)
-        if not plugin.options.update:
-            session.baseline(result.key)
-    except SpecperfError as exc:
-        session.record_error(key, str(exc))
-        _fail(str(exc))
-    value = SpecperfResult(
-        server=specperf_server, key=key, result=result, reference=reference,
-        marker=planned.marker if planned else None,
-    )  # fmt: skip
-    request.node.stash[RESULT_KEY] = value
-    return value
-
-
-@pytest.fixture(autouse=True)
-def _specperf_marked(request: pytest.FixtureRequest) -> None:
-    """A marked test is a complete performance test even with an empty body."""
-    if request.node.get_closest_marker("specperf") is not None and TARGET_PARAM in getattr(
-        getattr(request.node, "callspec", None), "params", {}
-    ):
-        request.getfixturevalue("specperf")
+    return item.nodeid.removesuffix(f"[{callspec.id}]") if callspec is not None else item.nodeid
 
 
 class XdistHooks:
@@ -599,4 +398,4 @@ class XdistHooks:
         """Collect a worker's measurements and verdicts for the controller's summary."""
         payload = getattr(node, "workeroutput", {}).get("specperf")
         if payload and self.plugin.session is not None:
-            self.plugin.session.absorb(json.loads(payload))
+            self.plugin.session.absorb(WorkerPayload.from_json(payload))

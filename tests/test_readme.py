@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import GLOBAL_KEYS, SERVER_KEYS
+from pytest_specperf.config.loading import GLOBAL_KEYS, SERVER_KEYS
 from pytest_specperf.config.workloads import WorkloadConfig
 from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.markers import MARKER_KEYS
@@ -58,3 +58,13 @@ def test_every_key_is_documented(keys: list[str]) -> None:
 def test_every_verdict_is_documented() -> None:
     section = reference_section()
     assert all(f"| {v.value} |" in section for v in Verdict)
+
+
+def test_every_hook_is_documented() -> None:
+    from pytest_specperf import hookspec
+
+    hooks = [name for name in vars(hookspec) if name.startswith("pytest_specperf_")]
+    assert len(hooks) == 2
+    guide = (ROOT / "docs" / "hooks.md").read_text()
+    missing = [name for name in hooks if f"`{name}(" not in reference_section() or f"`{name}(" not in guide]
+    assert not missing, missing

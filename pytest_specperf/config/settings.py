@@ -1,29 +1,26 @@
-"""Configuration: `specperf.toml`, `[tool.specperf]` in pyproject.toml, or `--specperf-config`.
+"""The configuration of a suite as frozen records: the suite, its server configs, their defaults.
 
-Everything is validated here, before any server starts: a typo found after a 20-minute
-server start is a wasted night. Every error names the file, the table and key, and what is
-allowed (`ConfigError`).
+The records hold what the file says, as strings and numbers: which engine a server runs is a name
+here, and the engine's own rules (flags, speculative settings) are applied by the engines once the
+file is read (engines/suite.py). Reading and validating the file is config/loading.py.
 """
 
 from __future__ import annotations
 
 import re
-import string
-import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_specperf.config import values as check
 from pytest_specperf.config.location import StoreLocation
-from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
-from pytest_specperf.engines.base import Engine, default_engine, engine_for, engine_names
-from pytest_specperf.engines.flags import EngineFlags
-from pytest_specperf.errors import ConfigError, did_you_mean
-from pytest_specperf.verdict.fingerprint import DEFAULT_ENV_PATTERNS
+from pytest_specperf.config.workloads import WorkloadConfig
 
+if TYPE_CHECKING:
+    from pytest_specperf.engines.flags import EngineFlags
+
+#: The engine a suite runs when it names none.
+DEFAULT_ENGINE = "sglang"
 #: The launcher that starts the built-in simulator in place of a real engine (dry runs).
 SIM_LAUNCHER = "sim"
 #: Seconds a server may take to become ready: SGLang's own CI allows an hour on H200 (download,
@@ -31,10 +28,11 @@ SIM_LAUNCHER = "sim"
 DEFAULT_STARTUP_TIMEOUT = 3600.0
 
 
-def launchers() -> tuple[str, ...]:
-    """Every engine's name (start that engine for real) and "sim" (the simulator)."""
-    return (*engine_names(), SIM_LAUNCHER)
-
+#: Environment variables recorded in every fingerprint (`env_patterns`): the tuning and runtime
+#: variables of the engines and their libraries, which change numbers without changing the config.
+DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
+    "NCCL_*", "SGLANG_*", "VLLM_*", "CUDA_*", "TORCH_*", "NVIDIA_*", "PYTORCH_*", "NVSHMEM_*", "OMP_*",
+)  # fmt: skip
 
 HTTP_URL = re.compile(r"^https?://[^/]+")
 
@@ -64,7 +62,7 @@ class ServerConfig:
     startup_timeout: float | None = None
     api_key: str | None = field(default=None, repr=False)
     sim_args: tuple[str, ...] = ()
-    engine: str | None = None  # the engine it runs (set when the config is read; None: the suite's)
+    engine: str | None = None  # the engine it runs, by name (set when the config is read; None: the suite's)
     speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config, passed as it is
 
     @property
@@ -95,8 +93,10 @@ class SpecperfConfig:
     """The whole, validated configuration of a session."""
 
     source: Path | None = None
-    launcher: str = field(default_factory=default_engine)
-    engine: str = field(default_factory=default_engine)
+    #: the table the config was read from: "specperf" in specperf.toml, "tool.specperf" in pyproject.toml
+    table: str = "specperf"
+    launcher: str = DEFAULT_ENGINE
+    engine: str = DEFAULT_ENGINE
     python: str = "python3"
     model: str | None = None
     reference: str = "plain"
@@ -126,7 +126,8 @@ class SpecperfConfig:
     sim_args: tuple[str, ...] = ()
     servers: Mapping[str, ServerConfig] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)
-    #: each engine's flags as the configured `python` has them installed (or its shipped list)
+    #: each engine's flags as the configured `python` has them installed (or its shipped list), by
+    #: engine name; found when the engines check the config (engines/suite.py)
     engine_flags: Mapping[str, EngineFlags] = field(default_factory=dict, repr=False, compare=False)
     #: said once in the report header: where each engine's flags and algorithms were checked
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -148,305 +149,16 @@ class SpecperfConfig:
     def model_of(self, server: ServerConfig) -> str | None:
         return server.model or self.model
 
-    def engine_of(self, server: ServerConfig) -> Engine:
-        """The engine a server runs (its own `engine`, else the suite's), resolved once here and
-        carried as an object from then on (`LaunchPlan.engine`, `RunningServer.engine`)."""
-        return engine_for(server.engine or self.engine)
+    def engine_name(self, server: ServerConfig) -> str:
+        """The engine a server runs, by name: its own `engine`, else the suite's."""
+        return server.engine or self.engine
 
-    def flags_of(self, engine: Engine) -> EngineFlags | None:
-        """The flags the configured interpreter's engine has (None for a config built in code)."""
-        return self.engine_flags.get(engine.name)
-
-
-# --------------------------------------------------------------------------------------------
-# Loading
-
-
-def find_config_file(rootdir: Path, explicit: str | None) -> tuple[Path, str] | None:
-    """The config file and the table prefix it uses, or None when the suite has none."""
-    if explicit:
-        path = Path(explicit)
-        if not path.is_absolute():
-            path = Path.cwd() / path
-        if not path.is_file():
-            raise ConfigError("--specperf-config", f"file not found: {path}")
-        prefix = "tool.specperf" if path.name == "pyproject.toml" else "specperf"
-        return path, prefix
-    candidate = rootdir / "specperf.toml"
-    if candidate.is_file():
-        return candidate, "specperf"
-    pyproject = rootdir / "pyproject.toml"
-    if pyproject.is_file() and "specperf" in _read_toml(pyproject).get("tool", {}):
-        return pyproject, "tool.specperf"
-    return None
-
-
-def load_config(path: Path, prefix: str) -> SpecperfConfig:
-    """Parse and validate one config file."""
-    data = _read_toml(path)
-    table: Any = data
-    for part in prefix.split("."):
-        table = table.get(part) if isinstance(table, dict) else None
-    if not isinstance(table, dict):
-        raise ConfigError(display_path(path), f"no [{prefix}] table; see the README for the file's shape")
-    return _Parser(path, prefix).parse(table)
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(display_path(path), f"not valid TOML: {exc}") from None
-
-
-# --------------------------------------------------------------------------------------------
-# Validation
-
-
-GLOBAL_KEYS = {
-    "engine", "launcher", "python", "model", "reference", "store", "offline_store", "startup_timeout", "stop_timeout",
-    "max_servers", "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
-    "run_to_run_cv", "run_to_run_cv_accept_length", "confirm", "max_restarts", "strict", "env", "env_patterns",
-    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
-}  # fmt: skip
-SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
-
-
-class _Parser:
-    """Turns raw TOML tables into config dataclasses, naming file and key on every error."""
-
-    def __init__(self, path: Path, prefix: str) -> None:
-        self.path = path
-        self.prefix = prefix
-
-    def where(self, table: str, key: str | None = None) -> str:
-        name = f"{self.prefix}.{table}" if table else self.prefix
-        return f"{display_path(self.path)} [{name}]" + (f" {key}" if key else "")
-
-    def parse(self, table: dict[str, Any]) -> SpecperfConfig:
-        check_keys(table, GLOBAL_KEYS, self.where(""))
-        get = _Getter(table, self.where(""))
-        self.engine = get.choice("engine", engine_names(), default_engine())
-        base = self.path.parent
-        values: dict[str, Any] = {
-            "source": self.path,
-            "engine": self.engine,
-            "launcher": get.choice("launcher", launchers(), self.engine),
-            "python": get.string("python", "python3"),
-            "model": get.string("model", None),
-            "reference": get.string("reference", "plain"),
-            "store": self.parse_store(get, base),
-            "startup_timeout": get.number("startup_timeout", DEFAULT_STARTUP_TIMEOUT, minimum=0, exclusive=True),
-            "stop_timeout": get.number("stop_timeout", 60.0, minimum=0, exclusive=True),
-            "max_servers": get.integer("max_servers", 1, minimum=1),
-            "rounds": get.integer("rounds", 5, minimum=2),
-            "max_rounds": get.integer("max_rounds", None, minimum=2),
-            "max_regression": get.number("max_regression", 0.05, minimum=0, maximum=1),
-            "max_regression_accept_length": get.number("max_regression_accept_length", 0.02, 0, 1),
-            "history": get.integer("history", 30, minimum=1),
-            "run_to_run_cv": get.number("run_to_run_cv", 0.02, 0, 1),
-            "run_to_run_cv_accept_length": get.number("run_to_run_cv_accept_length", 0.005, 0, 1),
-            "confirm": get.boolean("confirm", True),
-            "max_restarts": get.integer("max_restarts", 4, minimum=0),
-            "strict": get.boolean("strict", False),
-            "env": get.string_map("env"),
-            "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
-            "api_key": get.string("api_key", None),
-            "sim_profile": get.string("sim_profile", None),
-            "sim_time_scale": get.number("sim_time_scale", 1.0, minimum=0),
-            "sim_args": tuple(check_sim_args(get.string_list("sim_args", ()), self.where("", "sim_args"))),
-        }
-        for key in ("max_regression", "max_regression_accept_length"):
-            if values[key] >= 1:
-                raise ConfigError(self.where("", key), f"must be a fraction below 1 (0.05 = 5%), got {values[key]:g}")
-        if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
-            raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
-        self.flags = EngineFlagsOf(values["python"], {**values["env"]})
-        values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
-        values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
-        values["engine_flags"] = MappingProxyType(dict(self.flags.found))
-        config = SpecperfConfig(**values)
-        self.check_reference(config)
-        check_engines(config, self.where(""))
-        return replace(config, notes=flag_notes(config), warnings=engine_warnings(config))
-
-    def parse_store(self, get: _Getter, base: Path) -> StoreLocation:
-        """`store`, and `offline_store` (a git store's fallback directory, when its remote is unreachable)."""
-        store = StoreLocation.parse(get.string("store", ".specperf"), base=base, where=self.where("", "store"))
-        offline = get.string("offline_store", None)
-        if offline is not None and not store.is_git:
-            raise ConfigError(self.where("", "offline_store"), 'applies to a git store only (store = "git:...")')
-        return replace(store, offline=base / offline) if offline is not None else store
-
-    def parse_servers(self, tables: dict[str, Any]) -> dict[str, ServerConfig]:
-        servers = {}
-        for name, table in tables.items():
-            where = self.where(f"servers.{name}")
-            check_name(name, where)
-            if not isinstance(table, dict):
-                raise ConfigError(where, "must be a table")
-            servers[name] = parse_server(name, table, where, engine=self.engine, flags=self.flags)
-        return servers
-
-    def parse_workloads(self, tables: dict[str, Any], base: Path) -> dict[str, WorkloadConfig]:
-        workloads = {}
-        for name, table in tables.items():
-            check_name(name, self.where(f"workloads.{name}"))
-            if not isinstance(table, dict):
-                raise ConfigError(self.where(f"workloads.{name}"), "must be a table")
-            workloads[name] = parse_workload(name, table, display_path(self.path), base)
-            load_prompts(workloads[name].prompts, base)  # a bad line fails now, not after a server start
-        if "default" not in workloads:
-            workloads["default"] = DEFAULT_WORKLOAD
-        return workloads
-
-    def check_reference(self, config: SpecperfConfig) -> None:
-        if not config.servers:
-            return
-        where = self.where("", "reference")
-        ref = config.servers.get(config.reference)
-        if ref is None:
-            raise ConfigError(
-                where,
-                f"names server {config.reference!r}, which is not defined"
-                f"{did_you_mean(config.reference, config.servers)}; defined: {', '.join(sorted(config.servers))}",
-            )
-        if ref.is_speculative:
-            raise ConfigError(
-                where,
-                f"server {config.reference!r} is speculative (algorithm = {ref.algorithm!r}); "
-                "the reference must be a plain, non-speculative server",
-            )
-
-
-class EngineFlagsOf:
-    """Each engine's flags, asked of the configured interpreter once per config (and cached there)."""
-
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
-        self.python = python
-        self.env = env
-        self.found: dict[str, EngineFlags] = {}
-
-    def __call__(self, engine: Engine) -> EngineFlags:
-        if engine.name not in self.found:
-            self.found[engine.name] = engine.flags(self.python, self.env)
-        return self.found[engine.name]
-
-
-def parse_server(
-    name: str, table: dict[str, Any], where: str, engine: str | None = None, flags: EngineFlagsOf | None = None
-) -> ServerConfig:
-    """One `[specperf.servers.NAME]` table, with its engine's rules applied against its engine's
-    flags (those of `python3`'s installed engine unless `flags` says otherwise)."""
-    check_keys(table, SERVER_KEYS, where)
-    get = _Getter(table, where)
-    algorithm = get.string("algorithm", None)
-    engine = engine or default_engine()
-    own_engine = get.choice("engine", engine_names(), engine) if "engine" in table else engine
-    spec_config = get.subtable("speculative_config") if "speculative_config" in table else None
-    server = ServerConfig(
-        name=name,
-        algorithm=algorithm.upper() if algorithm else None,
-        draft_model=get.string("draft_model", None),
-        num_steps=get.integer("num_steps", None, minimum=1),
-        eagle_topk=get.integer("eagle_topk", None, minimum=1),
-        num_draft_tokens=get.integer("num_draft_tokens", None, minimum=1),
-        model=get.string("model", None),
-        args=tuple(get.string_list("args", ())),
-        env=MappingProxyType(get.string_map("env")),
-        url=get.string("url", None),
-        command=get.string("command", None),
-        host=get.string("host", "127.0.0.1"),
-        startup_timeout=get.number("startup_timeout", None, minimum=0, exclusive=True),
-        api_key=get.string("api_key", None),
-        sim_args=tuple(get.string_list("sim_args", ())),
-        engine=own_engine,
-        speculative_config=MappingProxyType(dict(spec_config)) if spec_config is not None else None,
-    )
-    runs_on = engine_for(own_engine)
-    engine_flags = (flags or EngineFlagsOf("python3", {}))(runs_on)
-    runs_on.check_server(server, where, engine_flags)
-    server = replace(server, args=runs_on.spell_out(server.args, f"{where} args", engine_flags))
-    check_args(server, where, runs_on.reserved_flags)
-    runs_on.check_args(server, f"{where} args", engine_flags)
-    check_attach(server, table, where)
-    check_command(server, where)
-    return server
-
-
-def check_args(server: ServerConfig, where: str, reserved: Mapping[str, str]) -> None:
-    for arg in server.args:
-        flag = arg.split("=", 1)[0]
-        if flag in reserved:
-            raise ConfigError(f"{where} args", f"{flag} is not allowed here: {reserved[flag]}")
-    check_sim_args(server.sim_args, f"{where} sim_args")
-
-
-def check_sim_args(args: Sequence[str], where: str) -> Sequence[str]:
-    for arg in args:
-        if not arg.startswith("--sim-") and arg.startswith("--"):
-            raise ConfigError(where, f"{arg}: only --sim-* flags belong here (others go in `args`)")
-    return args
-
-
-def check_engines(config: SpecperfConfig, where: str) -> None:
-    """The simulator speaks only the engines it simulates; a launcher that names an engine must be that engine."""
-    for server in config.servers.values():
-        engine = config.engine_of(server)
-        if config.launcher == SIM_LAUNCHER and not engine.simulated and not server.is_attached:
-            raise ConfigError(
-                f"{where} launcher",
-                f'"sim" simulates {", ".join(n for n in engine_names() if engine_for(n).simulated)} only; server '
-                f"{server.name!r} runs {engine.name} (launch it for real, or attach to it with --specperf-attach)",
-            )
-    if config.launcher not in (SIM_LAUNCHER, config.engine):
-        raise ConfigError(f"{where} launcher", f'is "{config.launcher}" but engine is "{config.engine}"')
-
-
-def flag_notes(config: SpecperfConfig) -> tuple[str, ...]:
-    """Where each engine's flags and algorithms were checked: the installed engine, or the shipped
-    list and why (said once, in the report header)."""
-    return tuple(flags.describe() for flags in config.engine_flags.values())
-
-
-def engine_warnings(config: SpecperfConfig) -> tuple[str, ...]:
-    """Settings that run but make numbers noisier than they look (each engine's `config_warnings`)."""
-    workloads = list(config.workloads.values())
-    found: list[str] = []
-    for server in config.servers.values():
-        found += config.engine_of(server).config_warnings(server, workloads)
-    return tuple(found)
-
-
-def check_attach(server: ServerConfig, table: dict[str, Any], where: str) -> None:
-    if server.url is None:
-        return
-    if not HTTP_URL.match(server.url):
-        raise ConfigError(f"{where} url", f"must be an http(s) URL like http://host:30000, got {server.url!r}")
-    launch_only = sorted(k for k in ("command", "args", "env", "startup_timeout", "sim_args") if k in table)
-    if launch_only:
-        raise ConfigError(
-            f"{where} {launch_only[0]}",
-            "an attached server (url = ...) is never launched, so launch settings do not apply",
-        )
-
-
-def check_command(server: ServerConfig, where: str) -> None:
-    if server.command is None:
-        return
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(server.command) if name is not None}
-    except ValueError as exc:
-        raise ConfigError(f"{where} command", f"bad template: {exc}") from None
-    unknown = sorted(names - set(COMMAND_PLACEHOLDERS))
-    if unknown:
-        raise ConfigError(
-            f"{where} command",
-            f"unknown placeholder {{{unknown[0]}}}; allowed: {', '.join('{' + p + '}' for p in COMMAND_PLACEHOLDERS)}",
-        )
-    if "args" not in names:
-        raise ConfigError(f"{where} command", "must contain {args} (the launch arguments the plugin builds)")
+    def where(self, table: str = "", key: str | None = None) -> str:
+        """A place in the config file as errors name it: `specperf.toml [specperf.servers.x] args`,
+        with the table the file really uses (`[tool.specperf...]` in a pyproject.toml)."""
+        name = f"{self.table}.{table}" if table else self.table
+        place = f"{display_path(self.source)} [{name}]" if self.source else f"[{name}]"
+        return f"{place} {key}" if key else place
 
 
 def display_path(path: Path) -> str:
@@ -455,112 +167,3 @@ def display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
-            )
-
-
-def check_name(name: str, where: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise ConfigError(where, "names may use letters, digits, '-', '_' and '.' only")
-
-
-class _Getter:
-    """Reads from one table with defaults; the checks themselves are `config.values`, named by key."""
-
-    def __init__(self, table: Mapping[str, Any], where: str) -> None:
-        self.table = table
-        self.where = where
-
-    def _read(self, key: str, default: Any) -> tuple[Any, str]:
-        return self.table.get(key, default), f"{self.where} {key}"
-
-    def string(self, key: str, default: str | None) -> Any:
-        value, where = self._read(key, default)
-        return None if value is None else check.string(value, where)
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value, where = self._read(key, default)
-        return check.choice(check.string(value, where), where, choices)
-
-    def boolean(self, key: str, default: bool) -> bool:
-        return check.boolean(*self._read(key, default))
-
-    def integer(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        value, where = self._read(key, default)
-        return None if value is None else check.integer(value, where, minimum=minimum)
-
-    def number(
-        self, key: str, default: float | None, minimum: float | None = None, maximum: float | None = None,
-        exclusive: bool = False,
-    ) -> Any:  # fmt: skip
-        value, where = self._read(key, default)
-        if value is None:
-            return None
-        return check.number(value, where, minimum=minimum, maximum=maximum, exclusive_min=exclusive)
-
-    def string_list(self, key: str, default: Any) -> list[str]:
-        return check.string_list(*self._read(key, default))
-
-    def string_map(self, key: str) -> dict[str, str]:
-        return check.string_map(*self._read(key, {}))
-
-    def subtable(self, key: str) -> dict[str, Any]:
-        return check.table(*self._read(key, {}))
-
-
-# --------------------------------------------------------------------------------------------
-# Command-line overrides (precedence: marker > command line > config file > defaults)
-
-
-def apply_overrides(
-    config: SpecperfConfig,
-    *,
-    launcher: str | None = None,
-    rounds: int | None = None,
-    attach: Mapping[str, str] | None = None,
-    only_servers: list[str] | None = None,
-    sim_time_scale: float | None = None,
-) -> SpecperfConfig:
-    """The config with command-line options applied; each option is validated by its name."""
-    if launcher is not None:
-        if launcher not in launchers():
-            raise ConfigError("--specperf-launcher", f"must be one of {', '.join(launchers())}, got {launcher!r}")
-        config = replace(config, launcher=launcher)
-        check_engines(config, "--specperf-launcher")
-    if rounds is not None:
-        if rounds < 2:
-            raise ConfigError("--specperf-rounds", f"must be >= 2 (a CI needs two rounds), got {rounds}")
-        keep = config.max_rounds is not None and config.max_rounds >= rounds
-        config = replace(config, rounds=rounds, max_rounds=config.max_rounds if keep else None)
-    if sim_time_scale is not None:
-        if sim_time_scale < 0:
-            raise ConfigError("--specperf-sim-time-scale", f"must be >= 0, got {sim_time_scale}")
-        config = replace(config, sim_time_scale=sim_time_scale)
-    servers = dict(config.servers)
-    for name, url in (attach or {}).items():
-        if name not in servers:
-            raise ConfigError("--specperf-attach", f"unknown server {name!r}{did_you_mean(name, servers)}")
-        if not HTTP_URL.match(url):
-            raise ConfigError("--specperf-attach", f"{name}={url!r}: the URL must look like http://host:port")
-        servers[name] = replace(servers[name], url=url)
-    for name in only_servers or []:
-        if name not in servers:
-            raise ConfigError("--specperf-servers", f"unknown server {name!r}{did_you_mean(name, servers)}")
-    return replace(config, servers=MappingProxyType(servers))
-
-
-def parse_attach(values: list[str]) -> dict[str, str]:
-    """`--specperf-attach NAME=URL` values as a mapping."""
-    result = {}
-    for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise ConfigError("--specperf-attach", f"expected NAME=URL, got {value!r}")
-        result[name] = url
-    return result

@@ -1,10 +1,16 @@
-"""Checked values: the one way config keys, workload keys and marker arguments are validated.
+"""Checked values: the one way config keys, workload keys, marker arguments and command-line
+options are validated.
 
 Why one module: a user meets the same kind of mistake (a string where a number belongs, a rate of
-1.5, `true` as a count) in `specperf.toml`, in a workload table and in a marker, and should get
-the same sentence for it. Every check raises `ConfigError(where, message)`, where `where` names
-the file and key, or the test and marker argument, and the message says what is allowed and what
-was given ("must be an integer >= 1, got string '8'").
+1.5, `true` as a count, a tolerance of 1) in `specperf.toml`, in a workload table, in a marker and
+on the command line, and should get the same sentence for it. Every check raises
+`ConfigError(where, message)`, where `where` names the file and key (`specperf.toml [specperf]
+rounds`), the test and marker argument, or the option (`--specperf-rounds`), and the message says
+what is allowed and what was given ("must be an integer, got string '8'").
+
+A setting that more than one front end accepts is checked by its name (`setting`), so its rule and
+its sentence live in one place (`SETTINGS`); a command-line word is first read as the value it
+spells (`from_command_line`), so `--specperf-rounds=x` reads like `rounds = "x"` in a file.
 
 TOML and Python both have booleans that are integers underneath; `true` is never accepted as a
 count, a rate or a size.
@@ -13,7 +19,7 @@ count, a rate or a size.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_specperf.errors import ConfigError
@@ -81,6 +87,20 @@ def number(
     return float(value)
 
 
+def fraction(value: Any, where: str) -> float:
+    """A tolerated loss (`max_regression`): a fraction in [0, 1), 0.05 meaning 5%. 1 is refused: it
+    would tolerate losing everything, which is no check at all."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        shown = given(value) if isinstance(value, bool) or not isinstance(value, int | float) else f"{value!r}"
+        raise ConfigError(where, f"must be a fraction in [0, 1) (0.05 = 5%), got {shown}")
+    return float(value)
+
+
+def share(value: Any, where: str) -> float:
+    """A share of something (`max_error_rate`, a run-to-run CV): a number in [0, 1]."""
+    return number(value, where, minimum=0, maximum=1)
+
+
 def string_list(value: Any, where: str) -> list[str]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ConfigError(where, f"must be a list of strings, got {value!r}")
@@ -111,3 +131,34 @@ def _bounds(minimum: float | None, maximum: float | None, exclusive_min: bool, e
     if maximum is not None:
         parts.append(f"{'<' if exclusive_max else '<='} {maximum:g}")
     return " " + " and ".join(parts) if parts else ""
+
+
+def from_command_line(text: str) -> Any:
+    """A command-line word as the value it spells: an integer, a number, or the word itself (which
+    the check then refuses in the words a config file's string would get)."""
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+#: Settings more than one front end accepts (config file, marker, command line), by name: each is
+#: checked here, so the same mistake reads the same wherever it was made.
+SETTINGS: dict[str, Callable[[Any, str], Any]] = {
+    "rounds": lambda value, where: integer(value, where, minimum=2),
+    "max_rounds": lambda value, where: integer(value, where, minimum=2),
+    "history": lambda value, where: integer(value, where, minimum=1),
+    "max_regression": fraction,
+    "max_regression_accept_length": fraction,
+    "max_error_rate": share,
+    "run_to_run_cv": share,
+    "run_to_run_cv_accept_length": share,
+    "sim_time_scale": lambda value, where: number(value, where, minimum=0),
+}
+
+
+def setting(name: str, value: Any, where: str) -> Any:
+    """`value` of the setting `name`, checked by its one rule (`SETTINGS`); `where` names the place."""
+    return SETTINGS[name](value, where)

@@ -105,6 +105,50 @@ class WorkloadConfig:
         return self.request_rate is not None
 
 
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling params of a workload, engine-neutral; each engine writes them in its own request.
+
+    `sampling_seed` seeds the server's sampler so a run at temperature > 0 may draw the same tokens
+    again (SGLang honours it only with --enable-deterministic-inference: engines/sglang). It is
+    sent only when set and the temperature is above 0: greedy decoding draws nothing.
+    """
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    ignore_eos: bool = False
+    sampling_seed: int | None = None
+
+    @classmethod
+    def from_workload(cls, cfg: WorkloadConfig) -> SamplingParams:
+        """The workload's params; its `seed` also seeds sampling when it samples (temperature > 0)."""
+        seed = cfg.seed if cfg.temperature > 0 else None
+        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.ignore_eos, seed)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed to send: only when sampling (temperature > 0)."""
+        return self.sampling_seed if self.temperature > 0 else None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
+
+        The seed goes in OpenAI's own `seed` field. docs/engines/sglang.md does not list it, but
+        SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
+        forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
+        """
+        params: dict[str, Any] = {
+            "max_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "ignore_eos": self.ignore_eos,
+        }
+        if self.seed is not None:
+            params["seed"] = self.seed
+        return params
+
+
 DEFAULT_WORKLOAD = WorkloadConfig(
     name="default", prompts="builtin:mixed", num_requests=16, max_new_tokens=128, warmup=2
 )
@@ -124,10 +168,6 @@ def _count(raw: Any, where: str) -> int:
 
 def _positive(raw: Any, where: str) -> float:
     return check.number(raw, where, minimum=0, exclusive_min=True)
-
-
-def _share(raw: Any, where: str) -> float:
-    return check.number(raw, where, minimum=0, maximum=1)
 
 
 def _check_concurrency(raw: Any, where: str) -> tuple[int, ...]:
@@ -159,20 +199,21 @@ _KEYS: dict[str, Callable[[Any, str], Any]] = {
     "ignore_eos": check.boolean,
     "warmup": _count,
     "seed": _count,
-    "max_error_rate": _share,
+    "max_error_rate": lambda raw, where: check.setting("max_error_rate", raw, where),
     "request_timeout": _positive,
     "stall_timeout": _positive,
 }
 
 
 def parse_workload(name: str, table: Mapping[str, Any], where: str, base_dir: Path) -> WorkloadConfig:
-    """Validate one `[specperf.workloads.<name>]` table into a `WorkloadConfig`.
+    """Validate one workload table into a `WorkloadConfig`.
 
-    Every problem raises `ConfigError` whose `where` is ``"<file> [specperf.workloads.<name>] <key>"``.
-    A relative prompts path is resolved against `base_dir` and stored absolute, so the config is
+    `where` names the table as the file spells it (``"<file> [tool.specperf.workloads.<name>]"``
+    in a pyproject.toml); every problem raises `ConfigError` naming it and the key. A relative
+    prompts path is resolved against `base_dir` and stored absolute, so the config is
     self-contained wherever pytest runs from.
     """
-    table_where = f"{where} [specperf.workloads.{name}]"
+    table_where = where
     if not isinstance(table, Mapping):
         raise ConfigError(table_where, f"must be a table, got {check.type_name(table)}")
     if not name or not isinstance(name, str):

@@ -1,10 +1,10 @@
 """The engine interface: everything the rest of the plugin needs to know about a serving engine.
 
-An engine is resolved once from a server config (`engine_of`) and carried as an object from then
-on (`LaunchPlan.engine`, `RunningServer.engine`): launch flags and their rules, readiness, how a
-failed start reads, request and stream formats, where speculation is reported, which server-info
-fields mean what, GPU accounting and teardown. Nothing outside `engines/` branches on an engine's
-name, so a new engine is one module registered here plus its tests.
+An engine is resolved once from a server config (`engine_for(config.engine_name(server))`) and
+carried as an object from then on (`LaunchPlan.engine`, `RunningServer.engine`): launch flags and
+their rules, readiness, how a failed start reads, request and stream formats, where speculation is
+reported, which server-info fields mean what, GPU accounting and teardown. Nothing outside
+`engines/` branches on an engine's name, so a new engine is one module registered here plus its tests.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from pytest_specperf.engines.flags import EngineFlags
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-    from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-    from pytest_specperf.measure.http import SamplingParams
-    from pytest_specperf.measure.records import SpecCounters
+    from pytest_specperf.config.workloads import Prompt, SamplingParams, WorkloadConfig
 
 #: How a response streams: SGLang's native `/generate`, OpenAI chat, or OpenAI text completions.
 StreamMode = Literal["generate", "chat", "completions"]
@@ -42,6 +40,63 @@ class SpecCounts:
     accepted_drafts: int | None = None
     proposed_drafts: int | None = None
     spec_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """A server's cumulative speculation counters (vLLM's Prometheus `vllm:spec_decode_*_total`), or
+    their change over one round (`after - before`; rounds never overlap, so the change is the round's).
+
+    `drafts` counts verify steps that had drafts, `draft_tokens` the drafts proposed, `accepted` the
+    drafts accepted, and `accepted_per_position[i]` those accepted at draft position i (0-based).
+    """
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_position: tuple[int, ...] = ()
+
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
+        positions = len(self.accepted_per_position)
+        earlier = before.accepted_per_position + (0,) * (positions - len(before.accepted_per_position))
+        return SpecCounters(
+            drafts=self.drafts - before.drafts,
+            draft_tokens=self.draft_tokens - before.draft_tokens,
+            accepted=self.accepted - before.accepted,
+            accepted_per_position=tuple(a - b for a, b in zip(self.accepted_per_position, earlier, strict=False)),
+        )
+
+    @property
+    def accept_length(self) -> float | None:
+        """τ over these steps: 1 + accepted / steps (tokens per verify step, bonus included)."""
+        return 1 + self.accepted / self.drafts if self.drafts > 0 else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over proposed drafts."""
+        return self.accepted / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...]:
+        """Per draft position i: the share of verify steps whose draft was accepted at least to i."""
+        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts > 0 else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "accepted_per_position": list(self.accepted_per_position),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpecCounters:
+        return cls(
+            drafts=int(data["drafts"]),
+            draft_tokens=int(data["draft_tokens"]),
+            accepted=int(data["accepted"]),
+            accepted_per_position=tuple(int(a) for a in data.get("accepted_per_position", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -249,11 +304,6 @@ def engine_for(name: str) -> Engine:
             engine = factory()
         _INSTANCES[name] = engine
     return engine
-
-
-def default_engine() -> str:
-    """The engine a suite runs when it names none: the first registered (SGLang)."""
-    return next(iter(_ENGINES))
 
 
 def simulated_engines() -> tuple[str, ...]:

@@ -19,15 +19,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounters, SpecCounts, StreamMode
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
 from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-    from pytest_specperf.config.workloads import Prompt
-    from pytest_specperf.measure.http import SamplingParams
-    from pytest_specperf.measure.records import SpecCounters
+    from pytest_specperf.config.workloads import Prompt, SamplingParams
 
 KNOWN_VERSION = "0.32.0"
 #: The portable `algorithm` values and vLLM's speculative `method` for each.
@@ -354,7 +352,6 @@ class VLLM(Engine):
         None when the server has no `vllm:spec_decode_num_drafts_total` (a plain server) or the text
         does not parse.
         """
-        from pytest_specperf.measure.records import SpecCounters
 
         samples = prometheus_samples(metrics_text, SPEC_COUNTERS)
         if samples is None:

@@ -32,58 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-from pytest_specperf.engines import Engine, default_engine, engine_for
+from pytest_specperf.config.settings import DEFAULT_ENGINE
+from pytest_specperf.config.workloads import Prompt, SamplingParams
+from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.measure.streams import ResponseStream, StreamError, short, sse_payloads
 from pytest_specperf.redact import redact_url
 
 _CONTROL_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Sampling params of a workload, engine-neutral; each engine writes them in its own request.
-
-    `sampling_seed` seeds the server's sampler so a run at temperature > 0 may draw the same tokens
-    again (SGLang honours it only with --enable-deterministic-inference: engines/sglang). It is
-    sent only when set and the temperature is above 0: greedy decoding draws nothing.
-    """
-
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    ignore_eos: bool = False
-    sampling_seed: int | None = None
-
-    @classmethod
-    def from_workload(cls, cfg: WorkloadConfig) -> SamplingParams:
-        """The workload's params; its `seed` also seeds sampling when it samples (temperature > 0)."""
-        seed = cfg.seed if cfg.temperature > 0 else None
-        return cls(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.ignore_eos, seed)
-
-    @property
-    def seed(self) -> int | None:
-        """The seed to send: only when sampling (temperature > 0)."""
-        return self.sampling_seed if self.temperature > 0 else None
-
-    def to_openai(self) -> dict[str, Any]:
-        """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
-
-        The seed goes in OpenAI's own `seed` field. docs/engines/sglang.md does not list it, but
-        SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
-        forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
-        """
-        params: dict[str, Any] = {
-            "max_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "ignore_eos": self.ignore_eos,
-        }
-        if self.seed is not None:
-            params["seed"] = self.seed
-        return params
 
 
 class _StaleConnection(Exception):
@@ -128,7 +85,7 @@ class ServerClient:
         #: the URL as messages show it: credentials and token-like query values hidden
         self.shown_url = redact_url(self.base_url)
         self.request_timeout = request_timeout
-        self.engine: Engine = engine or engine_for(default_engine())
+        self.engine: Engine = engine or engine_for(DEFAULT_ENGINE)
         self.model = model  # OpenAI endpoints of some engines (vLLM) route by model name
         self.last_activity = time.monotonic()  # a request sent or a byte of an answer received
         self._in_flight = 0

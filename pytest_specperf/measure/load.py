@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.errors import StalledServer
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.records import RequestRecord
 
 

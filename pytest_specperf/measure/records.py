@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from pytest_specperf.engines.base import SpecCounters
+from pytest_specperf.measure.fingerprint import Fingerprint
+
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
@@ -98,63 +101,6 @@ class Distribution:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Distribution:
         return cls(**data)
-
-
-@dataclass(frozen=True, slots=True)
-class SpecCounters:
-    """A server's cumulative speculation counters (vLLM's Prometheus `vllm:spec_decode_*_total`), or
-    their change over one round (`after - before`; rounds never overlap, so the change is the round's).
-
-    `drafts` counts verify steps that had drafts, `draft_tokens` the drafts proposed, `accepted` the
-    drafts accepted, and `accepted_per_position[i]` those accepted at draft position i (0-based).
-    """
-
-    drafts: int
-    draft_tokens: int
-    accepted: int
-    accepted_per_position: tuple[int, ...] = ()
-
-    def __sub__(self, before: SpecCounters) -> SpecCounters:
-        positions = len(self.accepted_per_position)
-        earlier = before.accepted_per_position + (0,) * (positions - len(before.accepted_per_position))
-        return SpecCounters(
-            drafts=self.drafts - before.drafts,
-            draft_tokens=self.draft_tokens - before.draft_tokens,
-            accepted=self.accepted - before.accepted,
-            accepted_per_position=tuple(a - b for a, b in zip(self.accepted_per_position, earlier, strict=False)),
-        )
-
-    @property
-    def accept_length(self) -> float | None:
-        """τ over these steps: 1 + accepted / steps (tokens per verify step, bonus included)."""
-        return 1 + self.accepted / self.drafts if self.drafts > 0 else None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted over proposed drafts."""
-        return self.accepted / self.draft_tokens if self.draft_tokens > 0 else None
-
-    @property
-    def acceptance_per_position(self) -> tuple[float, ...]:
-        """Per draft position i: the share of verify steps whose draft was accepted at least to i."""
-        return tuple(a / self.drafts for a in self.accepted_per_position) if self.drafts > 0 else ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted": self.accepted,
-            "accepted_per_position": list(self.accepted_per_position),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SpecCounters:
-        return cls(
-            drafts=int(data["drafts"]),
-            draft_tokens=int(data["draft_tokens"]),
-            accepted=int(data["accepted"]),
-            accepted_per_position=tuple(int(a) for a in data.get("accepted_per_position", ())),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +239,7 @@ class Measurement:
     num_steps: int | None = None
     eagle_topk: int | None = None
     algorithm: str | None = None
-    fingerprint: Any = None  # fingerprint.Fingerprint; typed loosely to keep this module leaf-level
+    fingerprint: Fingerprint | None = None
 
     def samples(self, metric: str) -> list[float]:
         """Per-round samples of a metric, rounds where it is undefined left out."""
@@ -377,8 +323,11 @@ class Measurement:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], fingerprint: Any = None) -> Measurement:
-        """Inverse of `to_dict`; the caller rebuilds the fingerprint (it owns its type)."""
+    def from_dict(cls, data: dict[str, Any], fingerprint: Fingerprint | None = None) -> Measurement:
+        """Inverse of `to_dict`; `fingerprint` stands in for one the document keeps elsewhere (a stored
+        run keeps it once, beside the measurement)."""
+        if fingerprint is None and data.get("fingerprint"):
+            fingerprint = Fingerprint.from_dict(data["fingerprint"])
         return cls(
             key=MeasurementKey(data["server"], data["workload"], int(data["concurrency"])),
             workload_hash=data["workload_hash"],

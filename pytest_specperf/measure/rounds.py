@@ -12,23 +12,25 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import (
     BUILTIN_PREFIX,
     Prompt,
+    SamplingParams,
     WorkloadConfig,
     load_prompts,
     request_plan,
     warmup_plan,
     workload_hash,
 )
-from pytest_specperf.engines import ReportedSettings
+from pytest_specperf.engines.base import Engine, ReportedSettings, SpecCounters
 from pytest_specperf.errors import ServerError, StalledServer
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.fingerprint import Fingerprint, capture
+from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.load import run_requests
 from pytest_specperf.measure.records import (
     Distribution,
@@ -36,10 +38,27 @@ from pytest_specperf.measure.records import (
     MeasurementKey,
     RequestRecord,
     RoundSample,
-    SpecCounters,
 )
-from pytest_specperf.servers.pool import RunningServer
-from pytest_specperf.verdict.fingerprint import Fingerprint, capture
+
+
+class MeasuredServer(Protocol):
+    """What measuring needs of a running server: where it answers and in which engine's terms, how it
+    was configured and started, and whether it is still alive. The server pool's servers are such
+    servers (servers/pool.py); measuring neither starts nor stops one."""
+
+    name: str
+    url: str
+    config: ServerConfig
+    engine: Engine
+    log_path: Path | None
+    api_key: str | None
+    startup_seconds: float | None
+    launch_env: dict[str, str]
+
+    @property
+    def attached(self) -> bool: ...
+
+    def check_alive(self, grace: float = 0.0) -> None: ...
 
 
 def distribution(values_s: Sequence[float]) -> Distribution:
@@ -94,7 +113,7 @@ def summarise_round(
 
 
 def _stalled(
-    exc: StalledServer, server: RunningServer, workload: WorkloadConfig, client: ServerClient, concurrency: int = 0
+    exc: StalledServer, server: MeasuredServer, workload: WorkloadConfig, client: ServerClient, concurrency: int = 0
 ) -> StalledServer:
     """The client's stall error, told about this server and workload (the session then stops it)."""
     log = f" (log: {server.log_path})" if server.log_path else ""
@@ -106,7 +125,7 @@ def _stalled(
     )
 
 
-def _client(server: RunningServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
+def _client(server: MeasuredServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
     return ServerClient(
         server.url, server.api_key, request_timeout=workload.effective_request_timeout,
         engine=server.engine, model=config.model_of(server.config),
@@ -135,12 +154,23 @@ def accept_length_ceiling(num_steps: int, num_draft_tokens: int | None) -> int:
     return depth + 1
 
 
+#: Adds a site's own facts to a measurement's fingerprint: (server, key, identity, environment), the
+#: last two changed in place (the plugin's `pytest_specperf_update_fingerprint` hook).
+UpdateFingerprint = Callable[[MeasuredServer, MeasurementKey, dict[str, str], dict[str, str]], None]
+
+
 class Measurer:
     """Runs measurements; prompts are loaded once per workload."""
 
-    def __init__(self, config: SpecperfConfig, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: SpecperfConfig,
+        progress: Callable[[str], None] | None = None,
+        update_fingerprint: UpdateFingerprint | None = None,
+    ) -> None:
         self.config = config
         self.progress = progress
+        self.update_fingerprint = update_fingerprint
         self._prompts: dict[str, list[Prompt]] = {}
         self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._no_counters: set[tuple[Any, ...]] = set()
@@ -155,7 +185,7 @@ class Measurer:
         return workload_hash(workload, self.prompts(workload))
 
     def measure(
-        self, server: RunningServer, workload: WorkloadConfig, concurrency: int, *, is_reference: bool
+        self, server: MeasuredServer, workload: WorkloadConfig, concurrency: int, *, is_reference: bool
     ) -> Measurement:
         """Warmup, then `rounds` rounds, each from a flushed cache.
 
@@ -192,7 +222,7 @@ class Measurer:
         measurement.notes += [note for note in (unknown, repeats) if note is not None]
         return measurement
 
-    def add_start(self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig) -> None:
+    def add_start(self, measurement: Measurement, server: MeasuredServer, workload: WorkloadConfig) -> None:
         """Warmup, then `rounds` rounds on a server start the measurement has no rounds of yet."""
         client = _client(server, workload, self.config)
         warmup = warmup_plan(workload, self.prompts(workload))
@@ -201,7 +231,7 @@ class Measurer:
             self._run(server, client, workload, warmup, measurement.key.concurrency)
         self.extend(measurement, server, workload, self.config.rounds, start=measurement.starts)
 
-    def _server_info(self, server: RunningServer, client: ServerClient) -> dict[str, Any]:
+    def _server_info(self, server: MeasuredServer, client: ServerClient) -> dict[str, Any]:
         """The server's info answer once per server start (resolved args, version, simulator marker)."""
         key = (server.name, server.url, server.startup_seconds)
         if key not in self._info:
@@ -214,7 +244,7 @@ class Measurer:
 
     def _fingerprint(
         self,
-        server: RunningServer,
+        server: MeasuredServer,
         client: ServerClient,
         info: dict[str, Any],
         reported: ReportedSettings,
@@ -241,7 +271,7 @@ class Measurer:
             **server.engine.identity_extras(cfg),
         }
         gpu_count = reported.gpu_count if server.attached else server.engine.gpu_count(cfg.args)
-        return capture(
+        captured = capture(
             launch_identity=identity,
             server_info=info,
             loads=loads,
@@ -251,9 +281,14 @@ class Measurer:
             engine=server.engine,
             gpu_count=gpu_count,
         )
+        if self.update_fingerprint is None:
+            return captured
+        identity, environment = dict(captured.identity), dict(captured.environment)
+        self.update_fingerprint(server, measurement.key, identity, environment)
+        return Fingerprint(identity, environment).redacted()  # a site's facts pass the same redaction
 
     def extend(
-        self, measurement: Measurement, server: RunningServer, workload: WorkloadConfig, rounds: int, *, start: int = 0
+        self, measurement: Measurement, server: MeasuredServer, workload: WorkloadConfig, rounds: int, *, start: int = 0
     ) -> None:
         """Append `rounds` more rounds, measured on server start `start` of the measurement (0: the
         first; a second look extends it, a confirmation adds start 1)."""
@@ -278,7 +313,7 @@ class Measurer:
 
     def _run(
         self,
-        server: RunningServer,
+        server: MeasuredServer,
         client: ServerClient,
         workload: WorkloadConfig,
         plan: list[Prompt],
@@ -295,7 +330,7 @@ class Measurer:
         server.check_alive()
         return list(result.records)
 
-    def _counters(self, server: RunningServer, client: ServerClient) -> SpecCounters | None:
+    def _counters(self, server: MeasuredServer, client: ServerClient) -> SpecCounters | None:
         """The server's speculation counters now (vLLM's `/metrics`), for a speculative server whose
         engine has them; None otherwise, or when the scrape fails (said once per server start)."""
         engine = server.engine
@@ -310,7 +345,7 @@ class Measurer:
                 self._say(f"{server.name}: {engine.counters_path} failed ({exc}); no counter deltas per round")
             return None
 
-    def _flush(self, server: RunningServer, client: ServerClient, workload: WorkloadConfig) -> None:
+    def _flush(self, server: MeasuredServer, client: ServerClient, workload: WorkloadConfig) -> None:
         server.check_alive()
         if client.engine.flush_path is None:
             return  # the engine offers no cache reset (vLLM without dev mode): rounds may hit cached prefixes
@@ -365,7 +400,7 @@ def _given(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _refuse_all_failed(measurement: Measurement, server: RunningServer) -> None:
+def _refuse_all_failed(measurement: Measurement, server: MeasuredServer) -> None:
     """A measurement without one successful request measured nothing: an error, never a 0 tok/s row."""
     total = measurement.request_count
     if total and measurement.error_count == total:

@@ -18,7 +18,7 @@ from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, 
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
 from pytest_specperf.verdict.checks import Evaluation, Limits, drift, evaluate, past_runs, rejected_runs
-from pytest_specperf.verdict.fingerprint import Change, speedup_differences
+from pytest_specperf.verdict.drift import Change, speedup_differences
 from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict
 from pytest_specperf.verdict.stats import (

@@ -25,13 +25,14 @@ from typing import Any
 import pytest_specperf
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, sweep_summaries
 from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
 from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
 from pytest_specperf.report.sweep import Crossover, LevelWinner
 from pytest_specperf.store.records import SaveResult, Summary
-from pytest_specperf.verdict.fingerprint import Change, Fingerprint
+from pytest_specperf.verdict.drift import Change
 from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
 from pytest_specperf.verdict.trends import HistoryChange, Point
 from pytest_specperf.verdict.verdicts import Verdict
@@ -408,8 +409,7 @@ def decode_report(data: Mapping[str, Any]) -> Report:
 
 
 def decode_measurement(entry: Mapping[str, Any]) -> Measurement:
-    fingerprint = Fingerprint.from_dict(entry["fingerprint"]) if entry.get("fingerprint") else None
-    return Measurement.from_dict(dict(entry), fingerprint)
+    return Measurement.from_dict(dict(entry))
 
 
 def decode_row(entry: Mapping[str, Any]) -> Row:

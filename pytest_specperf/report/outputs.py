@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,23 +86,38 @@ def append_step_summary(path: Path, text: str) -> list[str]:
 # --- the session's outputs -----------------------------------------------------------------------------
 
 
-def write_outputs(report: Report, session: Any) -> list[str]:
-    """Write every output the options ask for; returns one line per file written (or failed).
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where the session's outputs go (`--specperf-json`, `-markdown`, `-bmf`, `-plot`); None: not written."""
+
+    json: str | None = None
+    markdown: str | None = None
+    bmf: str | None = None
+    plots: str | None = None
+
+
+#: Changes the JSON document before it is written (the `pytest_specperf_update_json` hook).
+UpdateJson = Callable[[Report, dict[str, Any]], None]
+
+
+def write_outputs(
+    report: Report, paths: OutputPaths, *, store: Any = None, update_json: UpdateJson | None = None
+) -> list[str]:
+    """Write every output `paths` asks for; returns one line per file written (or failed).
 
     A failure to write one output is reported and does not stop the others: the measurements
     behind them took a long time, and the terminal summary still shows them.
     """
-    options, store = session.options, session.config.store
     jobs: list[tuple[str | None, str, Callable[[Path], list[str]]]] = [
-        (options.json_path, "JSON report", lambda p: _json_job(p, report, store)),
-        (options.markdown_path, "Markdown summary", lambda p: write_markdown(p, markdown_text(report, store=store))),
+        (paths.json, "JSON report", lambda p: _json_job(p, report, store, update_json)),
+        (paths.markdown, "Markdown summary", lambda p: write_markdown(p, markdown_text(report, store=store))),
         (
             os.environ.get("GITHUB_STEP_SUMMARY"),
             "$GITHUB_STEP_SUMMARY",
             lambda p: append_step_summary(p, markdown_text(report, store=store)),
         ),
-        (options.bmf_path, "Bencher Metric Format JSON", lambda p: _bmf_job(p, report)),
-        (options.plot_dir, "plots", lambda p: _plot_job(p, report)),
+        (paths.bmf, "Bencher Metric Format JSON", lambda p: _bmf_job(p, report)),
+        (paths.plots, "plots", lambda p: _plot_job(p, report)),
     ]
     lines: list[str] = []
     for target, what, job in jobs:
@@ -114,8 +130,11 @@ def write_outputs(report: Report, session: Any) -> list[str]:
     return lines
 
 
-def _json_job(path: Path, report: Report, store: Any) -> list[str]:
-    write_json(path, report_document(report, store=store))
+def _json_job(path: Path, report: Report, store: Any, update_json: UpdateJson | None) -> list[str]:
+    document = report_document(report, store=store)
+    if update_json is not None:
+        update_json(report, document)
+    write_json(path, document)
     return [f"specperf: wrote JSON report to {path}"]
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.sweep import CrossoverKind
-from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
 from pytest_specperf.verdict.trends import KEY_METRICS, Point
 

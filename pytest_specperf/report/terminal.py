@@ -18,11 +18,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
-from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 from pytest_specperf.verdict.stats import Estimate
 from pytest_specperf.verdict.verdicts import Verdict
 
@@ -551,10 +551,8 @@ def _md(text: str) -> str:
 # --- pytest ----------------------------------------------------------------------------------------
 
 
-def terminal_summary(terminalreporter: Any, session: Any) -> None:
+def terminal_summary(terminalreporter: Any, report: Report, *, store: Any = None, full: bool = False) -> None:
     """The `pytest_terminal_summary` section: header, tables, cost model, sweep, warnings, updates."""
-    report = session.report()
-    full = session.options.verbose > 0 or session.options.report == "full"
     terminalreporter.section("specperf")
-    for line in render_text(summary_blocks(report, store=session.config.store, full=full)):
+    for line in render_text(summary_blocks(report, store=store, full=full)):
         terminalreporter.write_line(line)

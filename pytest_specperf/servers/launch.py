@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_specperf.config.settings import SIM_LAUNCHER, ServerConfig, SpecperfConfig
-from pytest_specperf.engines import Engine, EngineFlags, default_engine, engine_for
+from pytest_specperf.config.settings import DEFAULT_ENGINE, SIM_LAUNCHER, ServerConfig, SpecperfConfig
+from pytest_specperf.engines import Engine, EngineFlags, engine_for
 from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.redact import is_secret_name, redact_args, redact_text
 from pytest_specperf.servers.diagnosis import Diagnosis, diagnose, is_echo
@@ -57,10 +57,10 @@ class LaunchPlan:
     startup_timeout: float
     api_key: str | None = field(default=None, repr=False)
     cwd: Path | None = None
-    launcher: str = field(default_factory=default_engine)
+    launcher: str = DEFAULT_ENGINE
     remote: bool = False  # a `command` template that runs the server on another host (srun): no local GPU checks
     template_argv: tuple[str, ...] | None = field(default=None, repr=False)  # a dry run's rendered `command`
-    engine: Engine = field(default_factory=lambda: engine_for(default_engine()), repr=False, compare=False)
+    engine: Engine = field(default_factory=lambda: engine_for(DEFAULT_ENGINE), repr=False, compare=False)
 
     @property
     def url(self) -> str:
@@ -114,7 +114,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def server_args(server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1) -> list[str]:
     """The engine's launch arguments for a server config (for SGLang, the same for the simulator)."""
-    return config.engine_of(server).launch_args(server, config, port, max_concurrency)
+    return engine_for(config.engine_name(server)).launch_args(server, config, port, max_concurrency)
 
 
 def api_key_for(server: ServerConfig, config: SpecperfConfig) -> str | None:
@@ -132,8 +132,8 @@ def build_launch(
 ) -> LaunchPlan:
     """The launch plan of `server`: its engine's command, a cluster command, or the simulator."""
     port = port or free_port(server.host)
-    engine = config.engine_of(server)
-    flags = config.flags_of(engine)
+    engine = engine_for(config.engine_name(server))
+    flags = config.engine_flags.get(engine.name)
     args = engine.launch_args(server, config, port, max_concurrency)
     rendered = render_command(server, config, args, port) if server.command else None
     simulated = config.launcher == SIM_LAUNCHER

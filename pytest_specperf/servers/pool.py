@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.engines import Engine
+from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.gpus import GpuWatch
 from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, api_key_for, build_launch
@@ -198,7 +198,7 @@ class ServerPool:
                 server.name,
                 server.url.rstrip("/"),
                 server,
-                self.config.engine_of(server),
+                engine_for(self.config.engine_name(server)),
                 api_key=api_key_for(server, self.config),
             )
         if self.registry is None:
@@ -209,7 +209,7 @@ class ServerPool:
         if not claim.start:
             assert claim.url is not None
             return RunningServer(
-                server.name, claim.url, server, self.config.engine_of(server),
+                server.name, claim.url, server, engine_for(self.config.engine_name(server)),
                 log_path=Path(claim.log_path) if claim.log_path else None,
                 api_key=api_key_for(server, self.config), pid=claim.pid,
                 launch_env={**os.environ, **self.config.env, **server.env},  # as the other worker started it

@@ -1,15 +1,13 @@
-"""State shared by pytest-xdist workers of one session: running servers and measurements.
+"""State shared by pytest-xdist workers of one session: running servers.
 
 With `-n 2` every worker collects the whole suite but runs only part of it. A server config
 must still start once per session, never more than `max_servers` at a time on the machine, and
 two measurements must never overlap in time (they would slow each other down). Workers agree
-through files in a folder of this session only (inside the run directory), each behind a file lock:
-
-- `servers.json`: which servers are starting or running (URL, pid), which tests are done
-  (so the last user of a server, on whichever worker, stops it), and failed starts (so a
-  15-minute start that failed is not retried by the next worker);
-- `measurements/*.json`: finished measurements, written under the measurement lock, which
-  is also held while measuring.
+through files in a folder of this session only (inside the run directory), behind a file lock:
+`servers.json` says which servers are starting or running (URL, pid), which tests are done (so
+the last user of a server, on whichever worker, stops it), and which starts failed (so a
+15-minute start that failed is not retried by the next worker). Finished measurements are
+shared beside it, by `measure/cache.py`.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ from typing import Any
 from filelock import FileLock
 
 from pytest_specperf.errors import ServerError
-from pytest_specperf.jsonfile import atomic_write, safe_name
-from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.servers.teardown import pid_alive
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 POLL_S = 0.2
 
@@ -169,26 +165,3 @@ def _drop_dead(servers: dict[str, Any]) -> None:
             worker_gone = entry.get("worker_pid") is not None and not pid_alive(entry["worker_pid"])
             if server_gone or (worker_gone and entry.get("pid") is None):
                 del servers[name]
-
-
-class MeasurementCache:
-    """Finished measurements on disk, shared by workers; `lock` also serialises measuring."""
-
-    def __init__(self, shared_dir: Path) -> None:
-        self.dir = shared_dir / "measurements"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.lock = FileLock(str(shared_dir / "measure.lock"))
-
-    def _path(self, key: MeasurementKey) -> Path:
-        return self.dir / f"{safe_name(key.server)}--{safe_name(key.workload)}--c{key.concurrency}.json"
-
-    def get(self, key: MeasurementKey) -> Measurement | None:
-        path = self._path(key)
-        if not path.exists():
-            return None
-        data = json.loads(path.read_text())
-        fingerprint = Fingerprint.from_dict(data["fingerprint"]) if data.get("fingerprint") else None
-        return Measurement.from_dict(data, fingerprint)
-
-    def put(self, measurement: Measurement) -> None:
-        atomic_write(self._path(measurement.key), json.dumps(measurement.to_dict()))

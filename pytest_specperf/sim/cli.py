@@ -12,7 +12,8 @@ import dataclasses
 import shlex
 from dataclasses import dataclass, field
 
-from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig, load_profile
+from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig
+from .profile_files import load_profile
 from .sglang_flags import FlagTable, ambiguous_message, load_flag_file, parse_flag_lines, sglang_flags
 
 PROG = "pytest_specperf.sim"

@@ -148,7 +148,7 @@ class FileStore:
             raise ValueError(f"history must keep at least 1 run, got {history}")
         dumps({"run": run.to_dict()})  # fail before touching the store
         key = run.measurement.key
-        path = self.path_for(key, simulated=is_simulated(run.measurement.fingerprint))
+        path = self.path_for(key, simulated=is_simulated(run.fingerprint))
         try:
             with self._locked():
                 self._move_legacy_simulated(key)

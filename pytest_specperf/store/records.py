@@ -53,8 +53,8 @@ from typing import Any
 import pytest_specperf
 from pytest_specperf.errors import StoreError
 from pytest_specperf.jsonfile import clean, read_json_object
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 SCHEMA_VERSION = 2
 #: Runs a history keeps when the config does not say (`history`).
@@ -155,6 +155,12 @@ class StoredRun:
     #: "suspect" (beyond the tolerance, not credibly) and "refused" (a REGRESSION night) in neither
     status: str = "accepted"
 
+    @property
+    def fingerprint(self) -> Fingerprint:
+        """Where the run was measured: every stored run has one (`new_run` refuses a measurement without)."""
+        assert self.measurement.fingerprint is not None
+        return self.measurement.fingerprint
+
     def summary_value(self, metric: str) -> float | None:
         """This run's mean of `metric` over its rounds (None where no round measured it)."""
         values = [v for v in self.measurement.samples(metric) if math.isfinite(v)]
@@ -166,7 +172,7 @@ class StoredRun:
         return {
             "measurement": body,
             "summary": self.summary.to_dict(),
-            "fingerprint": self.measurement.fingerprint.redacted().to_dict(),
+            "fingerprint": self.fingerprint.redacted().to_dict(),
             "provenance": self.provenance.to_dict(),
             "segment": self.segment,
             "status": self.status,
@@ -187,6 +193,8 @@ class StoredBaseline:
 
     @property
     def fingerprint(self) -> Fingerprint:
+        """Where the newest run was measured (a stored run always says)."""
+        assert self.measurement.fingerprint is not None
         return self.measurement.fingerprint
 
     @property

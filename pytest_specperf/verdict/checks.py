@@ -17,7 +17,7 @@ from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import ChangePoint, change_size
-from pytest_specperf.verdict.fingerprint import Change, FingerprintDiff, diff, speedup_differences
+from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night

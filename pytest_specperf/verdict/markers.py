@@ -100,12 +100,10 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
         workloads=workloads,
         min_speedup=min_speedup,
         ranges=ranges,
-        max_regression=_fraction(kwargs.get("max_regression"), f"{where} max_regression"),
-        max_regression_accept_length=_fraction(
-            kwargs.get("max_regression_accept_length"), f"{where} max_regression_accept_length"
-        ),
+        max_regression=_setting("max_regression", kwargs, where),
+        max_regression_accept_length=_setting("max_regression_accept_length", kwargs, where),
         lossless=lossless,
-        max_error_rate=_fraction(kwargs.get("max_error_rate"), f"{where} max_error_rate"),
+        max_error_rate=_setting("max_error_rate", kwargs, where),
     )
 
 
@@ -202,7 +200,7 @@ def _lossless(value: Any, where: str) -> float | None:
     )
 
 
-def _fraction(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    return check.number(value, where, minimum=0, maximum=1, exclusive_max=True, hint="0.05 for 5%")
+def _setting(name: str, kwargs: Mapping[str, Any], where: str) -> Any:
+    """A marker argument the config file accepts too, checked by the same rule (config/values.py)."""
+    value = kwargs.get(name)
+    return None if value is None else check.setting(name, value, f"{where} {name}")

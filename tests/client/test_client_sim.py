@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 import pytest
 from simproc import SimServer
 
-from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.errors import ServerError
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.load import RoundResult, run_requests
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.transport import probe
@@ -83,10 +83,9 @@ def test_http_error_becomes_error_record(plain_sim: SimServer) -> None:
 
 def test_timeout_becomes_error_record(spec_sim: SimServer) -> None:
     client = spec_sim.client(request_timeout=0.05)
-    began = time.perf_counter()
-    record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, began)
-    assert record.error is not None and "timeout" in record.error
-    assert time.perf_counter() - began < 2.0
+    record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, time.perf_counter())
+    assert record.error == "timeout: no complete answer within 0.05 s"
+    assert record.completion_tokens == 0  # an error never adds throughput
 
 
 def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:
@@ -212,6 +211,9 @@ def test_closed_loop_overlaps_requests(plain_sim: SimServer) -> None:
 
 
 def test_open_loop_follows_seeded_poisson_schedule(plain_sim: SimServer) -> None:
+    """Requests leave on the seeded Poisson schedule, never before their time. How late they may leave
+    depends on what else the machine runs: that is a benchmark (benchmarks/client_overhead.py, send
+    lateness), not a test."""
     rate, n, seed = 25.0, 30, 11
     result = run_requests(
         plain_sim.client(), prompts(n), SamplingParams(max_new_tokens=4), concurrency=32, request_rate=rate, seed=seed
@@ -222,11 +224,10 @@ def test_open_loop_follows_seeded_poisson_schedule(plain_sim: SimServer) -> None
     for _ in range(n):
         expected.append(t)
         t += rng.expovariate(rate)
-    sent = [r.sent for r in result.records]
+    sent = [r.sent for r in sorted(result.records, key=lambda r: r.index)]
     lateness = [s - e for s, e in zip(sent, expected, strict=True)]
-    assert min(lateness) > -0.005 and max(lateness) < 0.1, lateness
-    achieved = (n - 1) / (sent[-1] - sent[0])
-    assert rate * 0.5 < achieved < rate * 2  # a Poisson sample of 29 gaps: loose bounds, exact schedule above
+    assert min(lateness) > -0.005, lateness  # none early
+    assert sent == sorted(sent)  # in the schedule's order
 
 
 def test_open_loop_respects_concurrency_cap(plain_sim: SimServer) -> None:

@@ -21,9 +21,9 @@ import pytest
 import requests
 from simproc import SimServer
 
-from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import engine_for
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.http import ServerClient
 
 CAPTURED = Path(__file__).parent / "data" / "sglang-0.5.23" / "chat-eagle3.sse"
 CHAT = Prompt("c", None, ({"role": "user", "content": "What is the capital of France?"},), "x")

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pytest_specperf.config.workloads import Prompt
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.config.workloads import Prompt, SamplingParams
+from pytest_specperf.measure.http import ServerClient
 
 TEXT = Prompt("t", "hello", None, "x")
 CHAT = Prompt("c", None, ({"role": "user", "content": "hello"},), "x")

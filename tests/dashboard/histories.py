@@ -11,10 +11,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RoundSample
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.store.records import Provenance, StoredRun, Summary
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 ROUNDS = 5
 SPECULATIVE = {"eagle3-5step": (5, 1, 6), "eagle3-2step": (2, 1, 3)}

@@ -98,7 +98,7 @@ def test_names_are_escaped(tmp_path: Path) -> None:
         (["--store", "{tmp}/store", "-o", "{tmp}/file"], "{tmp}/file: not a directory; give -o a directory"),
         (["--store", "{tmp}/store"], "dashboard: give -o DIR (where to write the pages), or --publish"),
         (["--store", "{tmp}/store", "--publish"], "--publish writes the pages onto a git store's branch"),
-        (["--store", "{tmp}/store", "-o", "{tmp}/site", "--max-regression", "5"], "--max-regression must be a "),
+        (["--store", "{tmp}/store", "-o", "{tmp}/site", "--max-regression", "5"], "--max-regression: must be a "),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:

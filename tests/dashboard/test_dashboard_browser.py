@@ -84,12 +84,14 @@ def test_every_key_has_its_panel_its_points_and_its_step(browser: Browser, rich_
     assert changes["plain/chat/c1"] == []  # a steady history: nothing drawn
 
     # the step's line lies between the last run before it and the first run after it, as drawn
-    xs = json.loads(browser.evaluate("""JSON.stringify((() => {
+    xs = json.loads(
+        browser.evaluate("""JSON.stringify((() => {
       const chart = document.querySelector('#sim-eagle3-5step-chat-c1 svg[data-metric="output_throughput"]');
       const centre = e => { const r = e.getBoundingClientRect(); return r.left + r.width / 2; };
       return {line: centre(chart.querySelector(".change.step line")),
               points: Array.from(chart.querySelectorAll(".point .marker")).map(centre)};
-    })())"""))
+    })())""")
+    )
     assert xs["points"][STEP_AT - 1] < xs["line"] < xs["points"][STEP_AT]
     marks = browser.evaluate("""JSON.stringify(Array.from(document.querySelectorAll(
       '#sim-eagle3-5step-chat-c1 svg[data-metric="output_throughput"] .point')).map(p => p.getAttribute("class")))""")
@@ -105,12 +107,14 @@ def test_hovering_a_run_shows_its_commit_date_drift_and_status(browser: Browser,
     site, _ = rich_site
     browser.open(site / "suite.html")
     selector = '#sim-eagle3-2step-chat-c1 svg[data-metric="output_throughput"] .point[data-run="9"] .marker'
-    box = json.loads(browser.evaluate(f"""JSON.stringify((() => {{
+    box = json.loads(
+        browser.evaluate(f"""JSON.stringify((() => {{
       const marker = document.querySelector('{selector}');
       marker.scrollIntoView({{block: "center"}});
       const r = marker.getBoundingClientRect();
       return {{x: r.left + r.width / 2, y: r.top + r.height / 2}};
-    }})())"""))
+    }})())""")
+    )
     browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box["x"], "y": box["y"]},
                  session=browser.session)  # fmt: skip
     tip = json.loads(browser.evaluate('JSON.stringify((t => ({hidden: t.hidden, text: t.innerText}))('
@@ -129,9 +133,11 @@ def test_the_summary_lists_what_regressed_what_is_suspect_and_what_the_gate_cann
     site, _ = rich_site
     page = site / "index.html"
     assert_clean(browser.open(page), page)
-    lists = json.loads(browser.evaluate("""JSON.stringify(Object.fromEntries(Array.from(
+    lists = json.loads(
+        browser.evaluate("""JSON.stringify(Object.fromEntries(Array.from(
       document.querySelectorAll(".card")).map(card => [card.dataset.list,
-        Array.from(card.querySelectorAll(":scope > ul > li > a")).map(a => a.textContent)])))"""))
+        Array.from(card.querySelectorAll(":scope > ul > li > a")).map(a => a.textContent)])))""")
+    )
     assert lists == {
         "bad": ["eagle3-5step/chat/c1"],
         "warn": ["eagle3-2step/chat/c1"],

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specperf.engines.base import SpecCounters as Counters
 from pytest_specperf.engines.sglang import SGLang
 from pytest_specperf.engines.vllm import VLLM, prometheus_samples
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
-from pytest_specperf.measure.records import SpecCounters as Counters
 from pytest_specperf.measure.rounds import summarise_round
 
 DATA = Path(__file__).parent / "data" / "vllm-0.32.0"

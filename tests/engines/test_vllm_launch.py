@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import EngineFlagsOf, ServerConfig, SpecperfConfig, parse_server
+from pytest_specperf.config.loading import parse_server
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import EngineFlags, engine_for
+from pytest_specperf.engines.suite import EngineFlagsOf, check_server
 from pytest_specperf.engines.vllm import VLLM, shipped_flags, token_tree
 from pytest_specperf.errors import ConfigError
 from pytest_specperf.servers.launch import build_launch
@@ -81,9 +83,10 @@ def test_a_tree_becomes_speculative_token_tree_where_vllm_has_it() -> None:
         known.found["vllm"] = flags
         return known
 
-    server = parse_server(
-        "tree", dict(table), "where", engine="vllm", flags=Flags(installed(serve_cli=True, tree=True))
-    )
+    def parse(name: str, table: dict[str, object], flags: EngineFlags) -> ServerConfig:
+        return check_server(parse_server(name, table, "where", engine="vllm"), "where", Flags(flags), "vllm")
+
+    server = parse("tree", dict(table), installed(serve_cli=True, tree=True))
     spec = VLLM_ENGINE.speculative_config(server)
     assert spec == {
         "method": "eagle3", "model": "d", "num_speculative_tokens": 4,
@@ -92,10 +95,10 @@ def test_a_tree_becomes_speculative_token_tree_where_vllm_has_it() -> None:
     args = VLLM_ENGINE.launch_args(server, config(None), 8000, 1)
     assert json.loads(args[args.index("--speculative-config") + 1]) == spec
     with pytest.raises(ConfigError, match=r"eagle_topk: the installed vLLM 0.33.0 has no tree drafts"):
-        parse_server("tree", dict(table), "where", engine="vllm", flags=Flags(installed(serve_cli=True, tree=False)))
+        parse("tree", dict(table), installed(serve_cli=True, tree=False))
     raw = {"speculative_config": {"method": "eagle3", "model": "d", "speculative_token_tree": "[(0,), (1,)]"}}
     with pytest.raises(ConfigError, match=r"speculative_config: the installed vLLM 0.33.0 has no tree drafts"):
-        parse_server("raw", raw, "where", engine="vllm", flags=Flags(installed(serve_cli=True, tree=False)))
+        parse("raw", raw, installed(serve_cli=True, tree=False))
 
 
 def test_token_tree_is_breadth_first() -> None:

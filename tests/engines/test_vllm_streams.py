@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import engine_for
 from pytest_specperf.engines.vllm import VLLM
-from pytest_specperf.measure.http import SamplingParams, ServerClient
+from pytest_specperf.measure.http import ServerClient
 
 DATA = Path(__file__).parent / "data" / "vllm-0.32.0"
 TEXT = Prompt("t", "The quick brown fox jumps over the lazy dog.", None, "x")

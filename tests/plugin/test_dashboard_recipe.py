@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import ONE_MEASURED_TEST
+from plugin_suites import ONE_MEASURED_TEST
 
 from pytest_specperf.cli import main as specperf
 

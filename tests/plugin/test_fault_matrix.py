@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from conftest import TWO_LEVEL_WORKLOAD
+from plugin_suites import TWO_LEVEL_WORKLOAD
 from test_servers import pytest_blocked_in_a_test
 
 SPEC_TEST = """
@@ -189,9 +188,7 @@ def test_hung_server_fails_its_measurement_after_the_stall_timeout(make_suite, t
         workloads=TINY_WORKLOAD_WITH_STALL,
     )
     report = suite.pytester.path / "report.json"
-    started = time.monotonic()
     result = suite.run(f"--specperf-json={report}")
-    elapsed = time.monotonic() - started
     result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines([
         "*server 'eagle3-5step' (workload 'default', concurrency 1): made no progress for ? s (stall_timeout 2 s)"
@@ -201,9 +198,10 @@ def test_hung_server_fails_its_measurement_after_the_stall_timeout(make_suite, t
     assert rows["eagle3-5step/default/c1"]["verdict"] == "ERROR"
     assert "made no progress" in rows["eagle3-5step/default/c1"]["reason"]
     assert rows["eagle3-2step/default/c1"]["verdict"] == "NEW"  # measured, no baseline yet
-    assert elapsed < 45  # one stall (2 s) and one stop, not a request timeout per request
 
 
+#: Only the stall watchdog can end a hung request here: a request timeout of an hour would hang the
+#: test instead of passing it, so no wall-clock assertion is needed to tell the two apart.
 TINY_WORKLOAD_WITH_STALL = """
 [specperf.workloads.default]
 prompts = "builtin:chat"
@@ -211,6 +209,7 @@ num_requests = 4
 max_new_tokens = 24
 warmup = 1
 stall_timeout = 2
+request_timeout = 3600
 
 [specperf.workloads.other]
 prompts = "builtin:code"
@@ -218,6 +217,7 @@ num_requests = 4
 max_new_tokens = 24
 warmup = 1
 stall_timeout = 2
+request_timeout = 3600
 """
 
 

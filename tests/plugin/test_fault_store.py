@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 from pytest_specperf.measure.machinelock import MachineLock
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
+from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
 
 from pytest_specperf.cli import main as specperf
 from pytest_specperf.verdict.stats import ratio_estimate

@@ -55,8 +55,13 @@ def test_a_speedup_between_different_attention_backends_names_the_difference(mak
     strict.stdout.fnmatch_lines([f"*{difference}*--specperf-strict fails it*"])
 
 
+#: compared with the reference by its outputs (losslessness), which the simulator's counts decide: under
+#: --specperf-strict a speedup on a busy machine may not be credible, and that is not what is tested here
+ONE_LOSSLESS_TEST = ONE_SPEEDUP_TEST.replace("min_speedup=0.5", "lossless=True")
+
+
 def test_servers_that_differ_only_in_speculation_say_nothing(make_suite, tmp_path: Path) -> None:
-    suite = make_suite(ONE_SPEEDUP_TEST, servers=backends("fa3", "fa3"))
+    suite = make_suite(ONE_LOSSLESS_TEST, servers=backends("fa3", "fa3"))
     report = tmp_path / "night.json"
     suite.run(f"--specperf-json={report}", "--specperf-strict").assert_outcomes(passed=1)
     rows = {m["label"]: m for m in json.loads(report.read_text())["measurements"]}

@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 
 def runs_of(suite) -> list[dict]:
     path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
     return json.loads(path.read_text())["runs"]
+
+
+def nights_of(runs: list[dict]) -> int:
+    """Nights stored: a stored run is one server start, and a night whose check was suspect on a busy
+    machine confirms it on a second start, so a night may hold two runs (of one session)."""
+    return len({r["provenance"]["session"] for r in runs})
 
 
 def nightly_servers(night: int, *spec_extra: str) -> str:
@@ -55,19 +61,20 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
         result.assert_outcomes(passed=1)
         assert "not stored" not in result.stdout.str(), result.stdout.str()
     stored = runs_of(suite)
-    assert [r["segment"] for r in stored] == [0] * 5
+    assert nights_of(stored) == 5 and {r["segment"] for r in stored} == {0}
     throughputs = [r["summary"]["output_throughput"] for r in stored]
-    assert len(set(throughputs)) == 5  # every start drew its own speed
+    assert len(set(throughputs)) == len(stored)  # every start drew its own speed
 
     report = suite.pytester.path / "report.json"
     unchanged = night(5, f"--specperf-json={report}")
     unchanged.assert_outcomes(passed=1)  # PASS, or INCONCLUSIVE with a warning: never a false REGRESSION
     assert "REGRESSION" not in unchanged.stdout.str()
-    assert len(runs_of(suite)) == 5  # without --specperf-record nothing is appended
+    assert len(runs_of(suite)) == len(stored)  # without --specperf-record nothing is appended
     unchanged.stdout.fnmatch_lines(["*last 5*verdict*"])  # the trend column of the summary table
     five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
     assert sorted(five["history"]) == ["accept_length", "mean_tpot_ms", "output_throughput", "speedup"]
-    assert [p["tonight"] for p in five["history"]["speedup"]] == [False] * 5 + [True]  # paired by session
+    paired = [p["tonight"] for p in five["history"]["speedup"]]
+    assert paired == [False] * (len(paired) - 1) + [True] and len(paired) > 5  # paired by session
     assert five["not_stored"] is None and five["change_points"] == []
 
     slow = night(6, "--specperf-record", f"--specperf-json={report}", spec_extra=("--sim-draft-slowdown", "8"))
@@ -78,18 +85,19 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
         [
             "*REGRESSION eagle3-5step/default/c1:*",
             "*output_throughput: * tok/s (* rounds on 2 server starts) vs baseline * (2 server starts tonight; "
-            "5 recorded runs, run-to-run CV *): ratio 0.*allowed -5%: REGRESSION*",
+            "* recorded runs, run-to-run CV *): ratio 0.*allowed -5%: REGRESSION*",
             "*confirmed on a second server start (the first start alone: -*",
             "*server.flag --sim-draft-slowdown: unset → 8*",
         ]
     )
     slow.stdout.fnmatch_lines(["*second server start of eagle3-5step: one restart for 1 measurement*"])
     # a regressed night is kept, refused: never part of the normal, but change points see it
-    assert [r["status"] for r in runs_of(suite)] == ["accepted"] * 5 + ["refused"] * 2
+    statuses = [r["status"] for r in runs_of(suite)]
+    assert statuses[len(stored) :] == ["refused"] * 2 and "refused" not in statuses[: len(stored)]
 
     update = night(7, "--specperf-update", spec_extra=("--sim-draft-slowdown", "8"))  # now intended
     update.assert_outcomes(passed=1)
-    assert [r["segment"] for r in runs_of(suite)] == [0] * 7 + [1]
+    assert [r["segment"] for r in runs_of(suite)] == [0] * (len(stored) + 2) + [1]
 
 
 def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caught(make_suite) -> None:
@@ -115,14 +123,14 @@ def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caug
         assert "REGRESSION" not in out and "not stored" not in out, f"night {number}:\n{out}"
     stored = runs_of(suite)
     throughputs = [r["summary"]["output_throughput"] for r in stored]
-    assert len(stored) == 10 and len(set(throughputs)) == 10, throughputs  # every night stored, each its own speed
+    assert nights_of(stored) == 10 and len(set(throughputs)) == len(stored), throughputs  # every night, its own speed
 
     slow = night(10, "--specperf-record", spec_extra=("--sim-draft-slowdown", "8"))
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * vs baseline * (2 server starts tonight; 10 recorded runs, run-to-run CV *): "
+            "*output_throughput: * vs baseline * (2 server starts tonight; * recorded runs, run-to-run CV *): "
             "ratio 0.*allowed -5%: REGRESSION*",
             "*confirmed on a second server start*",
             "*server.flag --sim-draft-slowdown: unset → 8*",

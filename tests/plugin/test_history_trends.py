@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
 SPEEDUP_TEST = """
 import pathlib
 
 import pytest
 
-@pytest.mark.specperf(server="eagle3-5step", min_speedup=1.01)
+# both checks far from their thresholds: what a busy machine does to these small rounds never asks for
+# a second server start, so each night stores one run per server
+@pytest.mark.specperf(server="eagle3-5step", min_speedup=0.5, max_regression=0.9)
 def test_speedup(specperf, request):
     # the checks are filled after the body: keep their messages for the test to read
     out = pathlib.Path("checks.txt")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import load_config
+from pytest_specperf.engines.suite import load_suite
 
 SERVER_ARGS = """
 import argparse
@@ -137,7 +137,7 @@ def test_an_algorithm_the_installed_sglang_lacks_is_refused(tmp_path: Path, priv
     toml.write_text(f'[specperf]\npython = "{python}"\n[specperf.servers.x]\nalgorithm = "DFLASH"\ndraft_model = "d"\n')
     with pytest.raises(Exception, match=r"unknown speculative algorithm 'DFLASH'; the installed SGLang 0.6.0 knows "
                                         r"EAGLE, EAGLE3, STANDALONE, NGRAM, SUPERDRAFT, NEXTN"):  # fmt: skip
-        load_config(toml, "specperf")
+        load_suite(toml, "specperf")
 
 
 def test_without_an_importable_sglang_the_shipped_list_stands_in_and_says_so(
@@ -165,9 +165,9 @@ def test_the_installed_cuda_graph_flag_is_not_called_removed(tmp_path: Path, pri
     toml = tmp_path / "specperf.toml"
     server = '[specperf.servers.plain]\nargs = ["--cuda-graph-max-bs", "8"]\n'
     toml.write_text(f'[specperf]\npython = "{newer_sglang(tmp_path / "site")}"\n' + server)
-    assert load_config(toml, "specperf").servers["plain"].args == ("--cuda-graph-max-bs", "8")
+    assert load_suite(toml, "specperf").servers["plain"].args == ("--cuda-graph-max-bs", "8")
     toml.write_text(f'[specperf]\npython = "{sys.executable} -S"\n' + server)
     with pytest.raises(
         Exception, match=r"--cuda-graph-max-bs is not a flag of SGLang 0\.5\.23 .* use --cuda-graph-max-bs-decode"
     ):
-        load_config(toml, "specperf")
+        load_suite(toml, "specperf")

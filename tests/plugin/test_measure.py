@@ -1,8 +1,10 @@
 """Workloads and measurement, end to end: numbers from real rounds against the simulator.
 
 Tolerances are derived, not guessed: accept length is bounded by the profile's easiest and
-hardest prompts plus four standard errors of the per-cycle draw; step times by the sleep
-overshoot a loaded 2-core machine adds to each simulated step (see STEP_SLACK_MS).
+hardest prompts plus four standard errors of the per-cycle draw. Nothing here asserts a time: what
+a round's wall clock shows depends on what else the machine runs, so how closely measured
+throughput and cycle time follow the profile is a benchmark (benchmarks/sim_fidelity.py, figures in
+the README), not a test.
 """
 
 from __future__ import annotations
@@ -12,12 +14,8 @@ import math
 
 import pytest
 
-from pytest_specperf.sim.profile import SpecConfig, accepted_distribution, load_profile
-
-SCALE = 0.2
-#: Upper bound on what one simulated step gains in wall time on a busy 2-core machine: the sleep
-#: overshoot plus the engine's own bookkeeping. Generous; a step at SCALE is >= 3 ms.
-STEP_SLACK_MS = 1.0
+from pytest_specperf.sim.profile import SpecConfig, accepted_distribution
+from pytest_specperf.sim.profile_files import load_profile
 
 PERF_WORKLOAD = """
 [specperf.workloads.default]
@@ -31,10 +29,7 @@ warmup = 1
 
 def measured_suite(make_suite, tests: str, **config: str):
     config.setdefault("workloads", PERF_WORKLOAD)
-    suite = make_suite(tests, **config)
-    toml = suite.pytester.path / "specperf.toml"
-    toml.write_text(toml.read_text().replace("sim_time_scale = 0.02", f"sim_time_scale = {SCALE}"))
-    return suite
+    return make_suite(tests, **config)
 
 
 def accept_length_bounds(steps: int, draft_tokens: int, tokens: int, cycles: int) -> tuple[float, float]:
@@ -54,6 +49,8 @@ def accept_length_bounds(steps: int, draft_tokens: int, tokens: int, cycles: int
 
 
 def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
+    """Accept length from the requests' own counts (token-weighted and per request), within what the
+    profile's acceptance model allows; a plain server reports no speculation at all."""
     suite = measured_suite(
         make_suite,
         """
@@ -62,7 +59,7 @@ def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
         @pytest.mark.specperf(server=["plain", "eagle3-5step"])
         def test_numbers(specperf):
             m = specperf.result
-            rows = [[r.output_throughput, r.accept_length, r.accept_length_per_request, r.tpot_ms.mean,
+            rows = [[r.accept_length, r.accept_length_per_request, r.acceptance_rate,
                      [[rec.completion_tokens, rec.verify_ct] for rec in r.records]] for r in m.rounds]
             print("NUMBERS", m.key.server, json.dumps(rows))
         """,
@@ -71,21 +68,16 @@ def test_measured_numbers_agree_with_the_profile(make_suite) -> None:
     result.assert_outcomes(passed=2)
     found = [line[line.index("NUMBERS") :].split(" ", 2) for line in result.outlines if "NUMBERS" in line]
     numbers = {server: json.loads(rows) for _, server, rows in found}
-    profile = load_profile("kimi-k2.5-tp8")
-    plain_tpot = profile.plain_step_ms(1) * SCALE
-    for _, tau, _, tpot, records in numbers["plain"]:
-        assert tau is None and all(v is None for _, v in records)  # a plain server has no spec fields
-        # a late first event carries the steps made meanwhile (a busy server merges them, as SGLang does),
-        # which shortens the span TPOT is measured over by up to the slack on either side
-        assert plain_tpot - STEP_SLACK_MS <= tpot <= plain_tpot + STEP_SLACK_MS
-    cycle = profile.cycle_ms(5, 1, 6, 1) * SCALE
-    for _, tau, per_request, tpot, records in numbers["eagle3-5step"]:
+    for tau, per_request, rate, records in numbers["plain"]:
+        assert tau is None and per_request is None and rate is None  # a plain server has no spec fields
+        assert all(v is None for _, v in records) and all(n == 48 for n, _ in records)
+    for tau, per_request, rate, records in numbers["eagle3-5step"]:
         tokens, verify = sum(n for n, _ in records), sum(v for _, v in records)
         assert tau == pytest.approx(tokens / verify)  # token-weighted, from the requests' own meta_info
         assert per_request == pytest.approx(sum(n / v for n, v in records) / len(records))
         low, high = accept_length_bounds(5, 6, 48, verify)
         assert low <= tau <= high
-        assert cycle - STEP_SLACK_MS / 8 <= tau * tpot <= cycle + STEP_SLACK_MS  # cycle time = τ x TPOT
+        assert 0 < rate < 1  # accepted over proposed drafts
 
 
 def test_token_and_request_weighted_accept_length_differ_on_mixed_lengths(make_suite) -> None:
@@ -193,7 +185,7 @@ def test_bad_workloads_fail_at_collection(make_suite, workload: str, expected: s
         ("server='plain', min_speedup=1.1", "*min_speedup: does not apply to the reference server 'plain'*"),
         ("server='eagle3-6step'", "*unknown server 'eagle3-6step' (did you mean 'eagle3-5step'?)*"),
         ("workload='chat'", "*unknown workload 'chat'*"),
-        ("max_regression=5", "*max_regression: must be >= 0 and < 1 (e.g. 0.05 for 5%), got 5"),
+        ("max_regression=5", "*max_regression: must be a fraction in [[]0, 1) (0.05 = 5%), got 5"),
         ("min_speedup={3: 1.1}", "*mapping key 3 is not a concurrency level*"),
     ],
 )

@@ -1,4 +1,9 @@
-"""Outputs of a real session on the simulator: terminal summary, JSON, Markdown, BMF, JUnit XML, plots."""
+"""Outputs of a real session on the simulator: terminal summary, JSON, Markdown, BMF, JUnit XML, plots.
+
+The suites check accept length, which the simulator's counts decide, not a speedup: at the time scale
+these tests run at (0.02), what a busy machine's scheduler does to a round outweighs the modelled
+delays, so a speedup's size here says nothing (its fidelity is a benchmark: benchmarks/sim_fidelity.py).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,16 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import TWO_LEVEL_WORKLOAD
+from plugin_suites import TWO_LEVEL_WORKLOAD
 
 from pytest_specperf.report.schema import validate
 
 SPEEDUP_TEST = """
 import pytest
 
-@pytest.mark.specperf(min_speedup=1.0)
+@pytest.mark.specperf(accept_length=(1.0, None))
 def test_speedup(specperf):
-    pass
+    assert specperf.speedup is not None and specperf.speedup > 0
 """
 
 
@@ -54,7 +59,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
     assert rounds >= 2 and len(five["rounds"][0]["records"]) == 4
     assert five["summary"]["completed"] == 4 * rounds and five["summary"]["errors"] == 0
     assert five["fingerprint"]["identity"]["sim_time_scale"] == "0.02"
-    assert five["estimates"]["speedup"]["value"] > 1 and five["cost_model"]["cycle_ms"]["value"] > 0
+    assert five["estimates"]["speedup"]["value"] > 0 and five["cost_model"]["cycle_ms"]["value"] > 0
     assert document["verify_cost_fits"][0]["servers"] == ["eagle3-2step", "eagle3-5step"]
 
     # Markdown, also appended to the GitHub step summary
@@ -73,7 +78,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
     five_props = properties["test_speedup[eagle3-5step]"]
     assert float(five_props["specperf_output_throughput"]) > 0
     assert float(five_props["specperf_accept_length"]) > 1
-    assert float(five_props["specperf_speedup"]) > 1
+    assert float(five_props["specperf_speedup"]) > 0
     assert five_props["specperf_verdict"] in ("PASS", "NEW", "INCONCLUSIVE")
 
     # the files are named at the end of the summary
@@ -83,9 +88,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
 
 def test_plots_and_sweep_of_a_session(make_suite) -> None:
     pytest.importorskip("matplotlib")
-    suite = make_suite(
-        SPEEDUP_TEST.replace("min_speedup=1.0", "accept_length=(1.0, None)"), workloads=TWO_LEVEL_WORKLOAD
-    )
+    suite = make_suite(SPEEDUP_TEST, workloads=TWO_LEVEL_WORKLOAD)
     plots = suite.pytester.path / "plots"
     result = suite.run(f"--specperf-plot={plots}", f"--specperf-json={suite.pytester.path / 'r.json'}")
     result.assert_outcomes(passed=4)

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -96,14 +95,12 @@ def test_startup_crash_is_reported_fast_with_exit_code_and_log(make_suite, three
         """,
         servers=three_servers('sim_args = ["--sim-fail-at-startup"]'),
     )
-    started = time.monotonic()
     result = suite.run()
-    elapsed = time.monotonic() - started
     result.assert_outcomes(passed=1, errors=2)
     result.stdout.fnmatch_lines(["*server 'eagle3-5step' exited with code 1*before it was ready*", "*| *"])
     assert "eagle3-5step.log" in result.stdout.str()
     assert suite.starts().count("eagle3-5step") == 1  # not retried for the second test
-    assert elapsed < 30
+    assert "startup_timeout" not in result.stdout.str()  # failed when the process exited, not at the timeout
 
 
 def test_never_ready_fails_at_the_startup_timeout(make_suite, three_servers) -> None:

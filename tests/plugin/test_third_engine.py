@@ -16,10 +16,9 @@ from typing import Any, ClassVar
 import pytest
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.config.workloads import Prompt
+from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import Engine, EngineFlags, register_engine, unregister_engine
 from pytest_specperf.engines.base import EngineRequest, SpecCounts, StreamMode
-from pytest_specperf.measure.http import SamplingParams
 
 
 class Toy(Engine):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import ONE_MEASURED_TEST, STEADY_WORKLOAD
+from plugin_suites import ONE_MEASURED_TEST, STEADY_WORKLOAD
 
 TUNED_ENV = 'env = { NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16" }\n'
 
@@ -324,3 +325,43 @@ def test_record_appends_and_update_starts_a_segment(make_suite) -> None:
     assert len(json.loads(path.read_text())["runs"]) == 4  # a plain run stores nothing
     suite.run("--specperf-update").assert_outcomes(passed=1)
     assert [run["segment"] for run in json.loads(path.read_text())["runs"]] == [0, 0, 0, 0, 1]
+
+
+def diff_verdicts(old: Path, new: Path) -> tuple[int, dict[str, str]]:
+    """`specperf diff OLD NEW`: its exit code, and the verdict it gives each measurement it compared."""
+    import contextlib
+    import io
+
+    from pytest_specperf.cli import main as specperf
+    from pytest_specperf.verdict.verdicts import Verdict
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = specperf(["diff", str(old), str(new)])
+    words = [line.split() for line in out.getvalue().splitlines()]
+    known = {v.value for v in Verdict}
+    return code, {w[0]: w[-1] for w in words if len(w) > 2 and "/" in w[0] and w[-1] in known}
+
+
+def test_specperf_diff_and_the_tests_agree_on_the_same_histories(make_suite, tmp_path: Path) -> None:
+    """A night recorded into a store, then `specperf diff` of the store before and after it: the same
+    verdict, measurement by measurement, as the session gave (the tests' own history check, the same
+    default tolerances and prior) — for an unchanged night (whatever a busy machine made of it) and
+    for a slower draft model."""
+    suite = verdict_suite(make_suite)
+    set_in_config(suite, "run_to_run_cv = 0\n", "")  # the default prior, which `specperf diff` assumes too
+    store, report = suite.pytester.path / ".specperf", suite.pytester.path / "report.json"
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    slow_draft = 'num_draft_tokens = 6\nsim_args = ["--sim-draft-slowdown", "8"]\n'
+    for night, change in ((1, None), (2, slow_draft)):
+        before = tmp_path / f"before-night-{night}"
+        shutil.copytree(store, before)
+        if change is not None:
+            set_in_config(suite, "num_draft_tokens = 6\n", change)
+        result = suite.run("--specperf-record", f"--specperf-json={report}")
+        tested = {m["label"]: m["verdict"] for m in json.loads(report.read_text())["measurements"]}
+        assert result.ret == (pytest.ExitCode.TESTS_FAILED if "REGRESSION" in tested.values() else pytest.ExitCode.OK)
+        code, diffed = diff_verdicts(before, store)
+        assert diffed == tested
+        assert code == (1 if "REGRESSION" in tested.values() else 0)
+    assert tested["eagle3-5step/default/c1"] == "REGRESSION"  # the slower draft model, by either

@@ -14,7 +14,8 @@ import pytest
 
 from pytest_specperf.sim.cli import SimConfigError, parse_config
 from pytest_specperf.sim.engine import Engine, EngineSettings, SimSamplingParams
-from pytest_specperf.sim.profile import SpecConfig, load_profile
+from pytest_specperf.sim.profile import SpecConfig
+from pytest_specperf.sim.profile_files import load_profile
 from pytest_specperf.sim.text import SimPrompt
 
 PROMPTS = [f"Prompt number {i}: explain topic {i * 7} in detail." for i in range(8)]

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_specperf.sim.cli import SimConfigError, parse_config
 from pytest_specperf.sim.engine import Engine, EngineSettings
-from pytest_specperf.sim.profile import load_profile
+from pytest_specperf.sim.profile_files import load_profile
 
 
 def engine(**kw: object) -> Engine:

@@ -11,11 +11,10 @@ from pytest_specperf.sim.profile import (
     ProfileError,
     SpecConfig,
     accepted_distribution,
-    available_profiles,
     chain_mean_tokens,
     expected_cycles,
-    load_profile,
 )
+from pytest_specperf.sim.profile_files import available_profiles, load_profile
 
 EAGLE_516 = SpecConfig("EAGLE3", 5, 1, 6)
 EAGLE_213 = SpecConfig("EAGLE3", 2, 1, 3)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.report.analysis import Report, build_report
 from pytest_specperf.store.records import Provenance, StoredBaseline, Summary
 from pytest_specperf.verdict.checks import Verdict
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 SERVERS = {
     "plain": ServerConfig("plain"),

@@ -9,12 +9,12 @@ import pytest
 from report_samples import CONFIG, measurement, story_measurements
 
 from pytest_specperf.cli import main
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import dumps, load_report, report_document, write_json
 from pytest_specperf.report.schema import validate
 from pytest_specperf.store.file import FileStore
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 
 def write_report(path: Path, measurements: list[Measurement], host: str = "gpu-a") -> Path:
@@ -134,7 +134,7 @@ def test_diff_tolerance_is_an_option(tmp_path: Path, capsys) -> None:
     new = write_report(tmp_path / "new.json", [five(63.0)])
     assert run(capsys, "diff", old, new, "--max-regression", "0.2")[0] == 0
     code, _, err = run(capsys, "diff", old, new, "--max-regression", "1.5")
-    assert code == 2 and "--max-regression must be a fraction" in err
+    assert code == 2 and "--max-regression: must be a fraction in [0, 1) (0.05 = 5%), got 1.5" in err
 
 
 def test_diff_of_baseline_files_shows_environment_drift(tmp_path: Path, capsys) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.settings import apply_overrides, find_config_file, load_config, parse_attach
+from pytest_specperf.config.loading import apply_overrides, find_config_file, parse_attach
+from pytest_specperf.engines.suite import load_suite
 from pytest_specperf.errors import ConfigError
 
 BASE = """
@@ -33,7 +34,7 @@ def write(tmp_path: Path, text: str, name: str = "specperf.toml") -> Path:
 
 
 def load(tmp_path: Path, text: str):
-    return load_config(write(tmp_path, text), "specperf")
+    return load_suite(write(tmp_path, text), "specperf")
 
 
 def error(tmp_path: Path, text: str) -> str:
@@ -58,7 +59,7 @@ def test_pyproject_table_is_found(tmp_path: Path) -> None:
     write(tmp_path, BASE.replace("[specperf", "[tool.specperf"), "pyproject.toml")
     found = find_config_file(tmp_path, None)
     assert found is not None and found[1] == "tool.specperf"
-    assert load_config(*found).servers["eagle"].algorithm == "EAGLE3"
+    assert load_suite(*found).servers["eagle"].algorithm == "EAGLE3"
 
 
 def test_no_config_file_means_inactive(tmp_path: Path) -> None:
@@ -229,7 +230,7 @@ def test_suite_sim_args_take_only_simulator_flags(tmp_path: Path) -> None:
 def test_a_git_store_is_a_branch_of_a_repository(tmp_path: Path, value: str, branch: str, url: str | None) -> None:
     (tmp_path / "suite").mkdir()
     text = BASE.replace('model = "m"', f'model = "m"\nstore = "{value}"')
-    config = load_config(write(tmp_path / "suite", text), "specperf")
+    config = load_suite(write(tmp_path / "suite", text), "specperf")
     assert config.store.is_git and config.store.path is None
     assert config.store.branch == branch
     assert config.store.url == (str(tmp_path / "history.git") if url == "HISTORY" else url)

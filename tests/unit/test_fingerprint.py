@@ -8,16 +8,10 @@ import platform
 import pytest
 
 import pytest_specperf
+from pytest_specperf.config.settings import DEFAULT_ENV_PATTERNS
+from pytest_specperf.measure.fingerprint import Fingerprint, LocalGpus, capture, normalize_args
 from pytest_specperf.redact import REDACTED
-from pytest_specperf.verdict.fingerprint import (
-    DEFAULT_ENV_PATTERNS,
-    Change,
-    Fingerprint,
-    LocalGpus,
-    capture,
-    diff,
-    normalize_args,
-)
+from pytest_specperf.verdict.drift import Change, diff
 
 HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -331,7 +325,7 @@ def test_diff_sglang_to_sim_is_incomparable() -> None:
 
 
 def test_a_speedups_servers_differ_besides_speculation() -> None:
-    from pytest_specperf.verdict.fingerprint import speedup_differences
+    from pytest_specperf.verdict.drift import speedup_differences
 
     reference = take(
         launch_identity={**LAUNCH, "algorithm": None, "draft_model": None, "num_steps": None, "eagle_topk": None,

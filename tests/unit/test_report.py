@@ -8,7 +8,6 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
@@ -16,7 +15,7 @@ from report_samples import CONFIG, measurement, story_measurements, story_report
 from pytest_specperf.report import outputs
 from pytest_specperf.report.analysis import build_report
 from pytest_specperf.report.jsonreport import decode_report, dumps, report_document
-from pytest_specperf.report.outputs import bmf_document, write_outputs
+from pytest_specperf.report.outputs import OutputPaths, bmf_document, write_outputs
 from pytest_specperf.report.plots import PlotError, write_plots
 from pytest_specperf.report.schema import REPORT_SCHEMA, validate
 from pytest_specperf.report.terminal import (
@@ -247,22 +246,19 @@ def test_secrets_never_reach_the_json() -> None:
 # --- the session's outputs -------------------------------------------------------------------------
 
 
-def fake_session(tmp_path: Path, **paths: str | None) -> SimpleNamespace:
-    options = SimpleNamespace(**{"json_path": None, "markdown_path": None, "bmf_path": None, "plot_dir": None, **paths})
-    return SimpleNamespace(options=options, config=SimpleNamespace(store=tmp_path / ".specperf"))
+def output_args(tmp_path: Path, **paths: str | None) -> dict[str, object]:
+    """`write_outputs`' arguments beside the report: where each output goes, and the store."""
+    return {"paths": OutputPaths(**paths), "store": tmp_path / ".specperf"}
 
 
 def test_write_outputs_writes_each_file_and_the_step_summary(tmp_path: Path, monkeypatch) -> None:
     step_summary = tmp_path / "step.md"
     step_summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    session = fake_session(
-        tmp_path,
-        json_path=str(tmp_path / "r.json"),
-        markdown_path=str(tmp_path / "r.md"),
-        bmf_path=str(tmp_path / "b.json"),
+    paths = output_args(
+        tmp_path, json=str(tmp_path / "r.json"), markdown=str(tmp_path / "r.md"), bmf=str(tmp_path / "b.json")
     )
-    lines = write_outputs(story_report(), session)
+    lines = write_outputs(story_report(), **paths)  # type: ignore[arg-type]
     assert lines == [
         f"specperf: wrote JSON report to {tmp_path / 'r.json'}",
         f"specperf: wrote Markdown summary to {tmp_path / 'r.md'}",
@@ -278,7 +274,7 @@ def test_write_outputs_writes_each_file_and_the_step_summary(tmp_path: Path, mon
 def test_an_unwritable_output_is_reported_not_raised(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    lines = write_outputs(story_report(), fake_session(tmp_path, json_path=str(blocker / "r.json")))
+    lines = write_outputs(story_report(), **output_args(tmp_path, json=str(blocker / "r.json")))  # type: ignore[arg-type]
     assert len(lines) == 1 and lines[0].startswith(f"specperf: ERROR: could not write JSON report to {blocker}")
 
 
@@ -286,7 +282,7 @@ def test_plots_without_matplotlib_say_how_to_install(tmp_path: Path, monkeypatch
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PlotError, match=r"pip install pytest-specperf\[plot\]"):
         write_plots(story_report(), tmp_path)
-    lines = write_outputs(story_report(), fake_session(tmp_path, plot_dir=str(tmp_path / "plots")))
+    lines = write_outputs(story_report(), **output_args(tmp_path, plots=str(tmp_path / "plots")))  # type: ignore[arg-type]
     assert "pip install pytest-specperf[plot]" in lines[0]
 
 
@@ -321,7 +317,7 @@ def test_saved_baselines_round_trip(tmp_path: Path) -> None:
 def test_a_github_actions_job_gets_the_step_summary_without_asking(tmp_path: Path, monkeypatch) -> None:
     step_summary = tmp_path / "step.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    lines = write_outputs(story_report(), fake_session(tmp_path))
+    lines = write_outputs(story_report(), **output_args(tmp_path))  # type: ignore[arg-type]
     assert lines == [f"specperf: appended the Markdown summary to $GITHUB_STEP_SUMMARY ({step_summary})"]
     assert "eagle3-5step" in step_summary.read_text()
 

@@ -13,11 +13,11 @@ import pytest
 from pytest_specperf import jsonfile
 from pytest_specperf.errors import StoreError
 from pytest_specperf.jsonfile import safe_name
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.store import records as store_module
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.store.records import SCHEMA_VERSION, Summary, read_baseline
-from pytest_specperf.verdict.fingerprint import Fingerprint
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
 FINGERPRINT = Fingerprint(

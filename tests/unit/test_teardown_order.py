@@ -85,9 +85,7 @@ def test_the_launcher_gets_sigterm_and_stops_its_children_itself(tmp_path: Path,
 def test_a_launcher_that_does_not_exit_in_time_is_killed_with_its_tree(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     process, children = start(tmp_path, DEAF)
-    started = time.monotonic()
-    result = process.stop(timeout=1)
-    assert time.monotonic() - started < 15
+    result = process.stop(timeout=1)  # the launcher ignores SIGTERM: only the kill after 1 s ends the stop
     assert not result.graceful and result.killed == 3 and not result.stuck, result
     assert "did not exit within stop_timeout after SIGTERM and was killed" in result.line()
     assert not (tmp_path / "records" / "scheduler-0").exists()  # they never got the request: killed

@@ -288,19 +288,17 @@ def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> No
 def test_a_night_beyond_the_tolerance_is_recorded_as_suspect(tmp_path: Path) -> None:
     """-6% with one stored run (prior 2%): not a credible regression. It is stored, marked suspect,
     out of the level and the spread (so a real change cannot blind the gate), and change points see it."""
-    from pytest_specperf.session import Options, SpecperfSession
+    from pytest_specperf.session.storing import status_of, unfit_to_store
 
     stored = baseline_of(spec([700, 701, 699, 700, 700]), tmp_path / "b.json")
     tonight = spec([658, 659, 657, 658, 658])
     evaluation = evaluate(tonight, None, None, LIMITS, stored, updating=False)
     assert evaluation.verdict is Verdict.SUSPECT
-    session = SpecperfSession(CONFIG, Options(record=True), tmp_path)
-    session.verdicts[tonight.key] = [evaluation.verdict]
-    assert session._unfit_to_store(tonight.key, tonight) is None and session._status(tonight.key) == "suspect"
-    session.verdicts[tonight.key] = [Verdict.REGRESSION]
-    assert session._status(tonight.key) == "refused"
-    session.verdicts[tonight.key] = [Verdict.PASS]
-    assert session._status(tonight.key) == "accepted"
+    verdicts = [evaluation.verdict]
+    assert unfit_to_store(tonight, verdicts, updating=False) is None
+    assert status_of(verdicts, updating=False) == "suspect"
+    assert status_of([Verdict.REGRESSION], updating=False) == "refused"
+    assert status_of([Verdict.PASS], updating=False) == "accepted"
 
 
 # --- the verdict-to-outcome policy (verdict/outcome.py) -----------------------------------------

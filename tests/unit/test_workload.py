@@ -28,7 +28,7 @@ CONFIG = "/repo/specperf.toml"
 
 
 def parse(table: dict[str, Any], base_dir: Path = Path("/nonexistent"), name: str = "chat") -> WorkloadConfig:
-    return parse_workload(name, table, CONFIG, base_dir)
+    return parse_workload(name, table, f"{CONFIG} [specperf.workloads.{name}]", base_dir)
 
 
 def config_error(table: dict[str, Any], base_dir: Path = Path("/nonexistent")) -> ConfigError:
@@ -144,7 +144,7 @@ def test_bad_concurrency(value: Any, expected: str) -> None:
 
 def test_table_must_be_a_mapping() -> None:
     with pytest.raises(ConfigError) as info:
-        parse_workload("w", ["not", "a", "table"], CONFIG, Path("."))  # type: ignore[arg-type]
+        parse_workload("w", ["not", "a", "table"], f"{CONFIG} [specperf.workloads.w]", Path("."))  # type: ignore[arg-type]
     assert info.value.where == f"{CONFIG} [specperf.workloads.w]"
 
 

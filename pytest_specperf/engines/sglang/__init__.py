@@ -28,8 +28,7 @@ from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-    from pytest_specperf.config.workloads import Prompt, WorkloadConfig
-    from pytest_specperf.measure.http import SamplingParams
+    from pytest_specperf.config.workloads import Prompt, SamplingParams, WorkloadConfig
 
 SHIPPED_VERSION = "0.5.23"
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"

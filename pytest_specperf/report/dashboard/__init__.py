@@ -20,7 +20,6 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
@@ -30,7 +29,7 @@ from pytest_specperf.report.dashboard.pages import SUITE, SUMMARY, suite_page, s
 from pytest_specperf.store import GitStore, Store
 from pytest_specperf.verdict.checks import Limits
 
-__all__ = ["Dashboard", "add_parser", "build_dashboard", "run", "write_site"]
+__all__ = ["Dashboard", "build_dashboard", "run", "write_site"]
 
 #: Tells GitHub Pages to serve the files as they are (no Jekyll build of the branch).
 NOJEKYLL = ".nojekyll"
@@ -53,44 +52,6 @@ def write_site(dashboard: Dashboard, directory: Path, *, nojekyll: bool = False)
             f"{directory}: cannot write the dashboard ({exc.strerror or exc}); give -o a directory you can write"
         ) from None
     return [directory / name for name in pages if name != NOJEKYLL]
-
-
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> argparse.ArgumentParser:
-    """The `dashboard` subcommand's arguments; the caller sets what runs it (`run` with the opened store)."""
-    parser = commands.add_parser(
-        "dashboard", help="a static HTML site of the stored histories", epilog=epilog, formatter_class=formatter,
-        description=__doc__.split("\n\n")[0],
-    )  # fmt: skip
-    parser.add_argument(
-        "--store",
-        default=".specperf",
-        help="store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)",
-    )
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="where to write the pages")
-    parser.add_argument(
-        "--publish", action="store_true",
-        help="a git store: write the pages at the root of its branch, commit and push them (GitHub Pages)",
-    )  # fmt: skip
-    parser.add_argument("--title", help="the pages' title (default: the suite's or the branch's name)")
-    parser.add_argument(
-        "--max-regression", type=float, default=SpecperfConfig.max_regression, metavar="F",
-        help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-regression-accept-length", type=float, default=SpecperfConfig.max_regression_accept_length,
-        metavar="F", help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
-    )  # fmt: skip
-    return parser
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Before the store is opened (a git store is fetched): the arguments alone."""
-    if args.output is None and not args.publish:
-        raise SpecperfError("dashboard: give -o DIR (where to write the pages), or --publish for a git store")
-    for name in ("max_regression", "max_regression_accept_length"):
-        value = getattr(args, name)
-        if not 0.0 < value < 1.0:
-            raise SpecperfError(f"--{name.replace('_', '-')} must be a fraction in (0, 1) (0.05 = 5%), got {value:g}")
 
 
 def run(args: argparse.Namespace, store: Store) -> int:

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import METRICS, MeasurementKey
 from pytest_specperf.report.analysis import blind_spots
 from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated
 from pytest_specperf.verdict.changes import change_points, newest_change
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
-from pytest_specperf.verdict.fingerprint import Fingerprint, diff
+from pytest_specperf.verdict.drift import diff
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.nightly import NightVerdict, judge_night
 from pytest_specperf.verdict.stats import Estimate

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 import pytest_specperf
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.report.dashboard.model import (
     ENGINE,
     LAYER_TITLES,
@@ -26,7 +27,6 @@ from pytest_specperf.report.dashboard.svg import COLOURS, chart_svg, marker
 from pytest_specperf.report.terminal import _scale_note
 from pytest_specperf.verdict.changes import change_percent
 from pytest_specperf.verdict.checks import fmt
-from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint
 
 SUMMARY, SUITE = "index.html", "suite.html"
 DIGITS = {"output_throughput": 1, "mean_tpot_ms": 2, "accept_length": 2, "speedup": 3}

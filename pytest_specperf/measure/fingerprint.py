@@ -1,4 +1,4 @@
-"""Where a number was measured: capture, compare and redact environment fingerprints.
+"""Where a number was measured: the `Fingerprint` record and its capture from a running server.
 
 A throughput without its environment is a phantom (docs/story.md): plain decoding was remembered
 as 90 tok/s, but that number had been measured with NCCL tuning variables that were lost on
@@ -9,6 +9,8 @@ restart. So every measurement carries a `Fingerprint` in two parts:
 * `environment`: what may drift between runs and must be shown next to the verdict (versions,
   tuning environment variables, resolved server settings). The comparison is still made.
 
+It is captured here, where the measurement is made; comparing two fingerprints (what drifted,
+what makes a speedup compare more than speculation) is the verdict's business: verdict/drift.py.
 Everything here is pure except `probe_local_gpus`, which runs `nvidia-smi` once per process.
 No secret may reach a stored file or a report, so every value passes through the redaction
 helpers before it enters a `Fingerprint`, and `Fingerprint.redacted()` repeats that pass for
@@ -29,22 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_specperf
-from pytest_specperf.engines.base import Engine, default_engine, engine_for
+from pytest_specperf.config.settings import DEFAULT_ENGINE, DEFAULT_ENV_PATTERNS
+from pytest_specperf.engines.base import Engine, engine_for
 from pytest_specperf.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 
 UNSET = "unset"
-
-DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
-    "NCCL_*",
-    "SGLANG_*",
-    "VLLM_*",
-    "CUDA_*",
-    "TORCH_*",
-    "NVIDIA_*",
-    "PYTORCH_*",
-    "NVSHMEM_*",
-    "OMP_*",
-)
 
 # Launch-identity keys the caller provides (design: the plugin knows the server config).
 LAUNCH_KEYS: tuple[str, ...] = (
@@ -127,7 +118,7 @@ def launch_flags(command: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _argv(value: object) -> list[str]:
+def command_words(value: object) -> list[str]:
     """A launch command given as a string or a list, as a list of tokens."""
     if isinstance(value, str):
         try:
@@ -241,7 +232,7 @@ class Fingerprint:
         count = self.identity.get("gpu_count", UNSET)
         if count not in ("unknown", UNSET):
             hardware += f" x{count}"
-        engine = self.identity.get("engine", default_engine())
+        engine = self.identity.get("engine", DEFAULT_ENGINE)
         version = self.environment.get(f"{engine}.version", UNSET)
         launcher = self.identity.get("launcher", UNSET)
         text = f"{hardware}, {engine} {'unknown' if version == UNSET else version}, launcher {launcher}"
@@ -272,7 +263,7 @@ def capture(
     GPUs the whole deployment uses, as its engine reads them from the launch arguments (or the
     server's info): a per-replica count such as SGLang's `/v1/loads` undercounts data parallelism.
     """
-    engine = engine or engine_for(default_engine())
+    engine = engine or engine_for(DEFAULT_ENGINE)
     info = server_info or {}
     marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
     gpus = gpu_probe() if local else None
@@ -298,7 +289,7 @@ def _launch_identity(
         if value is None and key in engine.resolved_from_info:
             value = info.get(engine.resolved_from_info[key])
         if key == "args":
-            identity[key] = normalize_args(_argv(value)) or UNSET
+            identity[key] = normalize_args(command_words(value)) or UNSET
         else:
             identity[key] = redact_text(_text(value))
     for key in ("engine", "speculative_config"):  # set for engines other than SGLang only
@@ -355,7 +346,7 @@ def _server_settings(info: Mapping[str, Any], engine: Engine) -> dict[str, str]:
         if name in info and not is_secret_name(name):
             settings.update(_leaves(f"server.{name}", info[name]))
     if "launch_command" in info:
-        settings.update(launch_flags(_argv(info["launch_command"])))
+        settings.update(launch_flags(command_words(info["launch_command"])))
     return settings
 
 
@@ -387,99 +378,3 @@ def _selected_env(
     merged = {**server_env, **{k: _text(v) for k, v in reported.items()}}
     selected = {name: value for name, value in merged.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
     return redact_env(selected)
-
-
-# --------------------------------------------------------------------------------------------
-# Diff
-
-
-@dataclass(frozen=True)
-class Change:
-    """One fingerprint entry that differs; "unset" on the side where it is absent."""
-
-    name: str
-    old: str
-    new: str
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.old} → {self.new}"
-
-
-@dataclass(frozen=True)
-class FingerprintDiff:
-    """Differences between a baseline's fingerprint and the current one."""
-
-    identity: list[Change]
-    environment: list[Change]
-
-    @property
-    def comparable(self) -> bool:
-        """False when any identity entry differs: the verdict must be INCOMPARABLE."""
-        return not self.identity
-
-    def __bool__(self) -> bool:
-        return bool(self.identity or self.environment)
-
-    def describe(self) -> str:
-        """One line per change, identity first (those make the comparison impossible)."""
-        lines = [f"{change} (not comparable)" for change in self.identity]
-        lines += [str(change) for change in self.environment]
-        return "\n".join(lines)
-
-
-def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
-    names = sorted(set(old) | set(new))
-    return [
-        Change(name, old.get(name, UNSET), new.get(name, UNSET))
-        for name in names
-        if old.get(name, UNSET) != new.get(name, UNSET)
-    ]
-
-
-def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_keys: Sequence[str]) -> list[Change]:
-    """What differs between a speedup's reference server and the speculative one, besides speculation.
-
-    A speedup is meant to measure speculation alone; a different attention backend, dtype,
-    parallelism, memory fraction, CUDA-graph setting or environment variable makes it compare more
-    than that (on a CPU build of SGLang the "2.0x" of a speculative server was mostly its other
-    attention backend). Launch arguments are compared flag by flag; `speculation_keys` (fnmatch
-    patterns, the engine's) name what speculation itself changes. Old value: the reference's.
-    """
-
-    def view(fingerprint: Fingerprint) -> dict[str, str]:
-        flat = {**fingerprint.identity, **fingerprint.environment}
-        args = flat.pop("args", UNSET)
-        if not any(name.startswith("server.flag ") for name in flat):  # the server did not report its command
-            flat.update({name: v for name, v in launch_flags(_argv(args)).items()})
-        return flat
-
-    ignored = ("workload_hash", "specperf.version", "python.version")
-    changes = [
-        change
-        for change in _changes(view(reference), view(current))
-        if change.name not in ignored and not any(fnmatch.fnmatchcase(change.name, p) for p in speculation_keys)
-    ]
-    resolved = {c.name for c in changes if c.name.startswith("server.") and not c.name.startswith("server.flag ")}
-    # a flag whose resolved setting differs too is one difference, named once (by what the server runs)
-    return [c for c in changes if not c.name.startswith("server.flag --") or _setting(c.name) not in resolved]
-
-
-def _setting(flag_entry: str) -> str:
-    """`server.flag --attention-backend` -> `server.attention_backend`."""
-    return "server." + flag_entry.removeprefix("server.flag --").replace("-", "_")
-
-
-def speedup_differences(reference: Fingerprint | None, current: Fingerprint | None) -> list[Change]:
-    """`unlike_reference` with the speculation keys of the engine the fingerprints name."""
-    if reference is None or current is None:
-        return []
-    engine = engine_for(current.identity.get("engine", default_engine()))
-    return unlike_reference(reference, current, engine.speculation_keys)
-
-
-def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:
-    """What changed from `baseline` to `current`, split into identity and environment."""
-    return FingerprintDiff(
-        identity=_changes(baseline.identity, current.identity),
-        environment=_changes(baseline.environment, current.environment),
-    )

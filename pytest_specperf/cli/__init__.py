@@ -1,0 +1,58 @@
+"""The `specperf` command: read stored baselines and JSON reports without running pytest.
+
+    specperf show [STORE]                         stored baselines as a table (default store: .specperf;
+                                                  a directory, or git:<branch> / git:<url>#<branch>)
+    specperf history [SERVER[/WORKLOAD]]          each stored history as a series of runs, with its
+                     [--store STORE]              segments and change points
+    specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
+                                                  by side: ratios with intervals, fingerprint drift
+    specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
+    specperf backtest FILE.csv [--value COLUMN]   replay a nightly series through the verdict engine the tests
+                                                  use: each night's outcome, change points, a summary
+    specperf dashboard [--store STORE] -o DIR     a static HTML site of the stored histories (--publish: onto
+                                                  a git store's branch, for GitHub Pages)
+    specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
+
+Exit codes:
+    0  done (diff: no measurement credibly regressed)
+    1  diff: a measurement credibly regressed beyond the tolerance (throughput or accept length)
+    2  usage error, or a file that is missing, corrupt, not ours, of a newer schema version, or
+       (merge) two reports holding different measurements of the same speculative config
+
+Each subcommand is one module here, with its parser (`add_parser`) and its `run_*` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show
+from pytest_specperf.cli.common import EXIT_CODES, FAILED
+from pytest_specperf.errors import SpecperfError
+
+#: The subcommands, in the order `specperf --help` lists them.
+COMMANDS = (show, history, diff, merge, backtest, dashboard, schema)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (SpecperfError, OSError) as exc:
+        print(f"specperf: error: {exc}", file=sys.stderr)
+        return FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
+    )
+    names = ",".join(command.__name__.rsplit(".", 1)[-1] for command in COMMANDS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
+    for command in COMMANDS:
+        command.add_parser(commands, EXIT_CODES, formatter)
+    return parser

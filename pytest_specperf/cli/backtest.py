@@ -1,0 +1,75 @@
+"""`specperf backtest FILE.csv`: replay a nightly series through the verdict engine the tests use
+(pytest_specperf/backtest.py), night by night, and say what the gate would have said."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_specperf.backtest import __doc__ as BACKTEST_DOC
+from pytest_specperf.backtest import (
+    describe_summary,
+    night_line,
+    read_series,
+    replay,
+    to_json,
+)
+from pytest_specperf.config import values as check
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.jsonfile import atomic_write, clean
+from pytest_specperf.verdict.nightly import Tolerance
+from pytest_specperf.verdict.stats import Direction
+
+
+def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
+    parser = commands.add_parser(
+        "backtest", help="replay a nightly series (CSV) through the verdict engine", epilog=epilog,
+        formatter_class=formatter, description=(BACKTEST_DOC or "").split("\n\n")[0],
+    )  # fmt: skip
+    parser.add_argument("file", type=Path, help="CSV with a header, one row per run, oldest first")
+    parser.add_argument("--value", metavar="COLUMN", help="the values (default: the only numeric column)")
+    parser.add_argument("--commit", metavar="COLUMN", help="each run's commit")
+    parser.add_argument("--time", metavar="COLUMN", help="each run's time")
+    parser.add_argument("--rounds", metavar="COLUMN", help="per-round values, separated by ';'")
+    parser.add_argument("--update", metavar="COLUMN", help="1 where a run starts a new segment (--specperf-update)")
+    parser.add_argument(
+        "--tolerance", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
+        help=f"tolerated change (default: max_regression, {SpecperfConfig.max_regression:g})",
+    )  # fmt: skip
+    parser.add_argument("--lower-is-better", action="store_true", help="the values are latencies (lower is better)")
+    parser.add_argument(
+        "--prior-cv", type=check.from_command_line, default=SpecperfConfig.run_to_run_cv, metavar="F",
+        help=f"run-to-run CV while a segment has under 3 runs (default {SpecperfConfig.run_to_run_cv:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--history", type=check.from_command_line, default=SpecperfConfig.history, metavar="N", help="nights kept"
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
+    parser.set_defaults(run=run_backtest)
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    args.tolerance = check.setting("max_regression", args.tolerance, "--tolerance")  # max_regression's rule
+    args.prior_cv = check.setting("run_to_run_cv", args.prior_cv, "--prior-cv")
+    args.history = check.integer(args.history, "--history", minimum=2)  # a history needs a night before tonight
+    column, rows = read_series(
+        args.file, value=args.value, commit=args.commit, time=args.time, rounds=args.rounds, update=args.update
+    )
+    direction = Direction.LOWER_IS_BETTER if args.lower_is_better else Direction.HIGHER_IS_BETTER
+    tolerance = Tolerance(args.tolerance, direction, args.prior_cv)
+    result = replay(rows, tolerance, history=args.history)
+    better = "lower" if args.lower_is_better else "higher"
+    print(f"{args.file}: {column} ({better} is better), tolerance {args.tolerance:.0%}, one server start a night")
+    print(f"{'run':>5}  {'time / commit':<28} {'value':>12}  {'vs history [90%]':<28} {'outcome':<12} notes")
+    for night in result.nights:
+        print(night_line(night))
+    data = to_json(result, column, args.file, tolerance)
+    print()
+    for line in describe_summary(data["summary"], tolerance):
+        print(line)
+    if args.json is not None:
+        atomic_write(args.json, json.dumps(clean(data), indent=2, allow_nan=False) + "\n")
+        print(f"backtest JSON written to {args.json}")
+    return 0

@@ -1,0 +1,235 @@
+"""The state of one pytest session: the plan, the servers, the measurements, their verdicts and storing.
+
+Data flows one way: config → plan → servers → measure → checks → store/report. `SpecperfSession`
+owns the middle of that flow so the pytest hooks (plugin.py) and fixtures (fixtures.py) stay thin;
+each concern is an object of its own:
+
+- `Plan` (plan.py): what every collected test needs, in run order;
+- `ServerUse` (usage.py): which tests are done, so a server stops when no test needs it any more;
+- `Measurements` (measurements.py): each measurement made once and shared, the reference's first;
+- `Baselines` (baselines.py): the stored histories, read once;
+- `Looks` (looks.py): a test's checks at two fixed looks, with a second server start to confirm;
+- `Outcomes` (outcomes.py): the verdicts and errors of each measurement's tests;
+- `Recorder` (storing.py): tonight's runs into their histories;
+- `WorkerPayload` (payload.py): what an xdist worker hands the controller.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.cache import MeasurementCache
+from pytest_specperf.measure.machinelock import MachineLock
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.options import Options
+from pytest_specperf.servers.pool import RunningServer, ServerPool
+from pytest_specperf.servers.registry import SharedRegistry
+from pytest_specperf.session.baselines import Baselines
+from pytest_specperf.session.looks import Looks
+from pytest_specperf.session.measurements import Measurements
+from pytest_specperf.session.outcomes import Outcomes
+from pytest_specperf.session.payload import WorkerPayload
+from pytest_specperf.session.plan import Plan, PlannedTest
+from pytest_specperf.session.storing import Recorder
+from pytest_specperf.session.usage import ServerUse
+from pytest_specperf.store import open_store
+from pytest_specperf.store.records import StoredBaseline
+from pytest_specperf.verdict.checks import Evaluation
+
+if TYPE_CHECKING:
+    from pytest_specperf.measure.rounds import UpdateFingerprint
+    from pytest_specperf.report.analysis import Report
+
+
+class SpecperfSession:
+    """Plan, servers and measurements of a session; one instance per pytest process.
+
+    `worker` is the pytest-xdist worker id (None without xdist); workers share servers and
+    measurements through files in `shared_dir`, a folder of this session only (servers/registry.py,
+    measure/cache.py). `update_fingerprint` adds a site's facts to each fingerprint (hookspec.py).
+    """
+
+    def __init__(
+        self,
+        config: SpecperfConfig,
+        options: Options,
+        run_dir: Path,
+        *,
+        progress: Callable[[str], None] | None = None,
+        worker: str | None = None,
+        shared_dir: Path | None = None,
+        session_id: str | None = None,
+        update_fingerprint: UpdateFingerprint | None = None,
+    ) -> None:
+        from pytest_specperf.measure.rounds import Measurer  # the HTTP client, only once a suite is configured
+
+        self.config = config
+        self.options = options
+        self.run_dir = run_dir
+        self.worker = worker
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        shared = shared_dir if worker else None  # under xdist: the folder of this session's workers
+        self.registry = SharedRegistry(shared, worker, progress) if shared and worker else None
+        self.plan = Plan(config)
+        self.usage = ServerUse(self.plan, self.registry)
+        self.pool = ServerPool(
+            config, run_dir, keep_servers=options.keep_servers, progress=progress,
+            max_concurrency=self.plan.max_concurrency, registry=self.registry, still_needed=self.usage.still_needed,
+        )  # fmt: skip
+        self.store = open_store(config.store, work_dir=run_dir / f"history-{self.session_id}", follower=bool(worker))
+        self.measurements = Measurements(
+            config, self.plan, self.pool, Measurer(config, progress, update_fingerprint),
+            machine_lock=MachineLock(self.session_id), cache=MeasurementCache(shared) if shared else None,
+            release=self.release_if_unused, progress=progress,
+        )  # fmt: skip
+        self.outcomes = Outcomes()
+        self.baselines = Baselines(config, self.store, self.measurements.done)
+        self.looks = Looks(
+            config, self.plan, self.measurements, self.baselines, self.outcomes,
+            updating=options.update, strict=self.strict,
+        )  # fmt: skip
+        self.recorder = Recorder(
+            self.store, session_id=self.session_id, history=config.history,
+            suite_dir=config.source.parent if config.source else None, updating=options.update,
+            forced=options.update_force, progress=progress,
+        )  # fmt: skip
+        self._worker_pool_warnings: list[str] = []
+
+    @property
+    def strict(self) -> bool:
+        """The strict reading (`--specperf-strict` or `strict = true`)."""
+        return self.options.strict or self.config.strict
+
+    # ---- planning and servers ------------------------------------------------------------------
+
+    def plan_tests(self, tests: Iterable[PlannedTest]) -> None:
+        """Record what every collected test needs, in run order."""
+        self.plan.set(tests)
+
+    def server(self, name: str) -> RunningServer:
+        """A running server; the reference measurements come first, so its server starts once."""
+        self.measurements.measure_reference()
+        return self.pool.acquire(name)
+
+    def finished(self, nodeid: str) -> None:
+        """A test is done: stop its server when no remaining test (on any worker) needs it."""
+        server = self.usage.finished(nodeid)
+        if server is not None:
+            self.release_if_unused(server)
+
+    def release_if_unused(self, server: str) -> None:
+        if not self.usage.still_needed(server):
+            self.pool.release(server)
+
+    def shutdown(self) -> list[RunningServer]:
+        """Stop every server; the ones `--specperf-keep-servers` keeps come back."""
+        return self.pool.shutdown()
+
+    # ---- measurements and checks ------------------------------------------------------------------
+
+    def measurement(self, key: MeasurementKey) -> Measurement:
+        """The shared measurement of a key, measured on first request."""
+        return self.measurements.get(key)
+
+    def reference_measurement(self, key: MeasurementKey) -> Measurement | None:
+        return self.measurements.reference_of(key)
+
+    def baseline(self, key: MeasurementKey) -> StoredBaseline | None:
+        return self.baselines.of(key)
+
+    def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
+        return self.looks.evaluate(nodeid, result, reference)
+
+    def record_error(self, key: MeasurementKey, reason: str) -> None:
+        """A test of `key` errored inside the plugin (e.g. an unreadable baseline): its row says ERROR, and why."""
+        self.outcomes.record_error(key, reason)
+
+    # ---- storing ---------------------------------------------------------------------------------
+
+    def prepare_store(self) -> None:
+        self.recorder.prepare()
+
+    def store_results(self) -> None:
+        """Append the session's measurements to their histories, after all their checks ran (storing.py);
+        only the process that sees every verdict stores: the controller under xdist."""
+        if self.options.storing and self.worker is None:
+            self.recorder.store_all(self.measurements.done, self.outcomes, self.baselines)
+
+    def storing_interrupted(self) -> None:
+        """An interrupted session stores nothing: its tests' checks did not all run."""
+        if self.options.storing and self.worker is None:
+            self.recorder.interrupted(self.measurements.done)
+
+    @property
+    def store_failed(self) -> bool:
+        return self.recorder.failed
+
+    # ---- results -----------------------------------------------------------------------------------
+
+    def has_results(self) -> bool:
+        return bool(self.measurements.done or self.errors())
+
+    def report(self) -> Report:
+        """The session's results as one report model (terminal, Markdown and JSON render it)."""
+        from pytest_specperf.report.analysis import build_report, second_start_events
+
+        updating = self.options.update
+        done, recorder = self.measurements.done, self.recorder
+        baselines = {} if updating else {k: self.baselines.readable(k) for k in done}
+        report = build_report(
+            self.config, done, self.outcomes.verdicts, baselines, recorder.saved, updating=updating,
+            not_stored=recorder.not_stored, confirmations=self.looks.confirmations, searches=self.plan.searches,
+        )  # fmt: skip
+        report.errors = dict(sorted(self.errors().items()))
+        report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
+        report.warnings += second_start_events(report.rows, self.looks.second_starts)
+        report.second_starts = {server: list(keys) for server, keys in self.looks.second_starts.items()}
+        report.warnings += [*self._worker_pool_warnings, *self.pool.report_lines]
+        report.warnings += recorder.warnings
+        report.warnings += [f"change point: {change.sentence}" for row in report.rows for change in row.changes]
+        report.warnings += [
+            f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
+            for key, why in sorted(recorder.not_stored.items(), key=lambda kv: kv[0].label)
+        ]
+        return report
+
+    def errors(self) -> dict[MeasurementKey, str]:
+        """Measurements that could not be made, or whose tests errored, with the first line of why."""
+        failed: dict[MeasurementKey, SpecperfError] = dict(self.measurements.failures)
+        for key in self.plan.needed_keys():
+            if key.server in self.pool.failed and key not in failed:
+                failed[key] = self.pool.failed[key.server]  # the server never came up for it
+        own = {key: str(exc).splitlines()[0] for key, exc in failed.items() if key not in self.measurements.done}
+        return {**self.outcomes.worker_errors, **self.outcomes.test_errors, **own}
+
+    def worker_payload(self) -> WorkerPayload:
+        """What this xdist worker hands the controller for the summary and the store."""
+        return WorkerPayload(
+            measurements=tuple(self.measurements.done.values()),
+            verdicts={k: tuple(vs) for k, vs in self.outcomes.verdicts.items()},
+            errors=self.errors(),
+            pool_warnings=tuple(self.pool.report_lines),
+            confirmations=dict(self.looks.confirmations),
+            second_starts=tuple(k for keys in self.looks.second_starts.values() for k in keys),
+        )
+
+    def absorb(self, payload: WorkerPayload) -> None:
+        """Merge a worker's results into this (controller) session, for the summary and the store."""
+        done = self.measurements.done
+        for measurement in payload.measurements:
+            known = done.get(measurement.key)
+            if known is None or len(measurement.rounds) > len(known.rounds):
+                done[measurement.key] = measurement
+        self.outcomes.worker_errors.update(payload.errors)
+        self._worker_pool_warnings += payload.pool_warnings
+        for key, verdicts in payload.verdicts.items():
+            self.outcomes.verdicts.setdefault(key, []).extend(verdicts)
+        for key, why in payload.confirmations.items():
+            self.looks.confirmations.setdefault(key, why)
+        for key in payload.second_starts:
+            self.looks.second_starts.setdefault(key.server, []).append(key)

@@ -1,0 +1,140 @@
+"""A test's checks at two looks fixed in advance: after `rounds` rounds, and once more when another
+look can still change the verdict (verdict/nightly.py).
+
+The second look extends the server start the rounds were measured on to `max_rounds` rounds, and,
+when a check a start's offset can explain is still beyond its threshold, adds `rounds` rounds on a
+second server start: the server is restarted unless it was restarted since (one restart confirms
+every check of a server that fails together), within the session's `max_restarts`. Why a night was
+decided on one start is kept (`confirmations`), and which keys were measured again (`second_starts`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.servers.pool import ServerPool
+from pytest_specperf.session.baselines import Baselines
+from pytest_specperf.session.measurements import Measurements
+from pytest_specperf.session.outcomes import Outcomes
+from pytest_specperf.session.plan import Plan
+from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
+from pytest_specperf.verdict.markers import SpecperfMarker
+
+if TYPE_CHECKING:
+    from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
+
+
+class Looks:
+    """Evaluates tests; holds what their second looks did (restarts, confirmations, second starts)."""
+
+    def __init__(
+        self,
+        config: SpecperfConfig,
+        plan: Plan,
+        measurements: Measurements,
+        baselines: Baselines,
+        outcomes: Outcomes,
+        *,
+        updating: bool,
+        strict: bool,
+    ) -> None:
+        self.config = config
+        self.plan = plan
+        self.measurements = measurements
+        self.baselines = baselines
+        self.outcomes = outcomes
+        self.updating = updating
+        self.strict = strict
+        self.restarts = 0
+        self.confirmations: dict[MeasurementKey, str] = {}  # why a night was decided on one start
+        self.second_starts: dict[str, list[MeasurementKey]] = {}  # keys measured again, by server
+
+    @property
+    def pool(self) -> ServerPool:
+        return self.measurements.pool
+
+    @property
+    def measurer(self) -> Measurer:
+        return self.measurements.measurer
+
+    def evaluate(self, nodeid: str, result: Measurement, reference: Measurement | None) -> Evaluation:
+        """All checks of a test, at two looks fixed in advance (verdict/nightly.py): after `rounds`
+        rounds; when not every check is MET, after the server start is extended to `max_rounds`
+        rounds and, when a check a start's offset can explain is still beyond its threshold, after
+        `rounds` more rounds on a second server start (the first start's extra rounds make the
+        estimate on both starts sharper: first-night detection of a -10% change 86% against 84%)."""
+        marker = self.plan.marker(nodeid)
+        key = result.key
+        baseline = None if self.updating else self.baselines.of(key)
+        reference_baseline = (
+            self.baselines.readable(reference.key) if reference is not None and not self.updating else None
+        )
+        limits = Limits.of(self.config, key.workload, marker)
+        self._check_reference(key, marker, reference)
+
+        def look() -> Evaluation:
+            return evaluate(
+                result, reference, marker, limits, baseline, updating=self.updating,
+                reference_baseline=reference_baseline, strict=self.strict, searches=self.plan.searches,
+            )  # fmt: skip
+
+        evaluation = look()
+        if not evaluation.settled and self._extend(result):
+            evaluation = look()
+        if not evaluation.settled and evaluation.confirmable and self._second_start(result, evaluation):
+            evaluation = look()
+        self.outcomes.add(key, evaluation.verdict)
+        return evaluation
+
+    def _extend(self, result: Measurement) -> bool:
+        """The second look's extra rounds: up to `max_rounds` on the start the rounds so far were
+        measured on, if that start is still the one running (False: nothing was added)."""
+        key = result.key
+        missing = self.config.effective_max_rounds - len(result.rounds)
+        if missing <= 0 or result.starts > 1 or not self.measurements.measured_on_current_start(key):
+            return False
+        self.measurements.more(result, lambda server: self.measurer.extend(
+            result, server, self.config.workloads[key.workload], missing))  # fmt: skip
+        return True
+
+    def _second_start(self, result: Measurement, evaluation: Evaluation) -> bool:
+        """Re-measure on another server start than the first: restart the server, unless it was
+        restarted since (for another measurement: one restart confirms every check of a server that
+        fails together). False when no second start can be had; the confirmation log says why."""
+        key = result.key
+        if result.starts > 1 or not self.config.confirm:
+            return False
+        beyond = ", ".join(c.name for c in evaluation.checks if c.beyond and c.start_sensitive)
+        if self.measurements.measured_on_current_start(key):
+            why = self.pool.cannot_restart(key.server)
+            if why is None and self.restarts >= self.config.max_restarts:
+                cap = self.config.max_restarts
+                why = f"the session already restarted {self.restarts} server(s) (max_restarts = {cap})"
+            if why is not None:
+                self.confirmations[key] = f"decided on one server start: {why}"
+                return False
+            self.restarts += 1
+            self.pool.restart(key.server, f"to confirm {key.label} ({beyond}) on a second start")
+        self.measurements.more(result, lambda server: self.measurer.add_start(
+            result, server, self.config.workloads[key.workload]))  # fmt: skip
+        self.second_starts.setdefault(key.server, []).append(key)
+        return True
+
+    def _check_reference(
+        self, key: MeasurementKey, marker: SpecperfMarker | None, reference: Measurement | None
+    ) -> None:
+        """A check against a reference whose measurement failed cannot be made: the test errors and
+        says why, while this server's own measurement stays reported (not a 0 tok/s regression)."""
+        failure = self.measurements.failures.get(self.plan.reference_key(key)) if reference is None else None
+        if failure is None or marker is None:
+            return
+        needs = [name for name, on in (("min_speedup", marker.min_speedup_at(key.concurrency) is not None),
+                                       ("lossless", marker.lossless is not None)) if on]  # fmt: skip
+        if needs:
+            raise SpecperfError(
+                f"{', '.join(needs)} of {key.label} cannot be checked: the reference server "
+                f"{self.config.reference!r} was not measured ({str(failure).splitlines()[0]})"
+            )

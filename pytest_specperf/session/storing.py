@@ -1,0 +1,135 @@
+"""Tonight's runs into their histories: which may enter, how each counts, and the store's answer.
+
+Only the process that sees every verdict stores: the controller under xdist (after every worker
+handed in its results), else the one pytest process. `--specperf-update` starts a new segment ("this
+run is the new normal"), `--specperf-record` appends to the current one. A run is left out when a
+test of it errored, its baseline is INCOMPARABLE (record only), a request failed or a sanity check
+warned (`unfit_to_store`: `not_stored` says why; `--specperf-update-force` stores it anyway). A
+REGRESSION or SUSPECT night is stored, marked (`status_of`): it counts in neither the level nor the
+spread, but change points see it. A stored run is one server start. A store that cannot be written
+makes the row ERROR (one line) and the session fail: a nightly job must not go green while its
+history silently stops growing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.session.baselines import Baselines
+from pytest_specperf.session.outcomes import Outcomes
+from pytest_specperf.store.base import Store
+from pytest_specperf.store.records import SaveResult
+from pytest_specperf.verdict.verdicts import Verdict
+
+
+def unfit_to_store(measurement: Measurement, verdicts: Sequence[Verdict], *, updating: bool) -> str | None:
+    """Why this run must not enter the history at all (None: it may). What is left out is a run whose
+    numbers may be disturbed; a failed night is stored, marked (`status_of`)."""
+    if Verdict.ERROR in verdicts:
+        return "a test of it errored"
+    if Verdict.REGRESSION in verdicts and updating:
+        return "a check MISSED (REGRESSION)"
+    if Verdict.INCOMPARABLE in verdicts and not updating:
+        return "its baseline is INCOMPARABLE (another setup); --specperf-update starts a history for this one"
+    if measurement.error_count:
+        return f"{measurement.error_count} of {measurement.request_count} requests failed"
+    if measurement.warnings:
+        return f"sanity warning: {measurement.warnings[0]}"
+    return None
+
+
+def status_of(verdicts: Sequence[Verdict], *, updating: bool) -> str:
+    """How tonight's runs of a key count in its history: refused after a REGRESSION, suspect after a
+    SUSPECT check, else accepted (verdict/nightly.py stored_status); `--specperf-update` makes them
+    the new normal whatever they are."""
+    if updating:
+        return "accepted"
+    if Verdict.REGRESSION in verdicts:
+        return "refused"
+    return "suspect" if Verdict.SUSPECT in verdicts else "accepted"
+
+
+class Recorder:
+    """Stores a session's runs and remembers what happened: saved, not stored (and why), failed."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        session_id: str,
+        history: int,
+        suite_dir: Path | None,
+        updating: bool,
+        forced: bool,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.history = history
+        self.suite_dir = suite_dir
+        self.updating = updating
+        self.forced = forced
+        self.progress = progress
+        self.saved: dict[MeasurementKey, SaveResult] = {}
+        self.not_stored: dict[MeasurementKey, str] = {}
+        self.failed = False
+        self.warnings: list[str] = []
+
+    def prepare(self) -> None:
+        """Make the histories readable before anything is measured: a shared store fetches them here, so
+        an unreachable remote is an error now (StoreError), not after a night of measuring."""
+        self.warnings += self.store.prepare()
+        for line in self.warnings:
+            self._say(line)
+
+    def store_all(
+        self, measurements: Mapping[MeasurementKey, Measurement], outcomes: Outcomes, baselines: Baselines
+    ) -> None:
+        """Append the session's measurements to their histories, after all their checks ran."""
+        for key in measurements:  # the report compares with the history as it was before tonight
+            baselines.readable(key)
+        for key, measurement in sorted(measurements.items(), key=lambda kv: kv[0].label):
+            verdicts = outcomes.of(key)
+            reason = None if self.forced else unfit_to_store(measurement, verdicts, updating=self.updating)
+            if reason is not None:
+                self.not_stored[key] = reason
+                continue
+            try:
+                for start in range(measurement.starts):  # a stored run is one server start
+                    self.saved[key] = self.store.save(
+                        measurement.of_start(start) if measurement.starts > 1 else measurement,
+                        suite_dir=self.suite_dir,
+                        new_segment=self.updating and start == 0,
+                        history=self.history,
+                        session=self.session_id,
+                        status=status_of(verdicts, updating=self.updating),
+                    )
+            except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
+                outcomes.record_error(key, str(exc))
+                self.failed = True
+        self._publish(outcomes)
+
+    def _publish(self, outcomes: Outcomes) -> None:
+        """A shared store's saved runs go out (commit and push); if they cannot, their rows say ERROR."""
+        try:
+            lines = self.store.publish()
+        except SpecperfError as exc:  # saved in the work tree only: not stored for anyone else
+            for key in self.saved:
+                outcomes.record_error(key, str(exc))
+            self.saved.clear()
+            self.failed = True
+            return
+        for line in lines:
+            self._say(line)
+
+    def interrupted(self, measurements: Mapping[MeasurementKey, Measurement]) -> None:
+        """An interrupted session stores nothing: its tests' checks did not all run."""
+        for key in measurements:
+            self.not_stored[key] = "the session was interrupted before every check ran"
+
+    def _say(self, line: str) -> None:
+        if self.progress:
+            self.progress(line)

@@ -1,0 +1,109 @@
+"""What changed between two fingerprints: drift, comparability, and what a speedup compares.
+
+A fingerprint (measure/fingerprint.py) says where a number was measured. Here two of them are
+compared: an identity difference makes a comparison with a baseline INCOMPARABLE, an environment
+difference is drift shown next to the verdict, and a speculative server that differs from its
+reference in more than speculation makes its speedup compare more than speculation.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pytest_specperf.config.settings import DEFAULT_ENGINE
+from pytest_specperf.engines.base import engine_for
+from pytest_specperf.measure.fingerprint import UNSET, Fingerprint, command_words, launch_flags
+
+
+@dataclass(frozen=True)
+class Change:
+    """One fingerprint entry that differs; "unset" on the side where it is absent."""
+
+    name: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.old} → {self.new}"
+
+
+@dataclass(frozen=True)
+class FingerprintDiff:
+    """Differences between a baseline's fingerprint and the current one."""
+
+    identity: list[Change]
+    environment: list[Change]
+
+    @property
+    def comparable(self) -> bool:
+        """False when any identity entry differs: the verdict must be INCOMPARABLE."""
+        return not self.identity
+
+    def __bool__(self) -> bool:
+        return bool(self.identity or self.environment)
+
+    def describe(self) -> str:
+        """One line per change, identity first (those make the comparison impossible)."""
+        lines = [f"{change} (not comparable)" for change in self.identity]
+        lines += [str(change) for change in self.environment]
+        return "\n".join(lines)
+
+
+def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
+    names = sorted(set(old) | set(new))
+    return [
+        Change(name, old.get(name, UNSET), new.get(name, UNSET))
+        for name in names
+        if old.get(name, UNSET) != new.get(name, UNSET)
+    ]
+
+
+def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_keys: Sequence[str]) -> list[Change]:
+    """What differs between a speedup's reference server and the speculative one, besides speculation.
+
+    A speedup is meant to measure speculation alone; a different attention backend, dtype,
+    parallelism, memory fraction, CUDA-graph setting or environment variable makes it compare more
+    than that (on a CPU build of SGLang the "2.0x" of a speculative server was mostly its other
+    attention backend). Launch arguments are compared flag by flag; `speculation_keys` (fnmatch
+    patterns, the engine's) name what speculation itself changes. Old value: the reference's.
+    """
+
+    def view(fingerprint: Fingerprint) -> dict[str, str]:
+        flat = {**fingerprint.identity, **fingerprint.environment}
+        args = flat.pop("args", UNSET)
+        if not any(name.startswith("server.flag ") for name in flat):  # the server did not report its command
+            flat.update({name: v for name, v in launch_flags(command_words(args)).items()})
+        return flat
+
+    ignored = ("workload_hash", "specperf.version", "python.version")
+    changes = [
+        change
+        for change in _changes(view(reference), view(current))
+        if change.name not in ignored and not any(fnmatch.fnmatchcase(change.name, p) for p in speculation_keys)
+    ]
+    resolved = {c.name for c in changes if c.name.startswith("server.") and not c.name.startswith("server.flag ")}
+    # a flag whose resolved setting differs too is one difference, named once (by what the server runs)
+    return [c for c in changes if not c.name.startswith("server.flag --") or _setting(c.name) not in resolved]
+
+
+def _setting(flag_entry: str) -> str:
+    """`server.flag --attention-backend` -> `server.attention_backend`."""
+    return "server." + flag_entry.removeprefix("server.flag --").replace("-", "_")
+
+
+def speedup_differences(reference: Fingerprint | None, current: Fingerprint | None) -> list[Change]:
+    """`unlike_reference` with the speculation keys of the engine the fingerprints name."""
+    if reference is None or current is None:
+        return []
+    engine = engine_for(current.identity.get("engine", DEFAULT_ENGINE))
+    return unlike_reference(reference, current, engine.speculation_keys)
+
+
+def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:
+    """What changed from `baseline` to `current`, split into identity and environment."""
+    return FingerprintDiff(
+        identity=_changes(baseline.identity, current.identity),
+        environment=_changes(baseline.environment, current.environment),
+    )
