@@ -340,6 +340,8 @@ class SpecperfPlugin:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._shutdown()
+        if self.session is not None:
+            self.session.close_store()  # after the terminal summary, which may read the histories
         if self._previous_sigterm is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._previous_sigterm)

@@ -169,6 +169,11 @@ class SpecperfSession:
     def store_failed(self) -> bool:
         return self.recorder.failed
 
+    def close_store(self) -> None:
+        """Release the store's work tree when the session ends, not when the process exits: pytest run
+        in-process (an IDE, `pytest.main`) leaves nothing behind. Safe to call more than once."""
+        self.store.close()
+
     # ---- results -----------------------------------------------------------------------------------
 
     def has_results(self) -> bool:

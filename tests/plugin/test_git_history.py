@@ -234,3 +234,19 @@ def test_three_nights_of_two_machines_record_every_run_exactly_once(tmp_path: Pa
 
 def _samples(rounds: list[dict]) -> tuple[float, ...]:
     return tuple(r["output_throughput"] for r in rounds)
+
+
+def test_the_store_work_tree_is_gone_when_pytest_returns(make_suite, tmp_path: Path) -> None:
+    """A session closes its store at the end, not only at the process's exit: pytest run in-process (an
+    IDE, `pytest.main` in a script) leaves no work tree and no registered worktree behind."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "--quiet", "--bare", str(remote))
+    suite = make_suite(ONE_MEASURED_TEST, extra=LENIENT)
+    git(suite.pytester.path, "init", "--quiet")
+    git(suite.pytester.path, "commit", "--quiet", "--allow-empty", "-m", "the suite")
+    git(suite.pytester.path, "remote", "add", "origin", str(remote))
+    result = suite.run("--specperf-record")  # in this process: its atexit handlers have not run
+    result.assert_outcomes(passed=1)
+    assert "sim/plain/default-c1.json" in git(remote, "ls-tree", "-r", "--name-only", BRANCH)
+    assert list(suite.run_dir.glob("history-*")) == []
+    assert len(git(suite.pytester.path, "worktree", "list").splitlines()) == 1  # the checkout only
