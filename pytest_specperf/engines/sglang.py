@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode, count_list
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 #: Algorithms whose draft model must be named (EAGLE/NEXTN may default to the target's MTP head).
 NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
+#: Verify steps by number of accepted drafts (index = drafts accepted), on the final event; SGLang grows
+#: the list as needed, so its length is the most drafts one step accepted, plus one.
+HISTOGRAM = "spec_correct_drafts_histogram"
+#: The same histogram's name in releases before 0.5.23 (some emitted both).
+OLD_HISTOGRAM = "spec_accept_histogram"
 #: Speculative servers cap running requests at this unless told otherwise.
 SPEC_MAX_RUNNING_REQUESTS = 48
 
@@ -145,6 +150,7 @@ class SGLang(Engine):
             verify_steps=spec["spec_verify_ct"],
             accepted_drafts=_int_or_none(spec.get("spec_num_correct_drafts")),
             proposed_drafts=_int_or_none(spec.get("spec_num_proposed_drafts")),
+            histogram=count_list(spec.get(HISTOGRAM)) or count_list(spec.get(OLD_HISTOGRAM)),
         )
 
     def reported_env(self, info: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounts, StreamMode, count_list
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
@@ -151,6 +151,7 @@ class VLLM(Engine):
             accepted_drafts=accepted,
             proposed_drafts=drafted if _is_int(drafted) else None,
             spec_tokens=accepted + steps,
+            histogram=count_list(spec.get("acceptance_histogram")),
         )
 
     def version_path(self) -> str | None:
