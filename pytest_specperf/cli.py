@@ -7,6 +7,8 @@
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
     specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
+    specperf tune [--dry-run] [--json PATH]       find the best speculative config in a few server starts
+                                                  ([specperf.tune] in the config file; see its --help)
 
 Exit codes:
     0  done (diff: no measurement credibly regressed)
@@ -44,6 +46,7 @@ from pytest_specperf.report.jsonreport import (
 )
 from pytest_specperf.report.schema import REPORT_SCHEMA
 from pytest_specperf.report.terminal import pm, render_text, summary_blocks, text_table
+from pytest_specperf.tune.command import add_tune_parser
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.checks import Verdict, verdict_of
 from pytest_specperf.verdict.fingerprint import UNSET, Fingerprint, FingerprintDiff, diff
@@ -82,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,schema}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{show,history,diff,merge,schema,tune}"
+    )
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help="store directory (default: .specperf)")
@@ -129,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of --specperf-json reports")
     schema.set_defaults(run=run_schema)
+
+    add_tune_parser(commands, formatter)
     return parser
 
 

@@ -109,6 +109,8 @@ class SpecperfConfig:
     sim_args: tuple[str, ...] = ()
     servers: Mapping[str, ServerConfig] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)
+    #: the `[specperf.tune]` table as written: `specperf tune` validates it (pytest runs never read it)
+    tune: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def effective_max_rounds(self) -> int:
@@ -180,7 +182,7 @@ GLOBAL_KEYS = {
     "engine", "launcher", "python", "model", "reference", "store", "startup_timeout", "stop_timeout", "max_servers",
     "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
     "run_to_run_cv", "run_to_run_cv_accept_length", "env", "env_patterns",
-    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
+    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads", "tune",
 }  # fmt: skip
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
@@ -233,6 +235,7 @@ class _Parser:
             raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
         values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
+        values["tune"] = MappingProxyType(get.subtable("tune"))
         config = SpecperfConfig(**values)
         self.check_reference(config)
         check_engines(config, self.where(""))
