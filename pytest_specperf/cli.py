@@ -85,9 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{show,history,diff,merge,schema,tune}"
-    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,history,diff,merge,schema,tune}")
 
     show = commands.add_parser("show", help="stored baselines as a table", epilog=EXIT_CODES, formatter_class=formatter)
     show.add_argument("store", nargs="?", default=".specperf", help="store directory (default: .specperf)")

@@ -132,8 +132,11 @@ def tokens_per_verify(theta: np.ndarray, positions: int, depth: int, width: floa
     return 1.0 + np.cumprod(r, axis=1).sum(axis=1)
 
 
-def fit_acceptance(observations: Sequence[AcceptanceObservation], positions: int) -> AcceptanceFit:
-    """The posterior optimum and its Laplace covariance over `positions` draft positions."""
+def fit_acceptance(
+    observations: Sequence[AcceptanceObservation], positions: int, start: np.ndarray | None = None
+) -> AcceptanceFit:
+    """The posterior optimum and its Laplace covariance over `positions` draft positions (`start`: where the
+    optimiser begins, e.g. a fit to more data)."""
     data = [(o.counts(), np.log(max(o.width, 1.0))) for o in observations if o.steps > 0]
     data = [((past[:positions], stop[:positions]), log_w) for (past, stop), log_w in data]
     p = positions + 1
@@ -141,8 +144,8 @@ def fit_acceptance(observations: Sequence[AcceptanceObservation], positions: int
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
         return _neg_log_posterior(theta, data, positions)
 
-    start = np.zeros(p)
-    result = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=[(-12.0, 12.0)] * positions + [(-3, 3)])
+    start = np.zeros(p) if start is None else np.asarray(start, dtype=float)
+    result = minimize(objective, start, jac=True, method="BFGS")
     mean = np.asarray(result.x, dtype=float)
     hessian = _hessian(lambda t: objective(t)[1], mean)
     try:

@@ -9,6 +9,7 @@ Everything the table or the options get wrong is refused before any server start
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -19,8 +20,10 @@ from pytest_specperf.errors import ConfigError
 from pytest_specperf.servers.launch import check_command_templates
 
 TUNE_EPILOG = """exit codes:
-  0  done: a winner per objective (workload and concurrency level)
-  2  usage error, a bad [specperf.tune] table, or the reference server could not be measured"""
+  0    done: a winner per objective (workload and concurrency level)
+  2    usage error, a bad [specperf.tune] table, or the reference server could not be measured
+  130  interrupted (Ctrl-C or SIGTERM); every server it started is stopped"""
+INTERRUPTED = 130
 
 DESCRIPTION = """Find the best speculative config in a few server starts: measure the reference and a few
 informative configs, fit the cost and acceptance models, predict every other config with an interval,
@@ -72,7 +75,11 @@ def run_tune(args: argparse.Namespace) -> int:
     check_command_templates(space.run_config(config))
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="specperf-tune-"))
     say(f"server logs: {run_dir}")
-    result, warnings = _search(config, space, run_dir, ModelSettings(run_cv=config.run_to_run_cv))
+    try:
+        result, warnings = _search(config, space, run_dir, ModelSettings(run_cv=config.run_to_run_cv))
+    except KeyboardInterrupt:
+        print("specperf tune: interrupted; every server it started is stopped", file=sys.stderr, flush=True)
+        return INTERRUPTED
     for line in result_lines(result, config, top=args.top):
         say(line)
     for line in warnings:
@@ -90,15 +97,30 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def _search(config: SpecperfConfig, space: Any, run_dir: Path, settings: Any) -> tuple[Any, list[str]]:
+    """The search with real servers; every server it started is stopped however it ends (SIGTERM, as
+    a cancelled job sends, becomes KeyboardInterrupt so that the `finally` runs)."""
     from pytest_specperf.tune.runner import ServerRunner
     from pytest_specperf.tune.search import run_search
 
     runner = ServerRunner(config, space, run_dir, progress=lambda line: say(f"  {line}"))
+    previous = _sigterm_as_interrupt()
     try:
         result = run_search(space, runner, settings, say)
     finally:
         runner.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return result, runner.report_lines
+
+
+def _sigterm_as_interrupt() -> Any:
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: whoever embeds us handles signals
+        return None
 
 
 def say(line: str) -> None:

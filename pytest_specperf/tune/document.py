@@ -114,6 +114,7 @@ def _candidate(result: TuneResult, cand: Candidate) -> dict[str, Any]:
         "server": server_settings(cand),
         "started": started,
         "why_not_started": None if started else never_started(result, cand.label),
+        "ruled_out_after_starts": None if cand.is_reference else result.ruled_out_after(cand.label),
         "levels": levels,
     }
 

@@ -141,7 +141,7 @@ def forecast(space: TuneSpace, observed: Observed, settings: ModelSettings = Mod
     measured = [c for c in space.candidates if c.label in observed]
     fitted = _fit(space, observed, measured, settings.run_cv)
     model = _sample(space, observed, fitted, space.candidates, np.random.default_rng(settings.seed), settings.samples)
-    loo = _leave_one_out(space, observed, measured, settings)
+    loo = _leave_one_out(space, observed, measured, settings, fitted)
     systematic = _systematic(observed, loo, settings.run_cv)
     noise = np.random.default_rng(settings.seed + 2)
     labels = [space.reference.label, *(c.label for c in space.candidates)]
@@ -169,19 +169,17 @@ def forecast(space: TuneSpace, observed: Observed, settings: ModelSettings = Mod
     if systematic > 0:
         notes.append(f"leave-one-out predictions missed by more than their intervals: every prediction widened "
                      f"by a systematic {systematic:.1%}")  # fmt: skip
-    return Forecast(
-        outlooks, leaders, recommended, improvement, fitted.acceptance, fitted.cost, systematic, notes
-    )
+    return Forecast(outlooks, leaders, recommended, improvement, fitted.acceptance, fitted.cost, systematic, notes)
 
 
 def _leave_one_out(
-    space: TuneSpace, observed: Observed, measured: list[Candidate], settings: ModelSettings
+    space: TuneSpace, observed: Observed, measured: list[Candidate], settings: ModelSettings, full: _Fitted
 ) -> dict[tuple[str, Objective], tuple[float, float]]:
     """Each measured config predicted from the others alone: (mean, variance) of log tok/s."""
     out = {}
     for cand in measured:
         others = [c for c in measured if c is not cand]
-        sub = _fit(space, observed, others, settings.run_cv)
+        sub = _fit(space, observed, others, settings.run_cv, full)
         draws = _sample(space, observed, sub, [cand], np.random.default_rng(settings.seed + 1), settings.samples)
         for o in space.objectives:
             values = draws[o][:, 0]
@@ -297,7 +295,10 @@ def _outlook(
     )  # fmt: skip
 
 
-def _fit(space: TuneSpace, observed: Observed, measured: list[Candidate], run_cv: float) -> _Fitted:
+def _fit(
+    space: TuneSpace, observed: Observed, measured: list[Candidate], run_cv: float, near: _Fitted | None = None
+) -> _Fitted:
+    """Fit every model to `measured` (`near`: a fit to more data, where the optimiser starts)."""
     ref = observed[space.reference.label]
     positions = max(c.shape.depth for c in space.candidates if c.shape is not None)
     acceptance: dict[tuple[str, str], AcceptanceFit] = {}
@@ -311,7 +312,8 @@ def _fit(space: TuneSpace, observed: Observed, measured: list[Candidate], run_cv
                 if hists:
                     mean = _mean_histogram(hists)
                     items.append(AcceptanceObservation(cand.shape.depth, cand.shape.width, mean))
-            acceptance[(group, workload)] = fit_acceptance(items, positions)
+            start = near.acceptance[(group, workload)].mean if near is not None else None
+            acceptance[(group, workload)] = fit_acceptance(items, positions, start)
     terms = terms_for([c.shape for c in space.candidates if c.shape is not None])
     cost, ttft, efficiency, floor = {}, {}, {}, {}
     for o in space.objectives:

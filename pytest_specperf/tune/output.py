@@ -18,12 +18,10 @@ from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.redact import redact_args, redact_env, redact_text
 from pytest_specperf.report.terminal import pm, text_table
 from pytest_specperf.tune.model import Forecast, Outlook
-from pytest_specperf.tune.search import TuneResult, initial_design
+from pytest_specperf.tune.search import RULED_OUT, TuneResult, initial_design
 from pytest_specperf.tune.space import Candidate, Objective, TuneSpace, describe_axes, settings_text
 from pytest_specperf.verdict.stats import Estimate
 
-#: a config with less chance than this to beat the leader is "ruled out by the model"
-RULED_OUT = 0.01
 DEFAULT_TOP = 10
 RANK_HEADERS = ("#", "config", "status", "tok/s", "measured speedup", "predicted speedup", "chance")
 
@@ -97,8 +95,11 @@ def ranking_lines(result: TuneResult, objective: Objective, top: int = DEFAULT_T
     for label in shown:
         o = fc.outlooks[(label, objective)]
         rank = str(ranked.index(label) + 1)
+        predicted = _ratio(o.predicted_speedup)
+        if o.measured is not None and "no bound" in predicted:
+            predicted = "-"  # the other configs alone cannot predict it (e.g. the only deep chain)
         rows.append([rank, _name(space, label), _status(result, o), pm(o.throughput, 1), _ratio(o.speedup),
-                     _ratio(o.predicted_speedup), _chance(fc, o)])  # fmt: skip
+                     predicted, _chance(fc, o)])  # fmt: skip
     out = [f"{objective.label}: ranking by best estimate"]
     out += ["  " + line for line in text_table(RANK_HEADERS, rows)]
     skipped = [label for label in ranked if label not in result.observed and label not in shown]

@@ -37,6 +37,8 @@ from pytest_specperf.tune.space import Candidate, Objective, TuneSpace, settings
 
 #: an expected improvement below this (relative) is not worth a server start
 MIN_IMPROVEMENT = 1e-4
+#: a config with less chance than this to beat a leader is ruled out by the model
+RULED_OUT = 0.01
 
 
 class Runner(Protocol):
@@ -68,10 +70,22 @@ class TuneResult:
     stopped: str
     settled: bool = False
     failed: dict[str, str] = field(default_factory=dict)
+    #: after each fit: (starts so far, every config's best chance to beat a leader)
+    trace: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
     @property
     def measured(self) -> set[str]:
         return set(self.observed)
+
+    def ruled_out_after(self, label: str) -> int | None:
+        """The number of starts after which the model ruled `label` out for good (None: it never did)."""
+        after = None
+        for starts, chances in self.trace:
+            if chances.get(label, 1.0) >= RULED_OUT:
+                after = None
+            elif after is None:
+                after = starts
+        return after
 
 
 def initial_design(space: TuneSpace) -> list[tuple[Candidate, str]]:
@@ -121,6 +135,7 @@ class _Search:
         self.starts: list[Start] = []
         self.failed: dict[str, str] = {}
         self.latest: Forecast | None = None
+        self.trace: list[tuple[int, dict[str, float]]] = []
 
     def run(self) -> TuneResult:
         space = self.space
@@ -144,12 +159,10 @@ class _Search:
             gain = current.improvement[pick.label]
             self._start(pick, f"expected improvement {gain:+.1%}", space.rounds)
         final = self._forecast()
-        return TuneResult(space, self.starts, self.observed, final, stopped, settled, dict(self.failed))
+        return TuneResult(space, self.starts, self.observed, final, stopped, settled, dict(self.failed), self.trace)
 
     def _most_promising(self, current: Forecast) -> Candidate | None:
-        options = [
-            c for c in self.space.candidates if c.label not in self.observed and c.label not in self.failed
-        ]
+        options = [c for c in self.space.candidates if c.label not in self.observed and c.label not in self.failed]
         if not options:
             return None
         best = max(options, key=lambda c: current.improvement.get(c.label, 0.0))
@@ -157,6 +170,8 @@ class _Search:
 
     def _forecast(self) -> Forecast:
         self.latest = forecast(self.space, self.observed, self.settings)
+        chances = {c.label: self.latest.best_chance(c.label) for c in self.space.candidates}
+        self.trace.append((len(self.observed) + len(self.failed), chances))  # starts whose data is in
         return self.latest
 
     def _start(self, cand: Candidate, why: str, rounds: int) -> None:

@@ -305,7 +305,7 @@ def _sglang_candidates(base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], 
         raise ConfigError(
             f"{where} num_draft_tokens",
             f"{refused[0]} is valid for no num_steps and eagle_topk of the space (SGLang runs steps + 1 with "
-            "eagle_topk 1, else 2 to steps x topk + 1); remove it, or use \"valid\"",
+            'eagle_topk 1, else 2 to steps x topk + 1); remove it, or use "valid"',
         )
     return out
 
@@ -326,8 +326,7 @@ def _vllm_candidates(base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], wh
     if lookup and (raw is None or method != "ngram"):
         raise ConfigError(
             f"{where} {lookup[0]}",
-            "applies to vLLM's ngram method, given in the base server's speculative_config table "
-            '(method = "ngram")',
+            "applies to vLLM's ngram method, given in the base server's speculative_config table (method = \"ngram\")",
         )
     base_tokens = raw.get("num_speculative_tokens") if raw is not None else base.num_steps
     tokens = axes.get("num_speculative_tokens") or _vllm_from_base(base_tokens, where)
