@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
@@ -23,6 +24,7 @@ from pytest_specperf.tune.space import Candidate, Objective, TuneSpace, describe
 from pytest_specperf.verdict.stats import Estimate
 
 DEFAULT_TOP = 10
+WIDTH = 120
 RANK_HEADERS = ("#", "config", "status", "tok/s", "measured speedup", "predicted speedup", "chance")
 
 
@@ -58,7 +60,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
                "per draft model and workload; topk > 1 through a fitted tree gain")  # fmt: skip
     out.append("    tok/s = efficiency x tokens / (TTFT + (tokens - 1) / tokens per verify step x cycle), with TTFT "
                "and efficiency from the measured servers")  # fmt: skip
-    return out
+    return [wrapped for line in out for wrapped in wrap(line)]
 
 
 def result_lines(result: TuneResult, config: SpecperfConfig, *, top: int = DEFAULT_TOP) -> list[str]:
@@ -75,12 +77,12 @@ def result_lines(result: TuneResult, config: SpecperfConfig, *, top: int = DEFAU
         out += ["", *ranking_lines(result, objective, top)]
     out += ["", "winners:"]
     for objective in space.objectives:
-        out.append("  " + winner_line(result, objective))
+        out += wrap("  " + winner_line(result, objective))
     out += ["", *model_lines(result)]
     for line in fc.notes:
-        out.append(f"note: {line}")
+        out += wrap(f"note: {line}")
     for name, error in result.failed.items():
-        out.append(f"failed to start: {name}: {error}")
+        out += wrap(f"failed to start: {name}: {error}")
     for block in paste_blocks(result, config):
         out += ["", *block]
     return out
@@ -104,8 +106,16 @@ def ranking_lines(result: TuneResult, objective: Objective, top: int = DEFAULT_T
     out += ["  " + line for line in text_table(RANK_HEADERS, rows)]
     skipped = [label for label in ranked if label not in result.observed and label not in shown]
     if skipped:
-        out.append(f"  + {len(skipped)} more never started: {never_started_summary(result, skipped, objective)}")
+        out += wrap(f"  + {len(skipped)} more never started: {never_started_summary(result, skipped, objective)}")
     return out
+
+
+def wrap(line: str, width: int = WIDTH) -> list[str]:
+    """A long line of prose as lines of at most `width`, continued two spaces deeper than it starts."""
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
 
 
 def never_started(result: TuneResult, label: str) -> str:

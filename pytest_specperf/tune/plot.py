@@ -23,14 +23,14 @@ def missing_matplotlib() -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return f"--plot needs matplotlib, which is not installed: {INSTALL_HINT}"
+        return f"needs matplotlib, which is not installed: {INSTALL_HINT}"
     return None
 
 
 def write_plot(result: TuneResult, path: Path, *, simulated: bool) -> Path:
     problem = missing_matplotlib()
     if problem:
-        raise SpecperfError(problem)
+        raise SpecperfError(f"--plot {problem}")
     from matplotlib.figure import Figure
 
     objectives = result.space.objectives

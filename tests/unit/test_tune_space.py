@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,5 +170,18 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, capsys, monk
     first = lines.index("  first starts:")
     assert lines[first + 1].startswith("    1. plain (no speculation): the reference")
     assert lines[first + 2].startswith("    2. s6-k1-n7 (num_steps 6, eagle_topk 1, num_draft_tokens 7): the deepest")
-    assert "fixed + per draft token x draft tokens + per draft step x draft steps" in out
+    assert "fitted as fixed + per draft token x draft tokens" in out
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_plot_without_matplotlib_is_refused_before_any_start(tmp_path: Path, capsys, monkeypatch) -> None:
+    (tmp_path / "specperf.toml").write_text(SGLANG + 'num_steps = [1, 2]\nnum_draft_tokens = "valid"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code = main(["tune", "--plot", "tune.png", "--run-dir", str(tmp_path / "run")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip() == (
+        "specperf: error: --plot: needs matplotlib, which is not installed: pip install pytest-specperf[plot]"
+    )
     assert not (tmp_path / "run").exists()
