@@ -32,7 +32,7 @@ measured estimate)]: the gain a start of that config is expected to bring, in re
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,8 +134,11 @@ class _Belief:
     prediction: tuple[float, float] | None = None  # the model's (mean, variance), leave-one-out if measured
 
 
-def forecast(space: TuneSpace, observed: Observed, settings: ModelSettings = ModelSettings()) -> Forecast:
-    """Fit the models to `observed` (by candidate label, including the reference) and predict everything."""
+def forecast(
+    space: TuneSpace, observed: Observed, settings: ModelSettings = ModelSettings(), failed: Collection[str] = ()
+) -> Forecast:
+    """Fit the models to `observed` (by candidate label, including the reference) and predict everything;
+    configs that `failed` to start are predicted but never lead (nobody can run them as they are)."""
     if space.reference.label not in observed:
         raise ValueError("the reference must be measured before anything can be predicted")
     measured = [c for c in space.candidates if c.label in observed]
@@ -151,10 +154,14 @@ def forecast(space: TuneSpace, observed: Observed, settings: ModelSettings = Mod
     improvement = {c.label: 0.0 for c in space.candidates if c.label not in observed}
     for o in space.objectives:
         beliefs, draws = _beliefs(space, observed, model[o], loo, systematic, o, settings, noise)
-        leader = max(labels, key=lambda label: beliefs[label].mean)
+        leader = max((label for label in labels if label not in failed), key=lambda label: beliefs[label].mean)
         leaders[o] = leader
         lead = draws[:, labels.index(leader)]
-        beats = {label: float(np.mean(draws[:, j] > lead)) for j, label in enumerate(labels) if label != leader}
+        beats = {
+            label: 0.0 if label in failed else float(np.mean(draws[:, j] > lead))
+            for j, label in enumerate(labels)
+            if label != leader
+        }
         known = [label for label in labels if label in observed]
         best_measured = max(beliefs[label].mean for label in known)
         recommended[o] = _recommend(labels, draws, beliefs, known, leader, space.confidence)

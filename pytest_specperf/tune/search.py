@@ -169,7 +169,7 @@ class _Search:
         return best if current.improvement.get(best.label, 0.0) > MIN_IMPROVEMENT else None
 
     def _forecast(self) -> Forecast:
-        self.latest = forecast(self.space, self.observed, self.settings)
+        self.latest = forecast(self.space, self.observed, self.settings, self.failed)
         chances = {c.label: self.latest.best_chance(c.label) for c in self.space.candidates}
         self.trace.append((len(self.observed) + len(self.failed), chances))  # starts whose data is in
         return self.latest
