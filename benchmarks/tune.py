@@ -11,11 +11,11 @@ seeds: `--sim-seed` (which drafts each prompt's verify steps accept) and `--sim-
   (`Profile.predicted_round_throughput`, the numbers the simulator runs on): the true best, or within
   2% of it;
 - coverage: a sample of configs (`--check`, default 40, spread over the profile's ranking) is measured
-  once in a session of its own (its own reference start; the same jitter); for every trial, each of those
+  once, one start each (the same jitter; acceptance draws of their own); for every trial, each of those
   configs the trial did not start is checked: does tune's predicted speedup interval cover the speedup
-  measured for checking?
-- fidelity: the checking measurements against the profile's prediction (the simulator answers what
-  the search is judged against);
+  it was measured at, over the trial's reference (as if the trial had started it)?
+- fidelity: the checking measurements, over a reference start of their own, against the profile's
+  prediction (the simulator answers what the search is judged against);
 - the story: after how many starts tune rules out 2 draft steps with 3 draft tokens (the config the
   engineer hoped would halve verify time) and what its cost fit says about verify.
 
@@ -46,6 +46,7 @@ from pytest_specperf.config.settings import SpecperfConfig, load_config
 from pytest_specperf.config.workloads import load_prompts, request_plan
 from pytest_specperf.sim.profile import SpecConfig, load_profile
 from pytest_specperf.sim.text import SimPrompt, chat_prompt
+from pytest_specperf.tune.document import write_document
 from pytest_specperf.tune.model import ModelSettings, forecast
 from pytest_specperf.tune.output import winner
 from pytest_specperf.tune.runner import ServerRunner
@@ -59,7 +60,7 @@ model = "moonshotai/Kimi-K2.5"
 sim_profile = "kimi-k2.5-tp8"
 sim_time_scale = {time_scale}
 sim_args = ["--sim-run-jitter", "{jitter}"]
-run_to_run_cv = {jitter}
+run_to_run_cv = {spread}
 rounds = 4
 
 [specperf.servers.plain]
@@ -102,9 +103,11 @@ def quiet(line: str) -> None:
 # --- the simulator -------------------------------------------------------------------------------
 
 
-def sim_config(folder: Path, time_scale: float, jitter: float) -> SpecperfConfig:
+def sim_config(folder: Path, time_scale: float, jitter: float, spread: float) -> SpecperfConfig:
+    """The benchmark's config: `jitter` is the simulated node's start-to-start CV, `spread` the one tune is
+    told (`run_to_run_cv`): the node's, plus what the shared machine adds to every start."""
     path = folder / "specperf.toml"
-    path.write_text(SIM_CONFIG.format(time_scale=time_scale, jitter=jitter))
+    path.write_text(SIM_CONFIG.format(time_scale=time_scale, jitter=jitter, spread=spread))
     return load_config(path, "specperf")
 
 
@@ -160,24 +163,44 @@ def run_trial(config: SpecperfConfig, space: TuneSpace, trial: int, folder: Path
 def check_grid(
     config: SpecperfConfig, space: TuneSpace, labels: list[str], seed: int, folder: Path
 ) -> dict[tuple[str, Objective], float]:
-    """Measure `labels` once each, with one reference start of their own: speedups for checking."""
+    """Measure `labels` (and a reference) once each: tok/s for checking, by (label, objective)."""
     grid = seeded(space, seed)
     runner = ServerRunner(config, grid, folder / "check")
     out = {}
     try:
-        ref = runner.measure(grid.reference, grid.rounds)
-        runner.release(grid.reference)
-        for number, label in enumerate(labels, 1):
+        for number, label in enumerate([grid.reference.label, *labels]):
             cand = grid.candidate(label)
             data = runner.measure(cand, grid.rounds)
             runner.release(cand)
             for objective, level in data.items():
-                out[(label, objective)] = level.mean_throughput / ref[objective].mean_throughput
+                out[(label, objective)] = level.mean_throughput
+            ref = grid.reference.label
             say(f"  checked {number}/{len(labels)}: {label} " + ", ".join(
-                f"{o.label} {out[(label, o)]:.3f}x" for o in grid.objectives))  # fmt: skip
+                f"{o.label} {out[(label, o)] / out[(ref, o)]:.3f}x" for o in grid.objectives))  # fmt: skip
     finally:
         runner.close()
     return out
+
+
+def machine_spread(args: argparse.Namespace, folder: Path, pairs: int = 4) -> dict[Objective, float]:
+    """The shared machine's own start-to-start CV of a speedup (no simulated jitter): plain and the true
+    best config at concurrency 1, on `pairs` pairs of starts; per start, the sd of the log speedup / sqrt 2."""
+    config = sim_config(folder / "spread", args.time_scale, 0.0, 0.0)
+    space = load_space(config)
+    logs: dict[Objective, list[float]] = {o: [] for o in space.objectives}
+    for pair in range(pairs):
+        grid = seeded(space, 20_000 + pair)
+        runner = ServerRunner(config, grid, folder / f"spread-{pair}")
+        try:
+            data = {}
+            for label in (grid.reference.label, "s3-k4-n10"):
+                data[label] = runner.measure(grid.candidate(label), grid.rounds)
+                runner.release(grid.candidate(label))
+        finally:
+            runner.close()
+        for o in space.objectives:
+            logs[o].append(math.log(data["s3-k4-n10"][o].mean_throughput / data["plain"][o].mean_throughput))
+    return {o: statistics.stdev(v) / math.sqrt(2) for o, v in logs.items()}
 
 
 def spread_sample(space: TuneSpace, truth: dict[tuple[str, Objective], float], count: int) -> list[str]:
@@ -192,7 +215,8 @@ def spread_sample(space: TuneSpace, truth: dict[tuple[str, Objective], float], c
 def main_sim(args: argparse.Namespace) -> int:
     folder = Path(tempfile.mkdtemp(prefix="specperf-tune-bench-"))
     os.environ.setdefault("SPECPERF_LOCK_DIR", str(folder / "locks"))
-    config = sim_config(folder, args.time_scale, args.jitter)
+    say(f"working folder (server logs, each trial's JSON): {folder}")
+    config = sim_config(folder, args.time_scale, args.jitter, args.spread)
     space = load_space(config)
     truth = profile_speedups(config, space)
     labels = [space.reference.label, *(c.label for c in space.candidates)]
@@ -201,12 +225,21 @@ def main_sim(args: argparse.Namespace) -> int:
     for o in space.objectives:
         best = max(labels, key=lambda label: truth[(label, o)])
         say(f"  true best at {o.label}: {best} {truth[(best, o)]:.3f}x (the profile's prediction)")
+    (folder / "spread").mkdir()
+    machine = machine_spread(args, folder)
+    say("the machine's own start-to-start CV (no simulated jitter, 4 pairs of starts): " + ", ".join(
+        f"{o.label} {cv:.1%}" for o, cv in machine.items()))  # fmt: skip
+    say(f"  tune is told run_to_run_cv = {args.spread:.0%} (the simulated {args.jitter:.0%} and the machine's)")
     checked: dict[tuple[str, Objective], float] = {}
     if args.check:
         sample = spread_sample(space, truth, args.check)
         say(f"measuring {len(sample)} configs once for checking (one reference start of their own)")
         checked = check_grid(config, space, sample, 10_000 + args.seed, folder)
-        fidelity = {o: [math.log(checked[(lab, o)] / truth[(lab, o)]) for lab in sample] for o in space.objectives}
+        ref = space.reference.label
+        fidelity = {
+            o: [math.log(checked[(lab, o)] / checked[(ref, o)] / truth[(lab, o)]) for lab in sample]
+            for o in space.objectives
+        }
         for o, errs in fidelity.items():
             say(f"  fidelity {o.label}: measured / profile speedup: mean {math.exp(statistics.fmean(errs)):.3f}, "
                 f"sd {statistics.pstdev(errs):.1%}")  # fmt: skip
@@ -222,12 +255,19 @@ def main_sim(args: argparse.Namespace) -> int:
             share = truth[(cand.label, o)] / best
             ok &= share >= 0.98
             picks.append(f"{o.label}: {cand.label} {share:.1%} of best")
-            for label in checked and [lab for lab, obj in checked if obj == o]:
+            trial_ref = result.observed[space.reference.label][o].mean_throughput
+            for label in [lab for lab, obj in checked if obj == o and lab != space.reference.label]:
                 if label in result.observed:
                     continue
                 p = result.forecast.outlooks[(label, o)].predicted_speedup
+                measured = checked[(label, o)] / trial_ref
+                hit = p is not None and p.low <= measured <= p.high
                 checks += 1
-                covered += p is not None and p.low <= checked[(label, o)] <= p.high
+                covered += hit
+                if not hit and p is not None and args.misses:
+                    say(f"    not covered: {label} {o.label} measured {measured:.3f}x, predicted {p.value:.3f}x "
+                        f"[{p.low:.3f}, {p.high:.3f}]")  # fmt: skip
+        write_document(folder / f"trial-{trial}.json", result, launcher="sim")
         story.append(result.ruled_out_after(STORY))
         rows.append((len(result.starts), ok))
         say(f"trial {trial}: {len(result.starts)} starts, {'OK' if ok else 'MISS'}: {'; '.join(picks)} "
@@ -382,9 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     sim = sub.add_parser("sim", help="the simulated Kimi node")
     sim.add_argument("--trials", type=int, default=20)
     sim.add_argument("--time-scale", type=float, default=0.05)
-    sim.add_argument("--jitter", type=float, default=0.02)
+    sim.add_argument("--jitter", type=float, default=0.02, help="the simulated node's start-to-start CV")
+    sim.add_argument("--spread", type=float, default=0.03, help="run_to_run_cv tune is told (node + machine)")
     sim.add_argument("--check", type=int, default=40, help="configs measured once for checking (0: none)")
     sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--misses", action="store_true", help="list every checked config an interval missed")
     vllm = sub.add_parser("vllm", help="the real vLLM CPU build on tiny local models")
     vllm.add_argument("--python", help="a python with vLLM 0.32.0 (default: .ci/vllm-venv's)")
     vllm.add_argument("--models", default=str(Path.home() / ".cache/pytest-specperf/vllm-models"))

@@ -17,11 +17,14 @@ out); what those predictions miss beyond their own uncertainty becomes a systema
 every prediction. A measured config's best estimate combines its measurement with its leave-one-out
 prediction (inverse-variance weights: the model pools the start-to-start noise of every start), unless
 the two disagree by more than three standard deviations; then the measurement alone counts and the
-config is flagged.
+config is flagged. And when the measured cycles scatter more around the cost fit than `run_to_run_cv`
+allows (reduced chi-square above 1), the start-to-start spread at that objective is taken as that much
+larger for every estimate and interval there: the prior may not know the node (or the machine) well.
 
-Intervals (90%): a predicted throughput is where the true value lies; a predicted speedup is where a
-*measured* speedup would land: the prediction's uncertainty, the reference's, and the start-to-start
-spread both servers of a measured speedup carry (2 x run_to_run_cv^2, as the plugin's speedup intervals).
+Intervals (90%): a predicted throughput is where the true value lies; a predicted speedup is where the
+config's speedup would be measured in this run, over this run's reference: the prediction's uncertainty
+plus the start-to-start spread (`run_to_run_cv`) and round noise the config's own start would add. (The
+reference's offset is in the prediction and in such a measurement alike, so it cancels.)
 
 Decisions use the estimates: the leader of an objective is the highest estimate; its `chance` is the
 smallest probability that it beats another config; another config's `chance` is its probability of
@@ -145,7 +148,8 @@ def forecast(
     fitted = _fit(space, observed, measured, settings.run_cv)
     model = _sample(space, observed, fitted, space.candidates, np.random.default_rng(settings.seed), settings.samples)
     loo = _leave_one_out(space, observed, measured, settings, fitted)
-    systematic = _systematic(observed, loo, settings.run_cv)
+    spread = {o: settings.run_cv * math.sqrt(max(1.0, fit.misfit)) for o, fit in fitted.cost.items()}
+    systematic = _systematic(observed, loo, spread)
     noise = np.random.default_rng(settings.seed + 2)
     labels = [space.reference.label, *(c.label for c in space.candidates)]
     outlooks: dict[tuple[str, Objective], Outlook] = {}
@@ -153,7 +157,7 @@ def forecast(
     recommended: dict[Objective, tuple[str, float]] = {}
     improvement = {c.label: 0.0 for c in space.candidates if c.label not in observed}
     for o in space.objectives:
-        beliefs, draws = _beliefs(space, observed, model[o], loo, systematic, o, settings, noise)
+        beliefs, draws = _beliefs(space, observed, model[o], loo, systematic, o, spread[o], settings, noise)
         leader = max((label for label in labels if label not in failed), key=lambda label: beliefs[label].mean)
         leaders[o] = leader
         lead = draws[:, labels.index(leader)]
@@ -171,8 +175,13 @@ def forecast(
                 improvement[label] += float(np.mean(np.maximum(0.0, draws[:, j] - best_measured)))
             chance = 1.0 - max(beats.values(), default=0.0) if label == leader else beats[label]
             data = observed.get(label, {}).get(o)
-            outlooks[(label, o)] = _outlook(label, o, data, ref, beliefs[label], chance, settings.run_cv)
-    notes = []
+            outlooks[(label, o)] = _outlook(label, o, data, ref, beliefs[label], chance, spread[o])
+    notes = [
+        f"{o.label}: the measured cycles scatter more than run_to_run_cv {settings.run_cv:.1%} allows: "
+        f"start-to-start spread taken as {spread[o]:.1%}"
+        for o in space.objectives
+        if spread[o] > settings.run_cv * 1.05
+    ]
     if systematic > 0:
         notes.append(f"leave-one-out predictions missed by more than their intervals: every prediction widened "
                      f"by a systematic {systematic:.1%}")  # fmt: skip
@@ -194,14 +203,16 @@ def _leave_one_out(
     return out
 
 
-def _systematic(observed: Observed, loo: dict[tuple[str, Objective], tuple[float, float]], run_cv: float) -> float:
+def _systematic(
+    observed: Observed, loo: dict[tuple[str, Objective], tuple[float, float]], spread: dict[Objective, float]
+) -> float:
     """What leave-one-out predictions miss beyond their own and the measurements' variance (method of
     moments over the predictions certain enough to say anything; 0 with fewer than two)."""
     excess = []
     for (label, o), (m, v) in loo.items():
         data = observed[label][o]
         if v <= _LOO_USABLE_SD**2:
-            excess.append((math.log(data.mean_throughput) - m) ** 2 - v - run_cv**2 - data.round_variance)
+            excess.append((math.log(data.mean_throughput) - m) ** 2 - v - spread[o] ** 2 - data.round_variance)
     return math.sqrt(max(0.0, sum(excess) / len(excess))) if len(excess) >= 2 else 0.0
 
 
@@ -212,6 +223,7 @@ def _beliefs(
     loo: dict[tuple[str, Objective], tuple[float, float]],
     systematic: float,
     objective: Objective,
+    spread: float,
     settings: ModelSettings,
     noise: np.random.Generator,
 ) -> tuple[dict[str, _Belief], np.ndarray]:
@@ -219,7 +231,7 @@ def _beliefs(
 
     Unmeasured configs are drawn from the model (jointly: they share its parameters) plus the
     systematic error; measured ones from their estimate, independently."""
-    cv2, size = settings.run_cv**2, settings.samples
+    cv2, size = spread**2, settings.samples
     ref = observed[space.reference.label][objective]
     draws = np.empty((size, len(space.candidates) + 1))
     beliefs = {space.reference.label: _Belief(math.log(ref.mean_throughput), cv2 + ref.round_variance)}
@@ -291,7 +303,7 @@ def _outlook(
         half = Z90 * math.sqrt(v)
         predicted_tp = Estimate(math.exp(m), math.exp(m - half), math.exp(m + half), 0, DEFAULT_CONFIDENCE)
         rounds = data.round_variance if data is not None else ref.round_variance
-        spread = math.sqrt(v + run_cv**2 + ref.round_variance + 2 * run_cv**2 + rounds)
+        spread = math.sqrt(v + run_cv**2 + rounds)  # this run's reference is in both: its offset cancels
         s = m - math.log(ref.mean_throughput)
         predicted_speedup = Estimate(
             math.exp(s), math.exp(s - Z90 * spread), math.exp(s + Z90 * spread), 0, DEFAULT_CONFIDENCE

@@ -2,10 +2,10 @@
 a ready-to-paste server block.
 
 Every speedup is over the reference measured by the same run. A measured speedup carries the plugin's
-90% interval (round noise and the start-to-start spread of both servers); a predicted one is where a
-measurement would land with 90% probability (tune/model.py). Configs that were never started say why:
-the model gives them under 1% chance to beat the leader, the leaders were already known, or the budget
-ran out first (with the chance they had).
+90% interval (round noise and the start-to-start spread of both servers); a predicted one is where the
+config's measurement in this run would land with 90% probability (tune/model.py). Configs that were
+never started say why: the model gives them under 1% chance to beat the leader, the leaders were already
+known, or the budget ran out first (with the chance they had).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def result_lines(result: TuneResult, config: SpecperfConfig, *, top: int = DEFAU
         f"tune: {len(result.starts)} server starts of {space.budget} (a full grid: {len(space.candidates) + 1}); "
         f"stopped: {result.stopped}",
         "speedup over " + space.reference.label + ", same run; measured: 90% interval of the measurement; "
-        "predicted: where a measurement would land (90%)",
+        "predicted: where its measurement in this run would land (90%)",
     ]
     for objective in space.objectives:
         out += ["", *ranking_lines(result, objective, top)]
