@@ -260,15 +260,23 @@ def _recommend(
     leader: str,
     confidence: float,
 ) -> tuple[str, float]:
-    """The config to recommend: the best measured one, unless a config never started is predicted to beat
-    it with `confidence` (a config is only recommended unmeasured when the model is that sure); with the
-    smallest chance that it beats another config."""
-    best = max(measured, key=lambda label: beliefs[label].mean)
-    pick = best
-    if leader not in measured:
-        sure = float(np.mean(draws[:, labels.index(leader)] > draws[:, labels.index(best)]))
-        if sure >= confidence:
-            pick = leader
+    """The config to recommend, with the smallest chance that it beats another config.
+
+    The best measured config, if it beats the reference (`labels[0]`) with `confidence`: speculation has
+    to pay credibly (a disturbed reference measurement must not crown a config that merely looks
+    faster); else the reference. A config never started replaces it only when the model is that sure it
+    is faster still.
+    """
+
+    def beats(a: str, b: str) -> float:
+        return float(np.mean(draws[:, labels.index(a)] > draws[:, labels.index(b)]))
+
+    reference = labels[0]
+    pick = max(measured, key=lambda label: beliefs[label].mean)
+    if pick != reference and beats(pick, reference) < confidence:
+        pick = reference
+    if leader not in measured and beats(leader, pick) >= confidence and beats(leader, reference) >= confidence:
+        pick = leader
     column = draws[:, labels.index(pick)]
     others = [float(np.mean(column > draws[:, j])) for j, label in enumerate(labels) if label != pick]
     return pick, min(others, default=1.0)

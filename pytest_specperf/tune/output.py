@@ -171,11 +171,13 @@ def winner_line(result: TuneResult, objective: Objective) -> str:
         sure += f"; the model's estimate favours {leader} by a hair (never started)"
     if cand.is_reference:
         best = _best_speculative(result, objective)
-        told = ""
+        verdict, told = "speculation does not pay here", ""
         if best is not None:
             b = result.forecast.outlooks[(best, objective)]
             told = f"; the best speculative config, {best}, {_estimate_speedup(b)}"
-        return f"{objective.label}: {cand.label} (no speculation): speculation does not pay here ({sure}){told}"
+            if b.estimate > o.estimate:
+                verdict = f"no speculative config is faster with {result.space.confidence:.0%} confidence"
+        return f"{objective.label}: {cand.label} (no speculation): {verdict} ({sure}){told}"
     measured = "measured" if o.speedup is not None else "predicted, never started: start it to confirm"
     tp = pm(o.throughput, 1) if o.throughput is not None else f"~{o.estimated_throughput:.1f}"
     return (

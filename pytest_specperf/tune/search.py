@@ -1,6 +1,7 @@
 """The search: which config to start next, how long to measure it, and when to stop.
 
-1. The reference, measured with `max_rounds` rounds: every speedup is over it.
+1. The reference, measured with `max_rounds` rounds: every speedup is over it (as long again, once, when
+   its rounds differ more than `run_to_run_cv`: a disturbed reference would skew every speedup).
 2. An initial design the models need before they can predict (`initial_design`): the deepest chain of
    each acceptance group (it reaches every draft position, so every position's acceptance is
    measured), the widest tree (how much topk adds, and what many draft tokens cost), and whatever
@@ -34,6 +35,7 @@ from pytest_specperf.tune.cost import term_values, terms_for
 from pytest_specperf.tune.model import Forecast, ModelSettings, forecast
 from pytest_specperf.tune.observe import LevelData
 from pytest_specperf.tune.space import Candidate, Objective, TuneSpace, settings_text
+from pytest_specperf.verdict.stats import coefficient_of_variation
 
 #: an expected improvement below this (relative) is not worth a server start
 MIN_IMPROVEMENT = 1e-4
@@ -195,6 +197,8 @@ class _Search:
             self.say(f"  {cand.label} failed: {self.failed[cand.label]}")
             return
         done = rounds
+        if cand.is_reference:
+            done += self._steady_reference(cand)
         while not cand.is_reference and done < space.max_rounds:
             current = self._forecast()
             if not current.in_contention(cand.label, space.confidence):
@@ -212,6 +216,21 @@ class _Search:
             cycle = f", cycle {data.mean_cycle_ms:.2f} ms" if data.mean_cycle_ms else ""
             speedup = "" if cand.is_reference else f", {data.mean_throughput / ref:.2f}x"
             self.say(f"  measured {o.label}: {data.mean_throughput:.1f} tok/s{speedup}{cycle} ({data.rounds} rounds)")
+
+    def _steady_reference(self, ref: Candidate) -> int:
+        """The reference anchors every speedup: when its rounds differ more than starts do (round CV above
+        run_to_run_cv: the machine was disturbed), measure it as long again, once. Returns the rounds added."""
+        noisy = {
+            o: cv
+            for o, data in self.observed[ref.label].items()
+            if (cv := coefficient_of_variation(data.throughput)) is not None and cv > self.settings.run_cv
+        }
+        if not noisy:
+            return 0
+        where = ", ".join(f"{o.label} {cv:.1%}" for o, cv in noisy.items())
+        self.say(f"  {ref.label}: its rounds differ more than run_to_run_cv ({where}): {self.space.max_rounds} more")
+        self.observed[ref.label] = dict(self.runner.measure(ref, self.space.max_rounds))
+        return self.space.max_rounds
 
 
 def _picked(chosen: list[tuple[Candidate, str]]) -> list[Candidate]:

@@ -14,13 +14,14 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytest_specperf.config.settings import load_config, parse_server
 from pytest_specperf.errors import ServerError
 from pytest_specperf.sim.profile import SpecConfig, accepted_distribution, load_profile
 from pytest_specperf.tune.document import tune_document, write_document
-from pytest_specperf.tune.model import ModelSettings
+from pytest_specperf.tune.model import ModelSettings, _Belief, _recommend
 from pytest_specperf.tune.observe import LevelData
 from pytest_specperf.tune.output import paste_blocks, result_lines, winner
 from pytest_specperf.tune.search import initial_design, run_search
@@ -69,8 +70,11 @@ def true_throughput(shape: Shape | None, level: int) -> float:
 class ProfileRunner:
     """Answers like a simulator would, from the profile: one seeded speed offset per start."""
 
-    def __init__(self, space: TuneSpace, seed: int, jitter: float = 0.02, fail: str | None = None) -> None:
+    def __init__(
+        self, space: TuneSpace, seed: int, jitter: float = 0.02, fail: str | None = None, disturbed: bool = False
+    ) -> None:
         self.space, self.jitter, self.fail = space, jitter, fail
+        self.disturbed = disturbed  # the reference's fourth round at concurrency 8 ran at a tenth of the speed
         self.rng = random.Random(seed)
         self.rounds: dict[str, int] = {}
         self.order: list[str] = []
@@ -92,6 +96,8 @@ class ProfileRunner:
         tp = true_throughput(shape, level) / offset
         ttft = PROFILE.prefill_ms(PROMPT)
         throughput = tuple(tp * (1 + 0.003 * ((i % 3) - 1)) for i in range(n))
+        if self.disturbed and shape is None and level == 8:
+            throughput = (*throughput[:3], tp / 10, *throughput[4:])
         spec = spec_of(shape)
         if spec is None:
             return LevelData(throughput, (), ttft, (TOKENS - 1) * PROFILE.plain_step_ms(level) * offset, TOKENS)
@@ -211,3 +217,25 @@ def test_the_json_document(tmp_path: Path) -> None:
     story = next(c for c in doc["candidates"] if c["config"] == "s2-k1-n3")
     assert story["ruled_out_after_starts"] == 4  # the initial design already rules 2 steps / 3 tokens out
     assert doc["model"]["cost"][0]["terms"]["fixed"]["value"] == pytest.approx(22.74, rel=0.05)
+
+
+def test_a_disturbed_reference_is_measured_again_and_crowns_nothing(tmp_path: Path) -> None:
+    """One reference round at concurrency 8 ran at a tenth of the speed (a busy machine): its rounds are
+    measured as long again, and no speculative config is crowned by the slow reference."""
+    space = make_space(tmp_path, FULL)
+    runner = ProfileRunner(space, 11, disturbed=True)
+    result = run_search(space, runner, ModelSettings())
+    assert runner.rounds["plain"] == 2 * space.max_rounds
+    assert winner(result, space.objectives[1])[0].label == "plain"
+
+
+def test_speculation_must_beat_the_reference_credibly() -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0.0, 0.05, 4000)  # a noisy reference
+    close = rng.normal(0.02, 0.02, 4000)  # 2% faster, but within the reference's noise
+    clear = rng.normal(0.30, 0.02, 4000)
+    beliefs = {"plain": _Belief(0.0, 0.0025), "close": _Belief(0.02, 4e-4), "clear": _Belief(0.30, 4e-4)}
+    draws = np.column_stack([ref, close])
+    assert _recommend(["plain", "close"], draws, beliefs, ["plain", "close"], "close", 0.9)[0] == "plain"
+    draws = np.column_stack([ref, clear])
+    assert _recommend(["plain", "clear"], draws, beliefs, ["plain", "clear"], "clear", 0.9)[0] == "clear"
