@@ -58,6 +58,9 @@ Observed = Mapping[str, Mapping[Objective, LevelData]]
 
 @dataclass(frozen=True)
 class ModelSettings:
+    """`run_cv`: the start-to-start CV (the config's `run_to_run_cv`); draws per fit, and their seed (the
+    same data always give the same forecast)."""
+
     run_cv: float = 0.02
     samples: int = 800
     seed: int = 20240917
@@ -73,7 +76,7 @@ class Outlook:
     throughput: Estimate | None  # measured rounds
     speedup: Estimate | None  # measured, over the reference (the plugin's speedup interval)
     predicted_throughput: Estimate | None  # the model's (leave-one-out for a measured config)
-    predicted_speedup: Estimate | None  # where a measured speedup would land
+    predicted_speedup: Estimate | None  # where its speedup measured in this run would land
     estimate: float  # log tok/s: the best estimate
     estimate_sd: float
     chance: float = 0.0

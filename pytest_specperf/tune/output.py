@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.redact import redact_args, redact_env, redact_text
 from pytest_specperf.report.terminal import pm, text_table
+from pytest_specperf.tune.cost import terms_for
 from pytest_specperf.tune.model import Forecast, Outlook
 from pytest_specperf.tune.search import RULED_OUT, TuneResult, initial_design
 from pytest_specperf.tune.space import Candidate, Objective, TuneSpace, describe_axes, settings_text
@@ -317,7 +318,5 @@ def _sim_text(config: SpecperfConfig) -> str:
 
 
 def _terms(space: TuneSpace) -> Iterable[str]:
-    from pytest_specperf.tune.cost import terms_for
-
     terms = terms_for([c.shape for c in space.candidates if c.shape is not None])
     return [t if t == "fixed" else f"{t} x {t.removeprefix('per ')}s" for t in terms]
