@@ -99,7 +99,7 @@ def ranking_lines(result: TuneResult, objective: Objective, top: int = DEFAULT_T
         o = fc.outlooks[(label, objective)]
         rank = str(ranked.index(label) + 1)
         predicted = _ratio(o.predicted_speedup)
-        if o.measured is not None and "no bound" in predicted:
+        if o.measured is not None and not informative(o.predicted_speedup):
             predicted = "-"  # the other configs alone cannot predict it (e.g. the only deep chain)
         rows.append([rank, _name(space, label), _status(result, o), pm(o.throughput, 1), _ratio(o.speedup),
                      predicted, _chance(fc, o)])  # fmt: skip
@@ -166,19 +166,25 @@ def winner_speedup(result: TuneResult, objective: Objective) -> Estimate | None:
 def winner_line(result: TuneResult, objective: Objective) -> str:
     cand, o = winner(result, objective)
     _, chance = result.forecast.recommended[objective]
-    sure = f"ahead of every other config with {chance:.0%} confidence"
     leader = result.forecast.leaders[objective]
-    if leader != cand.label:
-        sure += f"; the model's estimate favours {leader} by a hair (never started)"
+    confidence = result.space.confidence
     if cand.is_reference:
         best = _best_speculative(result, objective)
-        verdict, told = "speculation does not pay here", ""
-        if best is not None:
-            b = result.forecast.outlooks[(best, objective)]
-            told = f"; the best speculative config, {best}, {_estimate_speedup(b)}"
-            if b.estimate > o.estimate:
-                verdict = f"no speculative config is faster with {result.space.confidence:.0%} confidence"
-        return f"{objective.label}: {cand.label} (no speculation): {verdict} ({sure}){told}"
+        if best is None:
+            return f"{objective.label}: {cand.label} (no speculation)"
+        b = result.forecast.outlooks[(best, objective)]
+        if leader == cand.label:
+            why = f"speculation does not pay here (ahead of every other config with {chance:.0%} confidence)"
+        else:
+            why = f"no speculative config is faster with {confidence:.0%} confidence"
+        return f"{objective.label}: {cand.label} (no speculation): {why}; the best speculative config, {best}, " + (
+            _estimate_speedup(b)
+        )
+    if leader == cand.label:
+        sure = f"ahead of every other config with {chance:.0%} confidence"
+    else:
+        started = "measured" if leader in result.observed else "never started"
+        sure = f"the model's estimate favours {leader} ({started}) by less than the intervals can tell"
     measured = "measured" if o.speedup is not None else "predicted, never started: start it to confirm"
     tp = pm(o.throughput, 1) if o.throughput is not None else f"~{o.estimated_throughput:.1f}"
     return (
@@ -280,12 +286,17 @@ def _chance(fc: Forecast, o: Outlook) -> str:
     return f"{o.chance:.0%}" if o.chance >= 0.005 else "<1%"
 
 
+def informative(e: Estimate | None) -> bool:
+    """An interval that says something: bounded, and its ends within a factor of 3 of each other."""
+    return e is not None and e.bounded and e.low > 0 and e.high <= 3.0 * e.low
+
+
 def _ratio(e: Estimate | None) -> str:
     if e is None or not math.isfinite(e.value):
         return "-"
     if e.low == e.high == e.value:
         return f"{e.value:.2f}x"
-    if not e.bounded or e.high > 10 * max(e.value, 1e-9):
+    if not informative(e):
         return f"{e.value:.2f}x [no bound yet]"
     return f"{e.value:.2f}x [{e.low:.2f},{e.high:.2f}]"
 

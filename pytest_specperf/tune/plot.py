@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.report.plots import DPI, INSTALL_HINT
+from pytest_specperf.tune.output import informative
 from pytest_specperf.tune.search import TuneResult
 
 
@@ -56,9 +57,7 @@ def _scatter(ax: Any, result: TuneResult, objective: Any) -> None:
     names: list[str] = []
     for label in result.observed:
         o = fc.outlooks[(label, objective)]
-        if o.speedup is None or o.predicted_speedup is None or not o.predicted_speedup.bounded:
-            continue
-        if o.predicted_speedup.high > 10 * o.predicted_speedup.value:
+        if o.speedup is None or o.predicted_speedup is None or not informative(o.predicted_speedup):
             continue  # the others alone cannot predict it (e.g. the only deep chain)
         m, p = o.speedup, o.predicted_speedup
         xs.append(m.value)
@@ -90,7 +89,8 @@ def _ranking(ax: Any, result: TuneResult, objective: Any) -> None:
     for i, label in enumerate(labels):
         o = fc.outlooks[(label, objective)]
         p = o.predicted_speedup
-        if p is not None and p.bounded and p.high <= 10 * p.value:
+        if informative(p):
+            assert p is not None
             ax.plot([i, i], [p.low, p.high], color="#bbbbbb", linewidth=2)
         if o.speedup is not None:
             ax.plot([i], [o.speedup.value], "o", color="#c05000", markersize=5)

@@ -183,7 +183,7 @@ class _Search:
             for o in space.objectives:
                 outlook = self.latest.outlooks[(cand.label, o)]
                 p = outlook.predicted_speedup
-                if p is not None and p.bounded and p.high <= 10 * p.value:
+                if p is not None and p.bounded and p.low > 0 and p.high <= 3.0 * p.low:  # says something
                     self.say(f"  predicted {o.label}: {p.value:.2f}x [{p.low:.2f}, {p.high:.2f}], "
                              f"chance to beat the leader {outlook.chance:.0%}")  # fmt: skip
         try:

@@ -356,7 +356,10 @@ def _vllm_candidates(base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], wh
             if key in axes:
                 settings[key] = value
         engine.check_server(server, f"{where} (candidate {label})")
-        group = f"{method} lookup {low}-{high} draft {draft}"
+        group = " ".join(
+            [method, *([f"lookup {low}-{high}"] if high is not None or low is not None else []),
+             *([f"draft {draft}"] if draft else [])]
+        )  # fmt: skip
         out.append(Candidate(label, server, Shape(k, 1, k + 1), MappingProxyType(settings), group))
     if not out and lookup:
         raise ConfigError(f"{where} prompt_lookup_min", "is above every prompt_lookup_max: the space is empty")

@@ -121,11 +121,6 @@ def tune(folder: Path, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def best_low(doc: dict, level: int) -> float:
-    """The low end of the measured speedup interval of the winner at `level`."""
-    return next(b for b in doc["best"] if b["concurrency"] == level)["speedup_interval"][0]
-
-
 def servers_of(model: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
@@ -171,7 +166,6 @@ def test_tune_finds_each_levels_winner_and_reports_it(suite: tuple[Path, str]) -
     skipped = next(c for c in doc["candidates"] if c["config"] == "s2-k1-n3")
     assert not skipped["started"]
     assert skipped["why_not_started"] == "ruled out by the model (chance to beat a leader < 1%)"
-    assert skipped["levels"][0]["predicted_speedup"]["high"] < best_low(doc, 1)
     best = {b["concurrency"]: b for b in doc["best"]}
     assert best[1]["config"] == "s6-k1-n7" and best[1]["server"]["num_steps"] == 6 and best[1]["speedup"] > 1.5
     assert best[8]["config"] == "plain" and best[8]["speedup"] == 1.0
@@ -195,8 +189,8 @@ def test_sigterm_stops_every_server_it_started(suite: tuple[Path, str]) -> None:
             break
     assert servers_of(model)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
     assert "interrupted; every server it started is stopped" in err
     deadline = time.monotonic() + 10
     while servers_of(model) and time.monotonic() < deadline:
