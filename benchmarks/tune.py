@@ -13,7 +13,8 @@ seeds: `--sim-seed` (which drafts each prompt's verify steps accept) and `--sim-
 - coverage: a sample of configs (`--check`, default 40, spread over the profile's ranking) is measured
   once, one start each (the same jitter; acceptance draws of their own); for every trial, each of those
   configs the trial did not start is checked: does tune's predicted speedup interval cover the speedup
-  it was measured at, over the trial's reference (as if the trial had started it)?
+  it was measured at, over the trial's reference (as if the trial had started it; median rounds, as tune
+  reads its own measurements)?
 - fidelity: the checking measurements, over a reference start of their own, against the profile's
   prediction (the simulator answers what the search is judged against);
 - the story: after how many starts tune rules out 2 draft steps with 3 draft tokens (the config the
@@ -173,7 +174,7 @@ def check_grid(
             data = runner.measure(cand, grid.rounds)
             runner.release(cand)
             for objective, level in data.items():
-                out[(label, objective)] = level.mean_throughput
+                out[(label, objective)] = level.level
             ref = grid.reference.label
             say(f"  checked {number}/{len(labels)}: {label} " + ", ".join(
                 f"{o.label} {out[(label, o)] / out[(ref, o)]:.3f}x" for o in grid.objectives))  # fmt: skip
@@ -199,7 +200,7 @@ def machine_spread(args: argparse.Namespace, folder: Path, pairs: int = 4) -> di
         finally:
             runner.close()
         for o in space.objectives:
-            logs[o].append(math.log(data["s3-k4-n10"][o].mean_throughput / data["plain"][o].mean_throughput))
+            logs[o].append(math.log(data["s3-k4-n10"][o].level / data["plain"][o].level))
     return {o: statistics.stdev(v) / math.sqrt(2) for o, v in logs.items()}
 
 
@@ -255,7 +256,7 @@ def main_sim(args: argparse.Namespace) -> int:
             share = truth[(cand.label, o)] / best
             ok &= share >= 0.98
             picks.append(f"{o.label}: {cand.label} {share:.1%} of best")
-            trial_ref = result.observed[space.reference.label][o].mean_throughput
+            trial_ref = result.observed[space.reference.label][o].level
             for label in [lab for lab, obj in checked if obj == o and lab != space.reference.label]:
                 if label in result.observed:
                     continue
@@ -381,13 +382,13 @@ def main_vllm(args: argparse.Namespace) -> int:
             measured[cand.label] = dict(grid.measure(cand, config.rounds))
             grid.release(cand)
             o = space.objectives[0]
-            say(f"  {cand.label}: {measured[cand.label][o].mean_throughput:.1f} tok/s "
+            say(f"  {cand.label}: {measured[cand.label][o].level:.1f} tok/s "
                 f"({time.monotonic() - started:.0f} s)")  # fmt: skip
     finally:
         grid.close()
     o = space.objectives[0]
     full = forecast(space, measured, ModelSettings(run_cv=config.run_to_run_cv))
-    grid_best = max(measured, key=lambda label: measured[label][o].mean_throughput)
+    grid_best = max(measured, key=lambda label: measured[label][o].level)
     say(f"grid best (highest measured tok/s): {grid_best}")
     tied = [label for label in measured if _indistinguishable(full, label, grid_best, o)]
     say(f"  configs the grid cannot tell from it (90%): {', '.join(sorted(tied))}")

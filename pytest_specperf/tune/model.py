@@ -215,7 +215,7 @@ def _systematic(
     for (label, o), (m, v) in loo.items():
         data = observed[label][o]
         if v <= _LOO_USABLE_SD**2:
-            excess.append((math.log(data.mean_throughput) - m) ** 2 - v - spread[o] ** 2 - data.round_variance)
+            excess.append((math.log(data.level) - m) ** 2 - v - spread[o] ** 2 - data.level_variance)
     return math.sqrt(max(0.0, sum(excess) / len(excess))) if len(excess) >= 2 else 0.0
 
 
@@ -237,8 +237,8 @@ def _beliefs(
     cv2, size = spread**2, settings.samples
     ref = observed[space.reference.label][objective]
     draws = np.empty((size, len(space.candidates) + 1))
-    beliefs = {space.reference.label: _Belief(math.log(ref.mean_throughput), cv2 + ref.round_variance)}
-    draws[:, 0] = noise.normal(beliefs[space.reference.label].mean, math.sqrt(cv2 + ref.round_variance), size)
+    beliefs = {space.reference.label: _Belief(math.log(ref.level), cv2 + ref.level_variance)}
+    draws[:, 0] = noise.normal(beliefs[space.reference.label].mean, math.sqrt(cv2 + ref.level_variance), size)
     for j, cand in enumerate(space.candidates, 1):
         data = observed.get(cand.label, {}).get(objective)
         if data is None:
@@ -287,7 +287,7 @@ def _recommend(
 
 def _combine(data: LevelData, prediction: tuple[float, float], cv2: float) -> tuple[float, float, bool]:
     """A measured config's estimate: its measurement, weighted with its leave-one-out prediction."""
-    y, vy = math.log(data.mean_throughput), cv2 + data.round_variance
+    y, vy = math.log(data.level), cv2 + data.level_variance
     m, vm = prediction
     if not math.isfinite(vm) or abs(y - m) > _MISFIT_Z * math.sqrt(vy + vm):
         return y, vy, math.isfinite(vm)
@@ -313,9 +313,9 @@ def _outlook(
         m, v = belief.prediction
         half = Z90 * math.sqrt(v)
         predicted_tp = Estimate(math.exp(m), math.exp(m - half), math.exp(m + half), 0, DEFAULT_CONFIDENCE)
-        rounds = data.round_variance if data is not None else ref.round_variance
+        rounds = data.level_variance if data is not None else ref.level_variance
         spread = math.sqrt(v + run_cv**2 + rounds)  # this run's reference is in both: its offset cancels
-        s = m - math.log(ref.mean_throughput)
+        s = m - math.log(ref.level)
         predicted_speedup = Estimate(
             math.exp(s), math.exp(s - Z90 * spread), math.exp(s + Z90 * spread), 0, DEFAULT_CONFIDENCE
         )
@@ -352,9 +352,9 @@ def _fit(
         points = []
         for cand in measured:
             data = observed[cand.label].get(o)
-            if data is None or data.mean_cycle_ms is None or cand.shape is None:
+            if data is None or data.cycle is None or cand.shape is None:
                 continue
-            points.append(CyclePoint(cand.shape, data.mean_cycle_ms, run_cv**2 + data.cycle_variance))
+            points.append(CyclePoint(cand.shape, data.cycle, run_cv**2 + data.cycle_variance))
         cost[o] = fit_cycle_cost(points, terms, plain_tpot * 2.0)
         spec = [observed[c.label][o] for c in measured if o in observed[c.label]]
         source = spec or [ref_data]

@@ -1,11 +1,16 @@
 """What one measurement tells the models: throughput per round, cycle time, and acceptance.
 
+The models read the *median* round (`level`, `cycle`, TTFT and decode time): on a busy machine one round
+can run at a fraction of the speed, and a mean would carry that into every prediction; the displayed
+measurements (and their intervals) stay the plugin's means.
+
 Definitions (docs/tune.md):
 
 - cycle (ms) = decode time per verify step, per round: sum over requests of (E2E - TTFT) / sum of
   verify steps. The first token comes from the prefill; every later token from a verify step, so this
   is the cost model's cycle (tau x TPOT) with tau counting decode tokens only;
-- TTFT and decode time: means over the requests of every round (ms); tokens: mean completion tokens;
+- TTFT and decode time: the median over rounds of each round's mean over its requests (ms); tokens:
+  mean completion tokens;
 - acceptance: the verify steps by accepted drafts, summed over the requests of a round and averaged
   over rounds (one round's worth of evidence: see tune/acceptance.py); from the responses' histograms,
   else from the server's per-position counters (vLLM), else from the accept length alone.
@@ -14,6 +19,7 @@ Definitions (docs/tune.md):
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +34,8 @@ class LevelData:
 
     throughput: tuple[float, ...]
     cycle_ms: tuple[float, ...]
-    ttft_ms: float
-    decode_ms: float
+    ttft_ms: float  # median round
+    decode_ms: float  # median round
     tokens: float
     histogram: tuple[float, ...] | None = None
     histogram_source: str | None = None
@@ -44,28 +50,32 @@ class LevelData:
         return math.fsum(self.throughput) / len(self.throughput)
 
     @property
+    def level(self) -> float:
+        """The median round's throughput: what the models read."""
+        return statistics.median(self.throughput)
+
+    @property
+    def level_variance(self) -> float:
+        """Relative variance of `level` from round to round (0 with one round)."""
+        return _relative_variance_of_median(self.throughput)
+
+    @property
+    def cycle(self) -> float | None:
+        """The median round's cycle (ms), None for a plain server."""
+        return statistics.median(self.cycle_ms) if self.cycle_ms else None
+
+    @property
+    def cycle_variance(self) -> float:
+        return _relative_variance_of_median(self.cycle_ms)
+
+    @property
     def mean_cycle_ms(self) -> float | None:
         return math.fsum(self.cycle_ms) / len(self.cycle_ms) if self.cycle_ms else None
 
     @property
-    def round_variance(self) -> float:
-        """Relative variance of the mean throughput from round to round (0 with one round)."""
-        return _relative_variance_of_mean(self.throughput)
-
-    @property
-    def cycle_variance(self) -> float:
-        return _relative_variance_of_mean(self.cycle_ms)
-
-    @property
-    def cycles_per_request(self) -> float:
-        """E2E - TTFT = decode time; per request it spans this many cycles (tokens - 1 over tokens per step)."""
-        cycle = self.mean_cycle_ms
-        return self.decode_ms / cycle if cycle else 0.0
-
-    @property
     def efficiency(self) -> float:
         """Throughput x (TTFT + decode) / tokens: requests in flight on average, less the gaps between them."""
-        return self.mean_throughput * (self.ttft_ms + self.decode_ms) / 1000.0 / max(self.tokens, 1e-9)
+        return self.level * (self.ttft_ms + self.decode_ms) / 1000.0 / max(self.tokens, 1e-9)
 
 
 def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
@@ -74,11 +84,14 @@ def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
     if not rounds:
         raise ValueError(f"{measurement.key.label}: no round with a finished request")
     records = [rec for r in rounds for rec in _ok(r.records)]
+    per_round = [_ok(r.records) for r in rounds]
     data = LevelData(
         throughput=tuple(r.output_throughput for r in rounds),
-        cycle_ms=tuple(c for r in rounds if (c := round_cycle_ms(_ok(r.records))) is not None),
-        ttft_ms=_mean([(rec.ttft or 0.0) * 1000.0 for rec in records]),
-        decode_ms=_mean([((rec.e2e or 0.0) - (rec.ttft or 0.0)) * 1000.0 for rec in records]),
+        cycle_ms=tuple(c for recs in per_round if (c := round_cycle_ms(recs)) is not None),
+        ttft_ms=statistics.median(_mean([(x.ttft or 0.0) * 1000.0 for x in recs]) for recs in per_round),
+        decode_ms=statistics.median(
+            _mean([((x.e2e or 0.0) - (x.ttft or 0.0)) * 1000.0 for x in recs]) for recs in per_round
+        ),
         tokens=_mean([float(rec.completion_tokens) for rec in records]),
     )
     if shape is None:
@@ -141,12 +154,16 @@ def _mean_lists(lists: Sequence[Sequence[float]]) -> tuple[float, ...]:
     return tuple(v / len(lists) for v in total)
 
 
-def _relative_variance_of_mean(values: Sequence[float]) -> float:
+def _relative_variance_of_median(values: Sequence[float]) -> float:
+    """Relative variance of the median of `values`: pi/2 x sigma^2 / n, sigma from the median absolute
+    deviation (1.4826 x MAD), so one wild round neither moves the median nor swells its variance."""
     n = len(values)
     if n < 2:
         return 0.0
-    mean = math.fsum(values) / n
-    if mean == 0.0:
+    median = statistics.median(values)
+    if median == 0.0:
         return 0.0
-    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    return var / (n * mean * mean)
+    sigma = 1.4826 * statistics.median(abs(v - median) for v in values)
+    if n == 2:
+        sigma = abs(values[0] - values[1]) / math.sqrt(2.0)  # the sample sd: a MAD of two points is too small
+    return (math.pi / 2.0) * sigma * sigma / (n * median * median)

@@ -16,6 +16,7 @@ from pytest_specperf.tune.acceptance import (
     tokens_per_verify,
 )
 from pytest_specperf.tune.cost import CyclePoint, fit_cycle_cost, terms_for
+from pytest_specperf.tune.observe import LevelData
 from pytest_specperf.tune.space import Shape
 
 RATES = (0.64, 0.55, 0.30, 0.22, 0.20, 0.18)
@@ -123,3 +124,13 @@ def test_points_that_scatter_more_than_their_noise_widen_the_fit() -> None:
     noisy = fit_cycle_cost([CyclePoint(s, cycle(s) + w, 1e-4) for s, w in zip(shapes, wobble, strict=True)],
                            terms_for(shapes), 16.0)  # fmt: skip
     assert noisy.misfit > 10 and noisy.sd(Shape(4, 1, 5)) > 5 * calm.sd(Shape(4, 1, 5))
+
+
+def test_the_models_read_the_median_round() -> None:
+    """One round at a third of the speed (a busy machine) moves neither the level nor its variance much."""
+    steady = LevelData((100.0, 101.0, 99.0, 100.5), (2.0, 2.02, 1.98, 2.01), 40.0, 250.0, 128.0)
+    disturbed = LevelData((100.0, 101.0, 33.0, 100.5), (2.0, 2.02, 6.0, 2.01), 40.0, 250.0, 128.0)
+    assert disturbed.level == pytest.approx(steady.level, rel=0.01)
+    assert disturbed.cycle == pytest.approx(steady.cycle, rel=0.01)
+    assert disturbed.level_variance < 4 * steady.level_variance
+    assert disturbed.mean_throughput < 0.85 * steady.mean_throughput  # the plugin's mean does move
