@@ -7,8 +7,9 @@ objective is then
     decode   = (tokens - 1) / tokens per verify step x cycle
     tok/s    = efficiency x tokens / (TTFT + decode)
 
-with TTFT and efficiency (throughput x request time / tokens: how many requests are in flight, less
-the gaps between them) taken from the measured speculative servers at that objective. Draws of the
+with TTFT the lowest median of the measured servers at that objective (a late stream inflates TTFT,
+never shrinks it) and efficiency (throughput x E2E / tokens: how many requests are in flight, less the
+gaps between them) from the measured speculative servers there. Draws of the
 fitted parameters give a distribution of every candidate's tok/s (correlated across candidates, as
 their predictions share parameters).
 
@@ -348,18 +349,19 @@ def _fit(
     cost, ttft, efficiency, floor = {}, {}, {}, {}
     for o in space.objectives:
         ref_data = ref[o]
-        plain_tpot = ref_data.decode_ms / max(ref_data.tokens - 1.0, 1.0)
+        spec = [observed[c.label][o] for c in measured if o in observed[c.label]]
+        # a late stream inflates its TTFT, never shrinks it: the lowest median is the one that streamed
+        ttft[o] = min(d.ttft_ms for d in [ref_data, *spec])
+        plain_tpot = (ref_data.e2e_ms - ttft[o]) / max(ref_data.tokens - 1.0, 1.0)
         points = []
         for cand in measured:
             data = observed[cand.label].get(o)
-            if data is None or data.cycle is None or cand.shape is None:
+            cycle = data.cycle_at(ttft[o]) if data is not None else None
+            if data is None or cycle is None or cand.shape is None or cycle <= 0:
                 continue
-            points.append(CyclePoint(cand.shape, data.cycle, run_cv**2 + data.cycle_variance))
+            points.append(CyclePoint(cand.shape, cycle, run_cv**2 + data.cycle_variance_at(ttft[o])))
         cost[o] = fit_cycle_cost(points, terms, plain_tpot * 2.0)
-        spec = [observed[c.label][o] for c in measured if o in observed[c.label]]
-        source = spec or [ref_data]
-        ttft[o] = _mean([d.ttft_ms for d in source])
-        efficiency[o] = _mean([d.efficiency for d in source])
+        efficiency[o] = _mean([d.efficiency for d in (spec or [ref_data])])
         floor[o] = 0.05 * min([p.cycle_ms for p in points] or [plain_tpot])
     return _Fitted(acceptance, cost, ttft, efficiency, floor)
 

@@ -1,16 +1,20 @@
 """What one measurement tells the models: throughput per round, cycle time, and acceptance.
 
-The models read the *median* round (`level`, `cycle`, TTFT and decode time): on a busy machine one round
-can run at a fraction of the speed, and a mean would carry that into every prediction; the displayed
+The models read the *median* round (`level`, `cycle_at`, TTFT and E2E): on a busy machine one round can
+run at a fraction of the speed, and a mean would carry that into every prediction; the displayed
 measurements (and their intervals) stay the plugin's means.
 
 Definitions (docs/tune.md):
 
-- cycle (ms) = decode time per verify step, per round: sum over requests of (E2E - TTFT) / sum of
-  verify steps. The first token comes from the prefill; every later token from a verify step, so this
-  is the cost model's cycle (tau x TPOT) with tau counting decode tokens only;
-- TTFT and decode time: the median over rounds of each round's mean over its requests (ms); tokens:
-  mean completion tokens;
+- cycle (ms) = decode time per verify step, per round: (mean E2E - TTFT) / mean verify steps over the
+  round's requests. The first token comes from the prefill, every later one from a verify step, so this
+  is the cost model's cycle (tau x TPOT) with tau counting decode tokens only. The TTFT subtracted is
+  the objective's (`cycle_at`), chosen by the model: the lowest of the measured servers' median TTFTs.
+  A stream that arrives late (an API server starved of CPU sends a whole answer at once) inflates its
+  TTFT and shrinks its decode time by the same amount; its E2E stays right, and so does a cycle with a
+  TTFT that streamed properly;
+- TTFT and E2E: the median over rounds of each round's mean over its requests (ms); tokens: mean
+  completion tokens;
 - acceptance: the verify steps by accepted drafts, summed over the requests of a round and averaged
   over rounds (one round's worth of evidence: see tune/acceptance.py); from the responses' histograms,
   else from the server's per-position counters (vLLM), else from the accept length alone.
@@ -33,9 +37,11 @@ class LevelData:
     """One server measured at one objective (workload and concurrency level)."""
 
     throughput: tuple[float, ...]
-    cycle_ms: tuple[float, ...]
+    #: per round, over the requests with verify steps: mean E2E (ms) and mean verify steps (empty: plain)
+    round_e2e_ms: tuple[float, ...]
+    round_verify_steps: tuple[float, ...]
     ttft_ms: float  # median round
-    decode_ms: float  # median round
+    e2e_ms: float  # median round
     tokens: float
     histogram: tuple[float, ...] | None = None
     histogram_source: str | None = None
@@ -59,23 +65,29 @@ class LevelData:
         """Relative variance of `level` from round to round (0 with one round)."""
         return _relative_variance_of_median(self.throughput)
 
-    @property
-    def cycle(self) -> float | None:
-        """The median round's cycle (ms), None for a plain server."""
-        return statistics.median(self.cycle_ms) if self.cycle_ms else None
+    def cycles(self, ttft_ms: float) -> tuple[float, ...]:
+        """Each round's cycle (ms) with `ttft_ms` as the time to the first token."""
+        pairs = zip(self.round_e2e_ms, self.round_verify_steps, strict=True)
+        return tuple((e2e - ttft_ms) / steps for e2e, steps in pairs if steps > 0)
 
-    @property
-    def cycle_variance(self) -> float:
-        return _relative_variance_of_median(self.cycle_ms)
+    def cycle_at(self, ttft_ms: float) -> float | None:
+        """The median round's cycle (ms), None for a plain server."""
+        cycles = self.cycles(ttft_ms)
+        return statistics.median(cycles) if cycles else None
+
+    def cycle_variance_at(self, ttft_ms: float) -> float:
+        return _relative_variance_of_median(self.cycles(ttft_ms))
 
     @property
     def mean_cycle_ms(self) -> float | None:
-        return math.fsum(self.cycle_ms) / len(self.cycle_ms) if self.cycle_ms else None
+        """The mean cycle with this server's own TTFT (what the progress lines show)."""
+        cycles = self.cycles(self.ttft_ms)
+        return math.fsum(cycles) / len(cycles) if cycles else None
 
     @property
     def efficiency(self) -> float:
-        """Throughput x (TTFT + decode) / tokens: requests in flight on average, less the gaps between them."""
-        return self.level * (self.ttft_ms + self.decode_ms) / 1000.0 / max(self.tokens, 1e-9)
+        """Throughput x E2E / tokens: requests in flight on average, less the gaps between them."""
+        return self.level * self.e2e_ms / 1000.0 / max(self.tokens, 1e-9)
 
 
 def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
@@ -85,13 +97,14 @@ def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
         raise ValueError(f"{measurement.key.label}: no round with a finished request")
     records = [rec for r in rounds for rec in _ok(r.records)]
     per_round = [_ok(r.records) for r in rounds]
+    verified = [[x for x in recs if x.verify_ct and x.e2e is not None] for recs in per_round]
+    verified = [recs for recs in verified if recs]
     data = LevelData(
         throughput=tuple(r.output_throughput for r in rounds),
-        cycle_ms=tuple(c for recs in per_round if (c := round_cycle_ms(recs)) is not None),
+        round_e2e_ms=tuple(_mean([(x.e2e or 0.0) * 1000.0 for x in recs]) for recs in verified),
+        round_verify_steps=tuple(_mean([float(x.verify_ct or 0) for x in recs]) for recs in verified),
         ttft_ms=statistics.median(_mean([(x.ttft or 0.0) * 1000.0 for x in recs]) for recs in per_round),
-        decode_ms=statistics.median(
-            _mean([((x.e2e or 0.0) - (x.ttft or 0.0)) * 1000.0 for x in recs]) for recs in per_round
-        ),
+        e2e_ms=statistics.median(_mean([(x.e2e or 0.0) * 1000.0 for x in recs]) for recs in per_round),
         tokens=_mean([float(rec.completion_tokens) for rec in records]),
     )
     if shape is None:
@@ -99,18 +112,9 @@ def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
     histogram, source = round_histogram(rounds, shape)
     accept = [r.accept_length for r in rounds if r.accept_length is not None]
     return LevelData(
-        data.throughput, data.cycle_ms, data.ttft_ms, data.decode_ms, data.tokens,
+        data.throughput, data.round_e2e_ms, data.round_verify_steps, data.ttft_ms, data.e2e_ms, data.tokens,
         histogram, source, _mean(accept) if accept else None,
     )  # fmt: skip
-
-
-def round_cycle_ms(records: Sequence[RequestRecord]) -> float | None:
-    """Decode time per verify step over one round's requests (None without verify steps)."""
-    verified = [r for r in records if r.verify_ct and r.e2e is not None and r.ttft is not None]
-    steps = sum(r.verify_ct or 0 for r in verified)
-    if not steps:
-        return None
-    return 1000.0 * math.fsum((r.e2e or 0.0) - (r.ttft or 0.0) for r in verified) / steps
 
 
 def round_histogram(rounds: Sequence[RoundSample], shape: Shape) -> tuple[tuple[float, ...] | None, str | None]:

@@ -60,7 +60,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     out.append(f"    acceptance per draft position from the servers' {source} (else their accept lengths), "
                "per draft model and workload; topk > 1 through a fitted tree gain")  # fmt: skip
     out.append("    tok/s = efficiency x tokens / (TTFT + (tokens - 1) / tokens per verify step x cycle), with TTFT "
-               "and efficiency from the measured servers")  # fmt: skip
+               "and efficiency from the measured servers (their median rounds)")  # fmt: skip
     return [wrapped for line in out for wrapped in wrap(line)]
 
 

@@ -128,9 +128,19 @@ def test_points_that_scatter_more_than_their_noise_widen_the_fit() -> None:
 
 def test_the_models_read_the_median_round() -> None:
     """One round at a third of the speed (a busy machine) moves neither the level nor its variance much."""
-    steady = LevelData((100.0, 101.0, 99.0, 100.5), (2.0, 2.02, 1.98, 2.01), 40.0, 250.0, 128.0)
-    disturbed = LevelData((100.0, 101.0, 33.0, 100.5), (2.0, 2.02, 6.0, 2.01), 40.0, 250.0, 128.0)
+    verify = (60.0,) * 4
+    steady = LevelData((100.0, 101.0, 99.0, 100.5), (140.0, 141.2, 138.8, 140.6), verify, 20.0, 140.0, 128.0)
+    disturbed = LevelData((100.0, 101.0, 33.0, 100.5), (140.0, 141.2, 380.0, 140.6), verify, 20.0, 140.0, 128.0)
     assert disturbed.level == pytest.approx(steady.level, rel=0.01)
-    assert disturbed.cycle == pytest.approx(steady.cycle, rel=0.01)
+    assert disturbed.cycle_at(20.0) == pytest.approx(steady.cycle_at(20.0), rel=0.01)
     assert disturbed.level_variance < 4 * steady.level_variance
     assert disturbed.mean_throughput < 0.85 * steady.mean_throughput  # the plugin's mean does move
+
+
+def test_a_late_stream_keeps_its_cycle() -> None:
+    """An answer that arrives all at once (the API server starved of CPU) has a huge TTFT and a tiny
+    decode time, but its E2E is right: with the objective's TTFT, its cycle is what it was."""
+    on_time = LevelData((100.0, 100.0), (140.0, 140.0), (60.0, 60.0), 20.0, 140.0, 128.0)
+    late = LevelData((100.0, 100.0), (140.0, 140.0), (60.0, 60.0), 138.0, 140.0, 128.0)
+    assert late.cycle_at(20.0) == on_time.cycle_at(20.0) == pytest.approx(2.0)
+    assert late.mean_cycle_ms == pytest.approx(2.0 / 60.0)  # its own TTFT would make it 60 times shorter

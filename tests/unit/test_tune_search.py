@@ -75,6 +75,7 @@ class ProfileRunner:
     ) -> None:
         self.space, self.jitter, self.fail = space, jitter, fail
         self.disturbed = disturbed  # the reference's fourth round at concurrency 8 ran at a tenth of the speed
+        self.late: set[str] = set()  # configs whose answers arrive all at once (TTFT ~ E2E)
         self.rng = random.Random(seed)
         self.rounds: dict[str, int] = {}
         self.order: list[str] = []
@@ -100,7 +101,8 @@ class ProfileRunner:
             throughput = (*throughput[:3], tp / 10, *throughput[4:])
         spec = spec_of(shape)
         if spec is None:
-            return LevelData(throughput, (), ttft, (TOKENS - 1) * PROFILE.plain_step_ms(level) * offset, TOKENS)
+            e2e = ttft + (TOKENS - 1) * PROFILE.plain_step_ms(level) * offset
+            return LevelData(throughput, (), (), ttft, e2e, TOKENS)
         tau = PROFILE.expected_accept_length(spec.steps, spec.topk, spec.draft_tokens)
         cycle = PROFILE.cycle_ms(spec.steps, spec.topk, spec.draft_tokens, level) * offset
         model = PROFILE.acceptance_for("EAGLE3")
@@ -109,8 +111,12 @@ class ProfileRunner:
         probs = [sum(p) / len(points) for p in zip(*dists, strict=True)]
         steps = REQUESTS * (TOKENS - 1) / tau
         histogram = tuple(steps * p for p in probs)
-        cycles = tuple(cycle * (1 + 0.003 * ((i % 3) - 1)) for i in range(n))
-        return LevelData(throughput, cycles, ttft, (TOKENS - 1) / tau * cycle, TOKENS, histogram, "responses", tau)
+        verify = (TOKENS - 1) / tau
+        e2e = tuple(ttft + verify * cycle * (1 + 0.003 * ((i % 3) - 1)) for i in range(n))
+        seen_ttft = ttft + verify * cycle - 1.0 if label in self.late else ttft
+        return LevelData(
+            throughput, e2e, (verify,) * n, seen_ttft, ttft + verify * cycle, TOKENS, histogram, "responses", tau
+        )
 
     def release(self, cand: Candidate) -> None:
         self.released.append(cand.label)
@@ -239,3 +245,22 @@ def test_speculation_must_beat_the_reference_credibly() -> None:
     assert _recommend(["plain", "close"], draws, beliefs, ["plain", "close"], "close", 0.9)[0] == "plain"
     draws = np.column_stack([ref, clear])
     assert _recommend(["plain", "clear"], draws, beliefs, ["plain", "clear"], "clear", 0.9)[0] == "clear"
+
+
+def test_answers_that_arrive_all_at_once_do_not_bend_the_cost_fit(tmp_path: Path) -> None:
+    """Two configs' streams arrive in one piece (TTFT ~ E2E, as from a starved API server): their E2E is
+    right, so the cost fit and the winners are as with timely streams."""
+    space = make_space(tmp_path, FULL)
+    runner = ProfileRunner(space, 1)
+    runner.late = {"s6-k1-n7", "s1-k1-n2"}
+    result = run_search(space, runner, ModelSettings())
+    fit = result.forecast.cost[space.objectives[0]]
+    assert {p.shape for p in fit.points} >= {space.candidate(label).draft for label in runner.late}
+    for point in fit.points:
+        shape = point.shape
+        label = f"s{shape.steps}-k{shape.topk}-n{shape.draft_tokens}"
+        truth = PROFILE.cycle_ms(shape.steps, shape.topk, shape.draft_tokens, 1) * runner.offsets[label]
+        assert point.cycle_ms == pytest.approx(truth, rel=0.02)
+    fixed = fit.coefficient("fixed")
+    assert fixed is not None and fixed[0] == pytest.approx(22.74, rel=0.05)
+    assert share_of_best(space, winner(result, space.objectives[0])[0].label, space.objectives[0]) >= 0.98
