@@ -250,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", default="", help="comma-separated scenarios: " + ", ".join(SCENARIOS))
+    parser.add_argument(
+        "--only", default="", help="comma-separated scenarios: " + ", ".join(SCENARIOS).replace("%", "%%")
+    )
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     cells = []

@@ -12,6 +12,8 @@
     specperf dashboard [--store STORE] -o DIR     a static HTML site of the stored histories (--publish: onto
                                                   a git store's branch, for GitHub Pages)
     specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
+    specperf tune [--dry-run] [--json PATH]       find the best speculative config in a few server starts
+                                                  ([specperf.tune] in the config file; see its --help)
 
 Exit codes:
     0  done (diff: no measurement credibly regressed)
@@ -28,12 +30,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show
+from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show, tune
 from pytest_specperf.cli.common import EXIT_CODES, FAILED
 from pytest_specperf.errors import SpecperfError
 
 #: The subcommands, in the order `specperf --help` lists them.
-COMMANDS = (show, history, diff, merge, backtest, dashboard, schema)
+COMMANDS = (show, history, diff, merge, backtest, dashboard, schema, tune)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -93,7 +93,7 @@ GLOBAL_KEYS = {
     "engine", "launcher", "python", "model", "reference", "store", "offline_store", "startup_timeout", "stop_timeout",
     "max_servers", "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
     "run_to_run_cv", "run_to_run_cv_accept_length", "confirm", "max_restarts", "strict", "env", "env_patterns",
-    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads",
+    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads", "tune",
 }  # fmt: skip
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
@@ -148,6 +148,7 @@ class _Parser:
             raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
         values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
+        values["tune"] = MappingProxyType(get.subtable("tune"))  # `specperf tune` validates it
         return SpecperfConfig(**values)
 
     def parse_store(self, get: _Getter, base: Path) -> StoreLocation:

@@ -133,6 +133,8 @@ class SpecperfConfig:
     notes: tuple[str, ...] = field(default=(), compare=False)
     #: collection-time warnings: settings that run but make the numbers noisier than they look
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: the `[specperf.tune]` table as written: `specperf tune` validates it (pytest runs never read it)
+    tune: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def effective_max_rounds(self) -> int:

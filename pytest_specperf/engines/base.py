@@ -34,12 +34,25 @@ class SpecCounts:
     `verify_steps` are forward passes of the target model that verified drafts; `spec_tokens` the
     tokens those steps emitted (accepted drafts plus one bonus token each), where the engine says so;
     None means the engine's own definition is completion tokens per verify step (SGLang).
+    `histogram[a]` counts the verify steps that accepted exactly `a` drafts, where the engine reports
+    it (SGLang's `spec_correct_drafts_histogram`, vLLM's `acceptance_histogram`): per-position
+    acceptance, which `specperf tune` fits its acceptance model to.
     """
 
     verify_steps: int
     accepted_drafts: int | None = None
     proposed_drafts: int | None = None
     spec_tokens: int | None = None
+    histogram: tuple[int, ...] | None = None
+
+
+def count_list(value: Any) -> tuple[int, ...] | None:
+    """A histogram as a server sends it (a JSON list of non-negative integers), else None."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None
+    return tuple(value)
 
 
 @dataclass(frozen=True, slots=True)

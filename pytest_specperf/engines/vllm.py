@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounters, SpecCounts, StreamMode
+from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounters, SpecCounts, StreamMode, count_list
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
 from pytest_specperf.errors import ConfigError
 
@@ -334,6 +334,7 @@ class VLLM(Engine):
             accepted_drafts=accepted,
             proposed_drafts=drafted if _is_int(drafted) else None,
             spec_tokens=accepted + steps,
+            histogram=count_list(spec.get("acceptance_histogram")),
         )
 
     def identity_extras(self, server: ServerConfig) -> dict[str, Any]:

@@ -33,6 +33,8 @@ class RequestRecord:
     accepted_drafts: int | None = None
     proposed_drafts: int | None = None
     spec_tokens: int | None = None  # tokens emitted by verify steps, where the engine says (vLLM)
+    #: verify steps by number of accepted drafts (index = drafts accepted), where the engine reports it
+    accept_histogram: tuple[int, ...] | None = None
     finish_reason: str | None = None
     output_hash: str | None = None
     error: str | None = None
@@ -81,12 +83,19 @@ class RequestRecord:
                 data[key] = round(data[key], 6)
         if data["spec_tokens"] is None:
             del data["spec_tokens"]  # SGLang's records (and files written before vLLM support) have none
+        if data["accept_histogram"] is None:
+            del data["accept_histogram"]  # plain servers, and files written before histograms were kept
+        else:
+            data["accept_histogram"] = list(data["accept_histogram"])
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)} - {"chunk_gaps", "output"}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("accept_histogram") is not None:
+            values["accept_histogram"] = tuple(values["accept_histogram"])
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)

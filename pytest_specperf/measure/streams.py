@@ -206,6 +206,7 @@ class ResponseStream:
             accepted_drafts=spec.accepted_drafts if spec else None,
             proposed_drafts=spec.proposed_drafts if spec else None,
             spec_tokens=spec.spec_tokens if spec else None,
+            accept_histogram=spec.histogram if spec else None,
             finish_reason=reason,
             output_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             output=text,

@@ -256,8 +256,15 @@ def spec_fields(req: Request, spec: SpecConfig) -> dict:
         "spec_accept_rate": req.correct_drafts / proposed if proposed else 0.0,
         "spec_num_correct_drafts": req.correct_drafts,
         "spec_num_proposed_drafts": proposed,
-        "spec_correct_drafts_histogram": list(req.histogram),
+        "spec_correct_drafts_histogram": grown_histogram(req.histogram),
     }
+
+
+def grown_histogram(counts: list[int]) -> list[int]:
+    """The histogram as SGLang sends it: a list it grows on demand (``update_spec_acceptance_histogram``),
+    so it ends at the most drafts any verify step of the request accepted (index = drafts accepted)."""
+    end = max((i for i, c in enumerate(counts) if c), default=-1) + 1
+    return list(counts[:end])
 
 
 def meta_info(req: Request, upto: int, final: bool, spec: SpecConfig | None, metrics: bool) -> dict:

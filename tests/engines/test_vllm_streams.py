@@ -52,6 +52,7 @@ def test_accept_length_is_vllms_own(canned_server, endpoint: str, config: str) -
         spec["num_draft_tokens"],
     )
     assert record.accept_length == pytest.approx(spec["mean_acceptance_length"])
+    assert record.accept_histogram == tuple(spec["acceptance_histogram"])  # per position, for `specperf tune`
     assert record.finish_reason == "length"
 
 

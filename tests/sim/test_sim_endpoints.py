@@ -165,8 +165,10 @@ def test_generate_spec_fields(spec_sim):
     assert meta["spec_num_proposed_drafts"] == v * 5
     assert meta["spec_accept_rate"] == pytest.approx(meta["spec_num_correct_drafts"] / (v * 5))
     hist = meta["spec_correct_drafts_histogram"]
-    assert len(hist) == 6 and sum(hist) == v
+    assert sum(hist) == v
     assert sum(k * n for k, n in enumerate(hist)) == meta["spec_num_correct_drafts"]
+    # SGLang grows the list on demand: it ends at the most drafts one verify step accepted (at most 5 here)
+    assert len(hist) <= 6 and hist[-1] > 0
 
 
 def test_generate_input_ids_and_put(spec_sim):

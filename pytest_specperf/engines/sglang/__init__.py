@@ -20,6 +20,7 @@ from pytest_specperf.engines.base import (
     ReportedSettings,
     SpecCounts,
     StreamMode,
+    count_list,
 )
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags, table_from_lines
 from pytest_specperf.engines.sglang import rules, startup
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 
 SHIPPED_VERSION = "0.5.23"
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
+#: Verify steps by number of accepted drafts (index = drafts accepted), on the final event; SGLang grows
+#: the list as needed, so its length is the most drafts one step accepted, plus one.
+HISTOGRAM = "spec_correct_drafts_histogram"
+#: The same histogram's name in releases before 0.5.23 (some emitted both).
+OLD_HISTOGRAM = "spec_accept_histogram"
 
 #: Where an unset launch value can be read back from /server_info (servers attached by URL).
 RESOLVED_FROM_SERVER_INFO: Mapping[str, str] = {
@@ -247,6 +253,7 @@ class SGLang(Engine):
             verify_steps=spec["spec_verify_ct"],
             accepted_drafts=_int_or_none(spec.get("spec_num_correct_drafts")),
             proposed_drafts=_int_or_none(spec.get("spec_num_proposed_drafts")),
+            histogram=count_list(spec.get(HISTOGRAM)) or count_list(spec.get(OLD_HISTOGRAM)),
         )
 
     # ---- server state ------------------------------------------------------------------------------
