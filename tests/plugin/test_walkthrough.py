@@ -58,7 +58,7 @@ def test_step3_a_slower_draft_is_a_regression_with_its_interval(example: pytest.
         [
             "*REGRESSION eagle3-5step/chat/c1:*",
             "*output_throughput: * [[]*] tok/s (15 rounds on 2 server starts) vs baseline * (2 server starts tonight; "
-            "1 recorded run, prior*): ratio 0.* [[]*], allowed -5%: REGRESSION*",
+            "11 recorded runs, run-to-run CV *): ratio 0.* [[]*], allowed -5%: REGRESSION*",
             "*confirmed on a second server start (the first start alone: -*",
         ]
     )
