@@ -44,7 +44,7 @@ MARKER_HELP = (
 
 
 class SpecperfWarning(UserWarning):
-    """A result that passes but deserves a look (an INCONCLUSIVE check, a sanity warning)."""
+    """A result that passes but deserves a look (a SUSPECT check, a sanity warning)."""
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -34,6 +34,10 @@ def pytest_unconfigure(config):
 #: a row compared with a stored baseline ("vs baseline" has a ratio): any verdict but NEW/INCOMPARABLE
 COMPARED = r"plain \(ref\) +default +1 .*%.* (PASS|IMPROVED|SUSPECT|INCONCLUSIVE|REGRESSION)$"
 
+#: which layer a run is compared with is what these tests are about, not the comparison's outcome: a
+#: busy machine's speed cannot fail them
+LENIENT = "max_regression = 0.9\nmax_regression_accept_length = 0.9\n"
+
 ONE_TEST = """
 import pytest
 
@@ -44,7 +48,8 @@ def test_perf(specperf):
 
 
 def test_switching_to_a_real_engine_gives_new_not_incomparable(make_suite, monkeypatch) -> None:
-    suite = make_suite({"test_suite": ONE_TEST, "conftest": REAL_ENGINE_CONFTEST}, servers="[specperf.servers.plain]\n")
+    files = {"test_suite": ONE_TEST, "conftest": REAL_ENGINE_CONFTEST}
+    suite = make_suite(files, servers="[specperf.servers.plain]\n", extra=LENIENT)
     store = suite.pytester.path / ".specperf"
     suite.run("--specperf-update").assert_outcomes(passed=1)
     assert (store / "sim" / "plain" / "default-c1.json").is_file()
@@ -70,7 +75,7 @@ def test_switching_to_a_real_engine_gives_new_not_incomparable(make_suite, monke
 
 
 def test_a_simulated_store_from_before_the_sim_level_still_compares(make_suite) -> None:
-    suite = make_suite({"test_suite": ONE_TEST}, servers="[specperf.servers.plain]\n")
+    suite = make_suite({"test_suite": ONE_TEST}, servers="[specperf.servers.plain]\n", extra=LENIENT)
     store = suite.pytester.path / ".specperf"
     suite.run("--specperf-update").assert_outcomes(passed=1)
     (store / "plain").mkdir()

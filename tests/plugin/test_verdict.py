@@ -56,15 +56,16 @@ def test_a_slower_simulator_is_a_regression(make_suite) -> None:
     set_in_config(suite, 'sim_profile = "kimi-k2.5-tp8"', 'sim_profile = "gpu.toml"')
     (suite.pytester.path / "gpu.toml").write_text(profile)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    (suite.pytester.path / "gpu.toml").write_text(profile.replace("verify_fixed_ms = 22.5", "verify_fixed_ms = 27.0"))
+    # verify +60% (cycle ~+45%): a slowdown far beyond what a busy machine takes off the baseline's speed
+    (suite.pytester.path / "gpu.toml").write_text(profile.replace("verify_fixed_ms = 22.5", "verify_fixed_ms = 36.0"))
     result = suite.run()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
             "*output_throughput: * tok/s (12 rounds on 2 server starts) vs baseline * (2 server starts tonight; "
-            "1 recorded run, prior*): ratio 0.8*, allowed -5%: REGRESSION*",
-            "*confirmed on a second server start (the first start alone: -1*%)*",
+            "1 recorded run, prior*): ratio 0.*, allowed -5%: REGRESSION*",
+            "*confirmed on a second server start (the first start alone: -*%)*",
         ]
     )
 

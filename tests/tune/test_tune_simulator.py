@@ -162,7 +162,13 @@ def test_tune_finds_each_levels_winner_and_reports_it(suite: tuple[Path, str]) -
     assert starts[1].startswith("start 2/4: s6-k1-n7 (num_steps 6, eagle_topk 1, num_draft_tokens 7): the deepest")
     # the deepest chain and a shallow one (for the cost fit) settle both levels: 2 steps is never started
     assert len(starts) == 3
-    assert "stopped: every leader is ahead of every other config with 90% confidence" in out
+    # settled before the budget: the leaders are known, or no config is left that could beat them (which
+    # of the two depends on how wide a busy machine makes the spread)
+    assert re.search(
+        r"stopped: (every leader is ahead of every other config with 90% confidence"
+        r"|no config left that could beat the leaders)",
+        out,
+    ), out
     doc = json.loads((folder / "tune.json").read_text())
     skipped = next(c for c in doc["candidates"] if c["config"] == "s2-k1-n3")
     assert not skipped["started"]
