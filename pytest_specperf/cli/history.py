@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from pytest_specperf.cli.common import OK, STORE_HELP, mean_pm, opened_store, shown
 from pytest_specperf.report.terminal import pm, text_table
-from pytest_specperf.store.records import StoredBaseline, StoredRun
+from pytest_specperf.store.records import StoredBaseline, StoredRun, reference_history
 from pytest_specperf.verdict.changes import change_points
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.stats import Estimate, ratio_estimate
@@ -54,7 +53,7 @@ def run_history(args: argparse.Namespace) -> int:
         print(f"no stored history{f' for {args.select}' if args.select else ''} in {root}")
         return OK
     for entry in entries:
-        reference = _reference_history(entry, stored)
+        reference = reference_history(entry, stored)
         print(f"{entry.measurement.key.label}: {len(entry.runs)} runs, {entry.path}")
         if reference is not None:
             print(f"speedup over {reference.measurement.key.server}: its runs stored by the same session")
@@ -62,21 +61,6 @@ def run_history(args: argparse.Namespace) -> int:
             print(line)
         print()
     return OK
-
-
-def _reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -> StoredBaseline | None:
-    """The stored reference of the same workload and level (for speedups), if the store has one."""
-    key = entry.measurement.key
-    if entry.measurement.is_reference:
-        return None
-    return next(
-        (
-            e for e in stored
-            if e.measurement.is_reference and e.measurement.key.workload == key.workload
-            and e.measurement.key.concurrency == key.concurrency
-        ),
-        None,
-    )  # fmt: skip
 
 
 def history_rows(entry: StoredBaseline, reference: StoredBaseline | None = None) -> list[list[str]]:

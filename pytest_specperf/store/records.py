@@ -45,6 +45,7 @@ import socket
 import statistics
 import subprocess
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -258,6 +259,23 @@ def git_commit(directory: Path) -> str | None:
 def is_simulated(fingerprint: Fingerprint) -> bool:
     """Whether a run was measured on the simulator (its fingerprint's launcher is ``sim``)."""
     return fingerprint.identity.get("launcher") == "sim"
+
+
+def reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -> StoredBaseline | None:
+    """The reference's history of the same workload and level, on the same layer (the simulator's or
+    the engine's): the other half of a stored speedup. None for a reference's own history."""
+    key = entry.measurement.key
+    if entry.measurement.is_reference:
+        return None
+    simulated = is_simulated(entry.fingerprint)
+    return next(
+        (
+            e for e in stored
+            if e.measurement.is_reference and e.measurement.key.workload == key.workload
+            and e.measurement.key.concurrency == key.concurrency and is_simulated(e.fingerprint) == simulated
+        ),
+        None,
+    )  # fmt: skip
 
 
 def document(runs: list[StoredRun]) -> dict[str, Any]:

@@ -187,3 +187,17 @@ def test_publishing_after_another_jobs_push_draws_its_runs_too(remote: Path, tmp
     assert "plain/chat/c1" in page and "plain/code/c1" in page  # made again from the runs that came first
     assert git(remote, "log", "-1", "--format=%s", BRANCH).startswith("specperf: dashboard of 2 keys, newest run ")
     assert git(remote, "show", f"{BRANCH}:sim/plain/code-c1.json")  # the other job's runs are kept
+
+
+def test_specperf_history_pairs_speedups_within_a_layer(tmp_path: Path, capsys) -> None:
+    """A store holding the simulator's and the GPU node's histories of one workload and level: each
+    speedup is over the reference of its own layer (as in the dashboard), never over the other one."""
+    store = FileStore(tmp_path / ".specperf")
+    plain, eagle = MeasurementKey("plain", "chat", 1), MeasurementKey("eagle3-5step", "chat", 1)
+    for simulated, scale in ((True, 10.0), (False, 1.0)):  # the simulator at time scale 0.1: 10x a real node
+        record(store, plain, [Night(60.0 * scale)] * 3, simulated=simulated)
+        record(store, eagle, [Night(72.0 * scale)] * 3, simulated=simulated)
+    assert specperf(["history", "eagle3-5step/chat", "--store", str(tmp_path / ".specperf")]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
+    speedups = [row[8] for row in rows]  # run, stored, commit, segment, status, tok/s, TPOT, τ, speedup
+    assert len(speedups) == 6 and all(s.startswith(("1.1", "1.2")) for s in speedups), rows  # 72 / 60

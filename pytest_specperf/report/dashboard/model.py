@@ -22,7 +22,7 @@ from pathlib import Path
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import METRICS, MeasurementKey
 from pytest_specperf.report.analysis import blind_spots
-from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated
+from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated, reference_history
 from pytest_specperf.verdict.changes import change_points, newest_change
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
 from pytest_specperf.verdict.drift import diff
@@ -217,21 +217,6 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
         newest=frozenset(range(first, len(entry.runs))), charts=tuple(charts),
         gate=gate(entry, nights["output_throughput"], limits), drift=_drift(entry.runs),
         reference=reference.measurement.key.server if reference is not None else None,
-    )  # fmt: skip
-
-
-def reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -> StoredBaseline | None:
-    """The reference's history of the same workload, level and layer (a speedup's other half)."""
-    key = entry.measurement.key
-    if entry.measurement.is_reference:
-        return None
-    return next(
-        (
-            e for e in stored
-            if e.measurement.is_reference and e.measurement.key.workload == key.workload
-            and e.measurement.key.concurrency == key.concurrency and layer_of(e) == layer_of(entry)
-        ),
-        None,
     )  # fmt: skip
 
 
