@@ -54,6 +54,10 @@ class Frame:
         return self.top + (self.high - value) / span * (self.height - self.top - self.bottom)
 
 
+#: Half the width of the "newest" label at the charts' font size, in SVG units.
+NEWEST_LABEL_HALF_WIDTH = 22.0
+
+
 def chart_svg(
     chart: Chart,
     *,
@@ -86,10 +90,12 @@ def chart_svg(
     if labels and chart.points and chart.points[-1].run in newest:
         last = chart.points[-1]
         top = last.value.high if last.value.bounded and math.isfinite(last.value.high) else last.value.value
-        anchor = "end" if frame.x(last.run) > width - 40 else "middle"
+        # centred over the newest point, moved in only as far as the chart's edge needs: a label that ends
+        # at the point reads as naming the run before it
+        x = min(frame.x(last.run), width - NEWEST_LABEL_HALF_WIDTH)
         parts.append(
-            f'<text class="newest-label" x="{frame.x(last.run):.1f}" y="{max(frame.top + 8, frame.y(top) - 9):.1f}" '
-            f'text-anchor="{anchor}">newest</text>'
+            f'<text class="newest-label" x="{x:.1f}" y="{max(frame.top + 8, frame.y(top) - 9):.1f}" '
+            'text-anchor="middle">newest</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
