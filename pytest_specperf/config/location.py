@@ -46,6 +46,16 @@ class StoreLocation:
     def is_git(self) -> bool:
         return self.branch is not None
 
+    def shown(self) -> str:
+        """As a report header names it: a folder relative to the working directory when below it (as the
+        user would type it), a git store as its setting."""
+        if self.branch is None and self.path is not None:
+            try:
+                return str(self.path.resolve().relative_to(Path.cwd().resolve()))
+            except ValueError:
+                return str(self.path)
+        return str(self)
+
     def __str__(self) -> str:
         """The setting as written, credentials never shown (they are refused anyway)."""
         if self.branch is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
@@ -132,7 +133,7 @@ def summary_blocks(
 def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
     lines = []
     if store is not None:
-        lines.append(f"store: {store}")
+        lines.append(f"store: {store.shown() if isinstance(store, StoreLocation) else store}")
     lines += [f"merged from: {source}" for source in sources]
     if report.fingerprint_summary:
         lines.append(f"measured on: {report.fingerprint_summary}")

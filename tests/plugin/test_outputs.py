@@ -42,6 +42,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
     text = result.stdout.str()
     section = text[text.index("= specperf =") :].splitlines()[1:]
     assert any(line.startswith("SIMULATED: all measurements come from pytest_specperf.sim") for line in section)
+    assert section[0] == "store: .specperf"  # as the user would type it, from the directory pytest ran in
     assert "time scale 0.02: every delay is x0.02" in text
     assert any(line.startswith("eagle3-5step  default   1") for line in section)
     assert "cost model (per draft-and-verify cycle" in text
