@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report import dashboard
 from pytest_specperf.report.dashboard.model import Dashboard, KeyView, build_dashboard
+from pytest_specperf.report.dashboard.pages import suite_page
+from pytest_specperf.report.dashboard.svg import NEWEST_LABEL_HALF_WIDTH
 from pytest_specperf.store import GitStore, open_store
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.verdict.checks import Limits
@@ -201,3 +204,18 @@ def test_specperf_history_pairs_speedups_within_a_layer(tmp_path: Path, capsys) 
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
     speedups = [row[8] for row in rows]  # run, stored, commit, segment, status, tok/s, TPOT, τ, speedup
     assert len(speedups) == 6 and all(s.startswith(("1.1", "1.2")) for s in speedups), rows  # 72 / 60
+
+
+def test_the_newest_label_stands_over_the_newest_point(board: Dashboard) -> None:
+    """The label is centred over the ringed point (moved in only at the chart's edge), so it cannot read as
+    naming the run before it."""
+    page = suite_page(board)
+    charts = re.findall(r"<svg class=\"chart\".*?</svg>", page, re.S)
+    labelled = [c for c in charts if 'class="newest-label"' in c]
+    assert labelled
+    for chart in labelled:
+        label_x = float(re.search(r'class="newest-label" x="([\d.]+)"', chart).group(1))
+        ring_xs = [float(x) for x in re.findall(r'class="ring" cx="([\d.]+)"', chart)]
+        width = float(re.search(r'viewBox="0 0 ([\d.]+) ', chart).group(1))
+        assert 'text-anchor="middle">newest<' in chart
+        assert label_x == min(ring_xs[-1], width - NEWEST_LABEL_HALF_WIDTH), chart[:200]
