@@ -70,3 +70,21 @@ def test_every_hook_is_documented() -> None:
     guide = (ROOT / "docs" / "hooks.md").read_text()
     missing = [name for name in hooks if f"`{name}(" not in reference_section() or f"`{name}(" not in guide]
     assert not missing, missing
+
+
+def test_the_real_series_table_is_what_the_benchmark_prints() -> None:
+    """The README's verdict figures on public series are not typed by hand: the benchmark prints them,
+    and a change to the verdict engine that moves one fails here until the README says so."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("backtest_public", ROOT / "benchmarks" / "backtest_public.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    shown = README[README.index("<!-- backtest_public -->\n") : README.index("<!-- /backtest_public -->")]
+    assert shown.splitlines()[1:] == module.table()

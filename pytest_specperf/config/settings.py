@@ -108,7 +108,7 @@ class SpecperfConfig:
     max_rounds: int | None = None
     max_regression: float = 0.05
     max_regression_accept_length: float = 0.02
-    history: int = 30
+    history: int = 90
     run_to_run_cv: float = 0.02
     run_to_run_cv_accept_length: float = 0.005
     #: confirm a REGRESSION or SUSPECT check on a second server start (verdict/nightly.py)

@@ -66,6 +66,8 @@ class Row:
     gate: Mapping[str, Any] | None = None
     #: what the reference and this server differ in besides speculation (its speedup compares those too)
     unlike_reference: tuple[Change, ...] = ()
+    #: --specperf-update: what tonight is against the level it replaces, when that is a REGRESSION or SUSPECT
+    update_accepts: str | None = None
 
     @property
     def key(self) -> MeasurementKey:
@@ -223,21 +225,15 @@ def history_warnings(row: Row, tolerance: float) -> list[str]:
 
 def blind_spots(night: NightVerdict, tolerance: float) -> list[str]:
     """Why a key's nightly gate cannot show a change of `tolerance` (docs/verdicts.md, "What the gate can
-    see"): it keeps leaving its level and coming back, its run-to-run CV is credibly above tolerance /
-    `BLIND_RATIO`, or its run means fall into two alternating groups. Sentences without the key's
+    see"): its run-to-run CV is credibly above tolerance / `BLIND_RATIO`, or its run means fall into two
+    alternating groups (its spread then holds both). Sentences without the key's
     label (the report and the dashboard each put it their own way); none when the gate can see it."""
     comparison = night.comparison
     if comparison is None:
         return []
     lines = []
     low = spread_lower_bound(comparison)
-    if night.flapping:
-        lines.append(
-            f"this key cannot show a {tolerance:.0%} change: {night.returns} of its last "
-            f"{len(night.values) - 1} nights were beyond the tolerance and then back to normal: raise rounds, "
-            "raise the tolerance or fix the noise"
-        )
-    elif low is not None and low > tolerance / BLIND_RATIO:
+    if low is not None and low > tolerance / BLIND_RATIO:
         sees = f"; the smallest change one night flags (80%) is {night.detectable - 1:+.1%}" if night.detectable else ""
         lines.append(
             f"this key cannot show a {tolerance:.0%} change: its run-to-run CV is {comparison.run_cv:.1%} "

@@ -137,6 +137,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "change_points": [change_point_json(c) for c in row.changes],
         "gate": gate_json(row),
         "not_stored": row.not_stored,
+        "update_accepts": row.update_accepts,
         "rounds": raw["rounds"],
     }
 
@@ -173,7 +174,10 @@ def gate_json(row: Row) -> dict[str, Any] | None:
         "confirmation": row.confirmation,
         "confirmed": night.confirmed,
         "first_start": night.first_start,
-        "streak": night.streak,
+        "spread_runs": c.spread_runs,
+        "change_runs": len(night.level.change_runs) if night.level is not None and night.change is not None else 0,
+        "by_change": night.by_change,
+        "back_to_level": night.back_since is not None,
     }  # fmt: skip
 
 
@@ -429,6 +433,7 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         history={metric: tuple(decode_point(p) for p in points) for metric, points in entry.get("history", {}).items()},
         changes=tuple(decode_change_point(m.key, c) for c in entry.get("change_points", [])),
         not_stored=entry.get("not_stored"),
+        update_accepts=entry.get("update_accepts"),
         gate=entry.get("gate"),
         unlike_reference=tuple(Change(c["name"], c["old"], c["new"]) for c in entry.get("unlike_reference", [])),
     )
@@ -449,7 +454,7 @@ def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> History
         raise ValueError("change point without a ratio")
     return HistoryChange(
         key, str(data["metric"]), int(data["index"]), int(data["runs"]), data.get("since"), data.get("commit"),
-        ratio, float(data.get("p_value", math.nan)), str(data.get("kind", "step")), data.get("per_run"),
+        ratio, _float_or_nan(data.get("p_value")), str(data.get("kind", "step")), data.get("per_run"),
     )  # fmt: skip
 
 
@@ -508,3 +513,8 @@ def decode_saved(data: Mapping[str, Any]) -> tuple[MeasurementKey, SaveResult]:
         new_segment=bool(data.get("new_segment", True)),
     )  # fmt: skip
     return MeasurementKey(data["server"], data["workload"], int(data["concurrency"])), result
+
+
+def _float_or_nan(value: Any) -> float:
+    """A number the JSON may hold as null (NaN is written as null)."""
+    return math.nan if value is None else float(value)

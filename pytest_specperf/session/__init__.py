@@ -16,6 +16,7 @@ each concern is an object of its own:
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,6 +41,7 @@ from pytest_specperf.session.usage import ServerUse
 from pytest_specperf.store import open_store
 from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.checks import Evaluation
+from pytest_specperf.verdict.stats import Decision
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import UpdateFingerprint
@@ -201,7 +203,35 @@ class SpecperfSession:
             f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
             for key, why in sorted(recorder.not_stored.items(), key=lambda kv: kv[0].label)
         ]
+        if updating:
+            accepts = self._update_accepts()
+            report.rows = [dataclasses.replace(r, update_accepts=accepts.get(r.key)) for r in report.rows]
+            report.warnings += [
+                f"--specperf-update accepts {key.label} as the new level, though against the level it replaces "
+                f"tonight is {text}" for key, text in sorted(accepts.items(), key=lambda kv: kv[0].label)
+            ]  # fmt: skip
         return report
+
+    def _update_accepts(self) -> dict[MeasurementKey, str]:
+        """What `--specperf-update` is about to accept: each key's night judged against the history it
+        replaces, as a night without the flag would be (a REGRESSION or SUSPECT is said, never silent)."""
+        from pytest_specperf.verdict.checks import Limits, evaluate
+
+        found: dict[MeasurementKey, str] = {}
+        for key, measurement in self.measurements.done.items():
+            baseline = self.baselines.readable(key)
+            if baseline is None:
+                continue
+            evaluation = evaluate(
+                measurement, None, None, Limits.of(self.config, key.workload), baseline, updating=False,
+                searches=self.plan.searches,
+            )  # fmt: skip
+            judged = [c for c in evaluation.checks if c.name.startswith("regression:") and c.beyond]
+            if judged:
+                worst_check = min(judged, key=lambda c: c.decision is not Decision.MISSED)
+                verdict = "a REGRESSION" if worst_check.decision is Decision.MISSED else "SUSPECT"
+                found[key] = f"{verdict}: {worst_check.message.splitlines()[0]}"
+        return found
 
     def errors(self) -> dict[MeasurementKey, str]:
         """Measurements that could not be made, or whose tests errored, with the first line of why."""

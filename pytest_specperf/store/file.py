@@ -38,6 +38,7 @@ from pytest_specperf.store.records import (
     document,
     dumps,
     is_simulated,
+    kept_runs,
     new_run,
     read_baseline,
 )
@@ -209,16 +210,12 @@ class FileStore:
 
 
 def newest_nights(runs: list[StoredRun], nights: int) -> list[StoredRun]:
-    """The runs of the newest `nights` nights: a night is a session (its runs share the session id: a
-    second server start adds a run, not a night); a run without a session id is a night of its own."""
-    seen: list[object] = []
-    for index in range(len(runs) - 1, -1, -1):
-        night = runs[index].provenance.session or index
-        if night not in seen:
-            if len(seen) == nights:
-                return runs[index + 1 :]
-            seen.append(night)
-    return runs
+    """The runs of the newest `nights` nights, and the current segment's newest accepted runs before
+    them (`records.kept_runs`): a night is a session (its runs share the session id: a second server
+    start adds a run, not a night); a run without a session id is a night of its own."""
+    segment = runs[-1].segment if runs else 0
+    return kept_runs(runs, nights, night_of=lambda r: r.provenance.session or None,
+                     counted=lambda r: r.segment == segment and r.status == "accepted")  # fmt: skip
 
 
 def _move_aside(path: Path, why: str) -> Path:

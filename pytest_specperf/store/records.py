@@ -45,11 +45,11 @@ import socket
 import statistics
 import subprocess
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest_specperf
 from pytest_specperf.errors import StoreError
@@ -58,8 +58,14 @@ from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
 
 SCHEMA_VERSION = 2
-#: Runs a history keeps when the config does not say (`history`).
-DEFAULT_HISTORY = 30
+#: Nights a history keeps when the config does not say (`history`): the verdict's spread rests on
+#: up to 90 accepted runs (verdict/level.py SPREAD_RUNS).
+DEFAULT_HISTORY = 90
+#: Accepted runs of the current segment a trimmed history keeps however old (`kept_runs`): the runs
+#: the level rests on (verdict/level.py).
+LEVEL_RUNS = 30
+
+T = TypeVar("T")
 KIND = "pytest-specperf baseline"
 
 
@@ -348,3 +354,30 @@ def _check_header(path: Path, data: dict[str, Any]) -> int:
             version,
         )
     return version
+
+
+def kept_runs(
+    runs: Sequence[T], nights: int, *, night_of: Callable[[T], object], counted: Callable[[T], bool]
+) -> list[T]:
+    """What a history keeps of `runs` (oldest first): the runs of the newest `nights` nights; when the
+    oldest of them is not counted (a REGRESSION or SUSPECT night: an unacknowledged change that
+    outlives them), the whole stretch of such runs it belongs to, so the change is named since the run
+    it began with ("since run 15" on night 200 as on night 16); and the first `LEVEL_RUNS` counted runs
+    of the current segment (`counted` says which), the level a person accepted, which every later run
+    is held against (verdict/level.py) however long ago that was. A night is `night_of` a run (the
+    starts of one session share it; None: a night of its own)."""
+    seen: list[object] = []
+    start = 0
+    for index in range(len(runs) - 1, -1, -1):
+        night = night_of(runs[index])
+        night = index if night is None else night
+        if night not in seen:
+            if len(seen) == nights:
+                start = index + 1
+                break
+            seen.append(night)
+    if start > 0 and not counted(runs[start]):
+        while start > 0 and not counted(runs[start - 1]):
+            start -= 1
+    accepted = [r for r in runs[:start] if counted(r)][:LEVEL_RUNS]
+    return [*accepted, *runs[start:]]

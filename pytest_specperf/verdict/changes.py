@@ -73,10 +73,20 @@ class ChangePoint:
     p_value: float
     kind: Literal["step", "drift"] = "step"
     per_run: float | None = None  # a drift's change per run, as a ratio
+    variance: float | None = None  # of log(change.value), where the interval can be asked at another confidence
+    df: float = math.inf
 
     @property
     def percent(self) -> str:
         return change_percent(self.change)
+
+    def change_at(self, confidence: float) -> Estimate:
+        """`change` with its interval at another confidence (as `HistoryComparison.ratio_at`)."""
+        if self.variance is None or self.variance == 0.0:
+            return self.change
+        d = math.log(self.change.value)
+        half = _t_quantile(confidence, self.df) * math.sqrt(self.variance)
+        return Estimate(self.change.value, math.exp(d - half), math.exp(d + half), self.change.n, confidence)
 
 
 def change_size(ratio: Estimate, kind: str = "step", per_run: float | None = None) -> str:
@@ -113,16 +123,31 @@ def change_points(values: Sequence[float], *, searches: int = 1, right_only: boo
     return _segment(logs[keep], keep, searches, right_only)
 
 
-def _segment(logs: np.ndarray, where: np.ndarray, searches: int, right_only: bool) -> list[ChangePoint]:
-    found = _best_change(logs, searches)
+def step_splits(values: Sequence[float], *, searches: int = 1) -> list[int]:
+    """Where a series of positive per-run values splits into levels: the first run after each
+    significant step, oldest first (binary segmentation with steps alone: a slow drift shows as a
+    staircase, which is how `level.accepted_level` sees it leave the tolerance). Isolated outliers
+    split nothing."""
+    xs = [float(v) for v in values]
+    if any(not math.isfinite(v) or v <= 0.0 for v in xs):
+        return []
+    logs = np.log(np.asarray(xs))
+    keep = np.flatnonzero(~_isolated_outliers(logs))
+    return [p.index for p in _segment(logs[keep], keep, searches, False, drift=False)]
+
+
+def _segment(
+    logs: np.ndarray, where: np.ndarray, searches: int, right_only: bool, *, drift: bool = True
+) -> list[ChangePoint]:
+    found = _best_change(logs, searches, drift=drift)
     if found is None:
         return []
     local, change = found
     point = _at(change, int(where[local]))
     if change.kind == "drift":
         return [point]
-    left = [] if right_only else _segment(logs[:local], where[:local], searches, right_only)
-    right = _segment(logs[local:], where[local:], searches, right_only)
+    left = [] if right_only else _segment(logs[:local], where[:local], searches, right_only, drift=drift)
+    right = _segment(logs[local:], where[local:], searches, right_only, drift=drift)
     return [*left, point, *right]
 
 
@@ -130,14 +155,14 @@ def _at(change: ChangePoint, index: int) -> ChangePoint:
     return ChangePoint(index, change.change, change.p_value, change.kind, change.per_run)
 
 
-def _best_change(logs: np.ndarray, searches: int) -> tuple[int, ChangePoint] | None:
+def _best_change(logs: np.ndarray, searches: int, *, drift: bool = True) -> tuple[int, ChangePoint] | None:
     """The best step and the best line, each tested with the serial correlation of its own
     residuals (a staircase leaves a line wavy residuals, a line leaves a step sloped ones); of the
     significant ones the better fit wins."""
     n = logs.size
     if n < 2 * MIN_SIZE:
         return None
-    level = ALPHA / max(1, searches) / 2.0  # two shapes searched
+    level = ALPHA / max(1, searches) / (2.0 if drift else 1.0)  # two shapes searched, or steps alone
     plain_step, plain_line = _fit_step(logs, 0.0), _fit_drift(logs, 0.0)
     two = _two_steps(logs) if n >= 3 * MIN_SIZE else (math.inf, logs, 0, 0)
     noise = None
@@ -151,7 +176,7 @@ def _best_change(logs: np.ndarray, searches: int) -> tuple[int, ChangePoint] | N
     found = []
     if (p := _p_value(step.t, step.df, n - 2 * MIN_SIZE + 1)) < level:
         found.append((step.rss, step.at, ChangePoint(step.at, _ratio(step.change, step.se, step.df), 2 * p, "step")))
-    if (p := _p_value(line.t, line.df, 1)) < level:
+    if drift and (p := _p_value(line.t, line.df, 1)) < level:
         span = n - 1
         change = _ratio(line.change * span, line.se * span, line.df)
         found.append((line.rss, 0, ChangePoint(0, change, 2 * p, "drift", math.exp(line.change))))
@@ -167,22 +192,28 @@ def _best_change(logs: np.ndarray, searches: int) -> tuple[int, ChangePoint] | N
 
 def _two_steps(y: np.ndarray) -> tuple[float, np.ndarray, int, int]:
     """The best fit with three levels (two steps, MIN_SIZE runs each): its residual sum of squares,
-    the fitted values and the two splits."""
+    the fitted values and the two splits. Every pair of splits at once (a series of 500 runs is
+    125,000 pairs: one array, not a Python loop)."""
     n = y.size
     sums, squares = np.concatenate([[0.0], np.cumsum(y)]), np.concatenate([[0.0], np.cumsum(y * y)])
 
-    def rss(a: int, b: int) -> float:
+    def rss(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         total = sums[b] - sums[a]
-        return float(squares[b] - squares[a] - total * total / (b - a))
+        return squares[b] - squares[a] - total * total / (b - a)
 
-    best = (math.inf, MIN_SIZE, n - MIN_SIZE)
-    for i in range(MIN_SIZE, n - 2 * MIN_SIZE + 1):
-        for j in range(i + MIN_SIZE, n - MIN_SIZE + 1):
-            best = min(best, (rss(0, i) + rss(i, j) + rss(j, n), i, j))
-    total, i, j = best
-    levels = [(sums[b] - sums[a]) / (b - a) for a, b in ((0, i), (i, j), (j, n))]
-    fitted = np.concatenate([np.full(i, levels[0]), np.full(j - i, levels[1]), np.full(n - j, levels[2])])
-    return total, fitted, i, j
+    firsts = np.arange(MIN_SIZE, n - 2 * MIN_SIZE + 1)
+    seconds = np.arange(2 * MIN_SIZE, n - MIN_SIZE + 1)
+    i, j = np.meshgrid(firsts, seconds, indexing="ij")
+    valid = j >= i + MIN_SIZE
+    i, j = i[valid], j[valid]
+    if i.size == 0:
+        return math.inf, y, MIN_SIZE, n - MIN_SIZE
+    totals = rss(np.zeros_like(i), i) + rss(i, j) + rss(j, np.full_like(j, n))
+    best = int(np.argmin(totals))
+    total, a, b = float(totals[best]), int(i[best]), int(j[best])
+    levels = [(sums[e] - sums[s]) / (e - s) for s, e in ((0, a), (a, b), (b, n))]
+    fitted = np.concatenate([np.full(a, levels[0]), np.full(b - a, levels[1]), np.full(n - b, levels[2])])
+    return total, fitted, a, b
 
 
 def credible_drift(

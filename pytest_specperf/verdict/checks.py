@@ -301,10 +301,16 @@ def night_lines(night: NightVerdict, runs: Sequence[StoredRun]) -> list[str]:
         first = f"the first start alone: {night.first_start - 1:+.1%}"
         lines.append(f"confirmed on a second server start ({first})" if night.confirmed
                      else f"not confirmed on a second server start: the first start was slow ({first})")  # fmt: skip
-    if night.streak:
-        lines.append(f"judged together with the {night.streak} run(s) before it that were beyond the tolerance too")
-    if night.by_change and night.change is not None:
-        lines.append(f"a change beyond the tolerance is in force: {_since(night.change, runs)}")
+    if night.change is not None and night.decision is not Decision.MET:
+        nights = len(night.level.change_runs) + 1 if night.level is not None else 1
+        lines.append(f"a change nobody accepted: {_since(night.change, runs)}, {nights} runs, not acknowledged "
+                     "(--specperf-update accepts tonight as the new level)")  # fmt: skip
+    elif night.change is not None and night.improved:
+        lines.append(f"IMPROVED: {_since(night.change, runs)}, not acknowledged (the level stays the accepted one)")
+    if night.by_change:
+        lines.append("REGRESSION: the change's runs together, tonight's with them, are credibly beyond the tolerance")
+    if night.back_since is not None and night.decision is Decision.MET:
+        lines.append(f"back to the accepted level (since {_run_name(night.back_since, runs)})")
     for run, rejection in rejected_runs(night, runs):
         lines.append(
             f"run of {run.provenance.created[:10]} rejected as an outlier: {rejection.describe()}; kept in the file, "
@@ -320,12 +326,16 @@ def rejected_runs(night: NightVerdict, runs: Sequence[StoredRun]) -> list[tuple[
 
 
 def _since(change: ChangePoint, runs: Sequence[StoredRun]) -> str:
-    size = change_size(change.change, change.kind, change.per_run)
-    if change.index >= len(runs):
-        return f"{size} since tonight"
-    p = runs[change.index].provenance
+    return f"{change_size(change.change, change.kind, change.per_run)} since {_run_name(change.index, runs)}"
+
+
+def _run_name(index: int, runs: Sequence[StoredRun]) -> str:
+    """'the run of 2026-11-30 (commit abc1234)', or 'tonight' past the stored runs."""
+    if index >= len(runs):
+        return "tonight"
+    p = runs[index].provenance
     commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
-    return f"{size} since the run of {p.created[:10]} ({commit})"
+    return f"the run of {p.created[:10]} ({commit})"
 
 
 def night_changes(

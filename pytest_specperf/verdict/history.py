@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -52,9 +51,13 @@ from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quant
 MIN_RUNS: Final = 3
 #: Runs a segment needs before one of them can be rejected as an outlier.
 MIN_RUNS_TO_REJECT: Final = 5
-#: One-sided level of the deleted-residual test (benchmarks/verdict_nights.py: at 0.999 a -15% run in ten
-#: escaped rejection one time in ten and blinded those nights; 0.995 catches it, at a small false rejection).
-REJECT_QUANTILE: Final = 0.995
+#: Family-wise chance that a clean history loses a run: the deleted-residual test of m runs is made at
+#: REJECT_ALPHA / (2m) per side (Bonferroni), so a clean history of 10 or of 90 runs keeps every run in
+#: 995 cases of 1000 (a fixed per-run quantile lost one from a tenth of 10-run and 29% of 30-run ones).
+REJECT_ALPHA: Final = 0.005
+#: More runs than this beyond the bound are no outliers but a mode of the key (a second runner pool):
+#: they stay, and widen the spread as they should.
+MAX_OUTLIERS: Final = 1
 #: Power the smallest detectable change is quoted at.
 DETECTION_POWER: Final = 0.80
 
@@ -121,22 +124,27 @@ def reject_outliers(levels: Sequence[float], *, min_runs: int = MIN_RUNS_TO_REJE
 
     Each run is held against the mean and spread of the *others* (the deleted residual
     t_i = (y_i - ybar_-i) / (s_-i · sqrt(1 + 1/(m-1))), Student t with m - 2 df for a normal history),
-    so a wild run cannot hide by inflating the spread it is judged by. The worst beyond
-    t_`REJECT_QUANTILE`(m - 2) goes, and the rest is tested again, while at least `min_runs` are
-    left to judge by. Every run is tested, the first of a segment too: the run that `--specperf-update`
-    started the segment with is held against the runs after it. Two-sided: a fast outlier widens the
-    spread as much as a slow one.
+    so a wild run cannot hide by inflating the spread it is judged by. The worst beyond the
+    1 - `REJECT_ALPHA` / (2m) point of t(m - 2) goes — a Bonferroni bound over the m runs tested,
+    since the worst of m is what is tested — and the rest is tested again, while at least
+    `min_runs` are left to judge by. One wild run goes; more than `MAX_OUTLIERS` are a mode that
+    recurs (a mixed runner pool), and all stay: that is the key's spread, not an accident. Every
+    run is tested, the first of a segment too: the run that `--specperf-update` started the segment
+    with is held against the runs after it. Two-sided: a fast outlier widens the spread as much as
+    a slow one.
     """
     kept = list(range(len(levels)))
     rejected: list[Rejection] = []
     while len(kept) > min_runs:
         m = len(kept)
-        limit = _one_sided_t(REJECT_QUANTILE, m - 2)
+        limit = _one_sided_t(1.0 - REJECT_ALPHA / (2.0 * m), m - 2)
         worst = max((_deleted_residual(levels, kept, i) for i in kept), key=lambda r: abs(r.t))
         if not abs(worst.t) > limit:
             break
         rejected.append(Rejection(worst.index, worst.t, limit, worst.ratio))
         kept.remove(worst.index)
+        if len(rejected) > MAX_OUTLIERS:
+            return []
     return rejected
 
 
@@ -156,8 +164,8 @@ class HistoryComparison:
 
     ratio: Estimate
     level: float  # the segment's geometric level, in the metric's unit
-    runs: int  # recorded runs the level and spread rest on (rejected ones left out)
-    run_cv: float  # run-to-run CV used: estimated from the segment, or the prior
+    runs: int  # recorded runs the level rests on
+    run_cv: float  # run-to-run CV used: estimated from the history, or the prior
     prior: bool  # True when run_cv is the configured prior (fewer than MIN_RUNS runs)
     fixed_variance: float  # Var(d) that more rounds tonight cannot shrink (one start)
     fixed_df: float  # its degrees of freedom (inf for a prior)
@@ -167,15 +175,31 @@ class HistoryComparison:
     run_variance: float | None = None  # S^2 of the runs' log levels (None below MIN_RUNS runs)
     round_variance: float = 0.0  # their mean round noise, vbar
     serial: float = 1.0  # how much the runs' correlation in time widened the interval (serial_factor)
+    spread_runs: int = 0  # recorded runs the spread rests on (at least `runs`)
+    variance: float = math.inf  # Var(d), tonight's rounds included
+    df: float = math.inf  # its degrees of freedom
 
     @property
     def runs_to_replace_prior(self) -> int:
         """How many more recorded runs until the segment's own spread is used."""
         return max(0, MIN_RUNS - self.runs) if self.prior else 0
 
+    def ratio_at(self, confidence: float) -> Estimate:
+        """The same ratio with its interval at another confidence: the verdict asks two questions of
+        one comparison (is tonight beyond the tolerance at the configured confidence, and is it a
+        change at all at `verdicts.CHANGE_CONFIDENCE`)."""
+        if not self.ratio.bounded or not math.isfinite(self.variance):
+            return Estimate.unknown(self.ratio.value, self.ratio.n, confidence, self.ratio.cv)
+        d = math.log(self.ratio.value)
+        half = _t_quantile(confidence, self.df) * math.sqrt(self.variance)
+        return Estimate(self.ratio.value, math.exp(d - half), math.exp(d + half), self.ratio.n, confidence,
+                        self.ratio.cv)  # fmt: skip
+
     def describe(self) -> str:
         """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)'."""
         runs = f"{self.runs} recorded run{'s' if self.runs != 1 else ''}"
+        if self.spread_runs > self.runs:
+            runs += f" (the spread from {self.spread_runs})"
         if self.rejected:
             runs += (
                 f" ({len(self.rejected)} more rejected as {'an outlier' if len(self.rejected) == 1 else 'outliers'})"
@@ -198,14 +222,15 @@ def compare_with_history(
     confidence: float = DEFAULT_CONFIDENCE,
     *,
     reject: bool = True,
-    spread_floor: float = 0.0,
+    spread_runs: Sequence[Sequence[float]] | None = None,
     serial: bool = True,
 ) -> HistoryComparison:
-    """Tonight (round samples, or one list per server start) against the segment's counted runs
-    (each a list of round samples; refused runs are not handed in). Outliers among the runs are
-    left out when `reject` (`reject_outliers`). `spread_floor`: a run-to-run variance (log scale,
-    round noise included) the runs' own S^2 is not allowed to fall below (`robust_spread`).
-    `serial`: widen the interval for runs that are credibly correlated in time (`serial_factor`)."""
+    """Tonight (round samples, or one list per server start) against the level of `runs` (each a
+    list of round samples). Outliers among the runs are left out when `reject` (`reject_outliers`).
+    `spread_runs`: the runs the run-to-run spread is estimated from, when it rests on more runs than
+    the level (`level.accepted_level`: the level follows the newest 30, the spread the newest 90, so
+    a key with two runner pools shows both in its spread). `serial`: widen the interval for runs that
+    are credibly correlated in time (`serial_factor`)."""
     if not runs:
         raise ValueError("compare_with_history needs at least one recorded run")
     if prior_cv < 0.0:
@@ -216,28 +241,27 @@ def compare_with_history(
     rejected = reject_outliers([r.log_mean for r in levels]) if reject else []
     out = {r.index for r in rejected}
     levels = [r for i, r in enumerate(levels) if i not in out]
+    spread = [RunLevel.of(r) for r in spread_runs] if spread_runs else levels
     k = len(levels)
     ybar = math.fsum(r.log_mean for r in levels) / k
     d = tonight.log_mean - ybar
-    tau2, fixed, fixed_df, prior = _fixed_part(levels, ybar, prior_cv, tonight.starts, spread_floor)
-    factor = serial_factor([r.log_mean for r in levels]) if serial else 1.0
-    fixed, fixed_df = fixed * factor, max(1.0, fixed_df / factor)
+    factor = serial_factor([r.log_mean for r in spread]) if serial else 1.0
+    part = _fixed_part(k, spread, prior_cv, tonight.starts, factor)
     first = RunLevel.of(starts[0])
     round_cv = math.sqrt(first.variance * first.rounds) if first.rounds >= 2 else None
     n = tonight.rounds
-    if tonight.variance == 0.0 and fixed == 0.0 and min(len(s) for s in starts) < 2:
+    total = part.variance + tonight.variance
+    df = _satterthwaite([(part.variance, part.df), (tonight.variance, tonight.df)])
+    if tonight.variance == 0.0 and part.variance == 0.0 and min(len(s) for s in starts) < 2:
         ratio = Estimate.unknown(math.exp(d), n, confidence)
+        total = math.inf
     else:
-        total = fixed + tonight.variance
-        df = _satterthwaite([(fixed, fixed_df), (tonight.variance, tonight.df)])
         half = _t_quantile(confidence, df) * math.sqrt(total)
         ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
-    single = _fixed_part(levels, ybar, prior_cv, 1, spread_floor)
-    s2 = math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1) if k >= MIN_RUNS else None
-    vbar = math.fsum(r.variance for r in levels) / k
+    single = _fixed_part(k, spread, prior_cv, 1, factor)
     return HistoryComparison(
-        ratio, math.exp(ybar), k, math.sqrt(tau2), prior, single[1], single[2], round_cv,
-        tonight.starts, tuple(rejected), s2, vbar, factor,
+        ratio, math.exp(ybar), k, math.sqrt(part.tau2), part.prior, single.variance, single.df, round_cv,
+        tonight.starts, tuple(rejected), part.s2, part.vbar, factor, len(spread), total, df,
     )  # fmt: skip
 
 
@@ -248,30 +272,43 @@ def _starts(current: Sequence[float] | Sequence[Sequence[float]]) -> list[list[f
     return [[float(x) for x in current]]  # type: ignore[arg-type]
 
 
-def _fixed_part(
-    levels: Sequence[RunLevel], ybar: float, prior_cv: float, starts: int, floor: float = 0.0
-) -> tuple[float, float, float, bool]:
-    """(tau^2, the variance of d that tonight's rounds cannot shrink, its df, prior used?).
+@dataclass(frozen=True)
+class _FixedPart:
+    """What tonight's rounds cannot shrink: the start offset and the level's own error."""
 
-    With k >= MIN_RUNS: tau_hat^2 / s + S^2 / k = S^2 (1/s + 1/k) - vbar / s, where S^2 has k - 1
-    degrees of freedom and vbar (the runs' mean round noise) their pooled rounds: Satterthwaite
-    over the two (the formula holds for a difference; floored at 1). Counting S^2's k - 1 alone
-    overstates the df when round noise is a large share: at night SD 2%, round CV 3% and 5 rounds
-    a 90% interval from 3 / 5 / 10 runs covers 87.5 / 88.4 / 88.7%, with these df 89.4 / 90.5 / 90.8%.
+    tau2: float  # run-to-run (start-to-start) variance
+    variance: float  # Var(d) less tonight's round noise
+    df: float
+    prior: bool
+    s2: float | None  # the spread runs' S^2 (None with the prior)
+    vbar: float  # their mean round noise
+
+
+def _fixed_part(k: int, spread: Sequence[RunLevel], prior_cv: float, starts: int, serial: float) -> _FixedPart:
+    """tau^2 / s + S^2 / k, from the spread runs' S^2 (k_s - 1 df) and their mean round noise vbar.
+
+    With m = len(spread) >= MIN_RUNS: tau_hat^2 / s + S^2 / k = S^2 (1/s + 1/k) - vbar / s, where S^2
+    has m - 1 degrees of freedom and vbar (the runs' mean round noise) their pooled rounds:
+    Satterthwaite over the two (floored at 1). Counting S^2's m - 1 alone overstates the df when
+    round noise is a large share. `serial` (>= 1) widens the whole for runs correlated in time.
+    Below MIN_RUNS the spread is the prior, taken as known.
     """
-    k = len(levels)
-    vbar = math.fsum(r.variance for r in levels) / k
-    vbar_df = float(sum(r.rounds - 1 for r in levels)) or math.inf
-    if k >= MIN_RUNS:
-        s2 = max(floor, math.fsum((r.log_mean - ybar) ** 2 for r in levels) / (k - 1))
+    m = len(spread)
+    mean = math.fsum(r.log_mean for r in spread) / m
+    vbar = math.fsum(r.variance for r in spread) / m
+    vbar_df = float(sum(r.rounds - 1 for r in spread)) or math.inf
+    if m >= MIN_RUNS:
+        s2 = math.fsum((r.log_mean - mean) ** 2 for r in spread) / (m - 1)
         tau2 = max(0.0, s2 - vbar)
         if tau2 == 0.0:
-            return 0.0, s2 / k, float(k - 1), False
-        parts = [(s2 * (1.0 / starts + 1.0 / k), float(k - 1)), (-vbar / starts, vbar_df)]
-        return tau2, tau2 / starts + s2 / k, max(1.0, _satterthwaite(parts)), False
+            return _FixedPart(0.0, serial * s2 / k, max(1.0, (m - 1) / serial), False, s2, vbar)
+        parts = [(s2 * (1.0 / starts + 1.0 / k), float(m - 1)), (-vbar / starts, vbar_df)]
+        variance = tau2 / starts + s2 / k
+        return _FixedPart(tau2, serial * variance, max(1.0, _satterthwaite(parts) / serial), False, s2, vbar)
     tau2 = prior_cv * prior_cv
-    fixed = tau2 * (1.0 / starts + 1.0 / k) + vbar / k
-    return tau2, fixed, _satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)]), True
+    variance = tau2 * (1.0 / starts + 1.0 / k) + vbar / k
+    df = _satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)])
+    return _FixedPart(tau2, variance, df, True, None, vbar)
 
 
 def serial_factor(log_levels: Sequence[float]) -> float:
@@ -291,19 +328,6 @@ def serial_factor(log_levels: Sequence[float]) -> float:
     r = math.fsum(a * b for a, b in itertools.pairwise(centred)) / den
     low = min(r - 1.645 / math.sqrt(k), 0.9)
     return (1.0 + low) / (1.0 - low) if low > 0.0 else 1.0
-
-
-def robust_spread(log_levels: Sequence[float]) -> float:
-    """A run-to-run variance (round noise included) from every run of a segment, whatever its status:
-    (1.4826 MAD of the first differences)^2 / 2. A step moves one difference and a single bad night two,
-    so neither inflates it; runs that keep leaving the level and coming back (two states, a wide
-    spread the counted runs no longer show because the wide ones were refused) do."""
-    diffs = [b - a for a, b in itertools.pairwise(log_levels)]
-    if len(diffs) < MIN_RUNS:
-        return 0.0
-    middle = statistics.median(diffs)
-    mad = statistics.median(abs(d - middle) for d in diffs)
-    return (1.4826 * mad) ** 2 / 2.0
 
 
 def smallest_detectable_change(

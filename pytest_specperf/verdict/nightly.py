@@ -1,24 +1,35 @@
 """One night of one key's metric against its history: the decision, the change in force, and what
 the history keeps of the night. The one verdict engine the tests, `specperf backtest` and
-benchmarks/verdict_power.py all run.
+benchmarks/verdict_nights.py all run.
 
-A night is looked at twice at most, each look fixed in advance (no optional stopping):
+Tonight is held against the *accepted level* (verdict/level.py: the runs of the segment a person
+accepted, split at the credible steps of the series; parts beyond the tolerance are a change nobody
+accepted and count in neither the level nor the spread). Two questions decide a night:
 
-1. after `rounds` rounds on the first server start;
-2. when that look is not MET: after the start is extended to `max_rounds` rounds, and — if that
-   still is not MET and the server can be restarted — after `rounds` more rounds on a second
-   server start, deciding on both starts (`second_look`). Only the last look decides a REGRESSION.
+* **Is it a change at all?** Tonight's prediction interval against the level at
+  `CHANGE_CONFIDENCE` (one-sided 99%, the plain t-test a Bencher-style gate runs) lies wholly on the
+  bad side of the level.
+* **Is it beyond the tolerance?** The same interval at the configured confidence (one-sided 95%)
+  lies wholly beyond `max_regression`.
 
-A second start is what tells a slow start from a slow server: tonight's own start offset is in
-every interval whatever the history knows, and with a 2% night-to-night spread it alone caps the
-first-night detection of a -10% change at ~75%, while a heavy-tailed offset makes a false
-REGRESSION far likelier than a normal one.
+REGRESSION needs both, and — while the spread is still the configured prior (fewer than
+`history.MIN_RUNS` runs: a guess, not evidence; real CI keys spread 20% where it says 2%) — a second
+server start tonight that is beyond the tolerance on its own too. SUSPECT is an estimate beyond the
+tolerance that is probably (`SUSPECT_CONFIDENCE`) a change, or any such estimate on the prior. A SUSPECT night that
+belongs to a change in force is judged with that change's runs, tonight's included: a change beyond
+the tolerance that no single night proves is proven by the nights since it began, and named "since"
+its first run on every night until a person accepts it.
 
-What the history keeps (`stored_status`): every night. A night within the tolerance counts in the
-level and the spread; a SUSPECT night (beyond the tolerance, not credibly) and a REGRESSION night
-(kept as *refused*) count in neither, but they are in the series change points search, so a change
-is named "since" the night it began, and a change beyond the tolerance that no single night proves
-becomes a REGRESSION once it holds on two runs.
+A night is looked at twice at most, each look fixed in advance (no optional stopping): after
+`rounds` rounds on the first server start; when that look is not MET, after the start is extended
+to `max_rounds` rounds and — if still not MET and the server can be restarted — after `rounds` more
+rounds on a second server start, deciding on both starts (`second_look`). Only the last look decides
+a REGRESSION, and a REGRESSION on two starts stands only if the second is beyond the tolerance on
+its own: a second start tells a slow start from a slow server.
+
+What the history keeps (`stored_status`) is every night, marked with its decision; the mark is for
+people and for keeping the accepted level's runs when a history is trimmed, not for the level: which
+runs count is decided from the series each night, the same way whichever side a run fell on.
 
 Pure: no pytest, no I/O.
 """
@@ -26,25 +37,34 @@ Pure: no pytest, no I/O.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
-from pytest_specperf.verdict.changes import ChangePoint, credible_drift, locate_change, newest_change
+from pytest_specperf.verdict.changes import ChangePoint
 from pytest_specperf.verdict.history import (
-    MIN_RUNS,
     HistoryComparison,
     NightLevel,
     compare_with_history,
-    robust_spread,
     smallest_detectable_change,
 )
-from pytest_specperf.verdict.stats import Decision, Direction, RegressionResult, classify_ratio
+from pytest_specperf.verdict.level import AcceptedLevel, accepted_level
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Decision, Direction, Estimate, _t_quantile
+
+#: The confidence (two-sided) of "tonight differs from the level at all" for a REGRESSION: one-sided
+#: 99%, the plain t-test's.
+CHANGE_CONFIDENCE: Final = 0.98
+#: ... and for a SUSPECT (which on a GPU asks for a second server start): one-sided 97.5%. A night
+#: that is probably a change beyond the tolerance is worth a second look; only a certain one fails.
+SUSPECT_CONFIDENCE: Final = 0.95
 
 
 class RunStatus(Enum):
-    """How a stored run counts: ACCEPTED in the level and the spread; SUSPECT and REFUSED in neither,
-    but in the series change points search."""
+    """How a stored night was judged: ACCEPTED (within the tolerance), SUSPECT (beyond it, not
+    credibly), REFUSED (a REGRESSION). Informational: the level is decided from the series
+    (verdict/level.py); a trimmed history keeps its newest accepted runs (store/file.py)."""
 
     ACCEPTED = "accepted"
     SUSPECT = "suspect"
@@ -78,27 +98,25 @@ class NightVerdict:
 
     decision: Decision
     improved: bool
-    comparison: HistoryComparison | None  # None with no counted run (NEW)
-    change: ChangePoint | None = None  # the change in force in the current segment, tonight included
-    since: ChangePoint | None = None  # where tonight's regression began, when it is one
-    by_change: bool = False  # REGRESSION because a change or drift in force lies beyond the tolerance
+    comparison: HistoryComparison | None  # None with no accepted run (NEW)
+    change: ChangePoint | None = None  # the change nobody accepted that tonight belongs to (either way)
+    since: ChangePoint | None = None  # where tonight's regression began, when tonight is beyond the tolerance
+    by_change: bool = False  # REGRESSION because the change in force is credibly beyond the tolerance
     detectable: float | None = None  # the change (ratio) one night flags with 80%
-    values: tuple[float, ...] = field(default=(), repr=False)  # the series searched, tonight last
+    values: tuple[float, ...] = field(default=(), repr=False)  # the segment's run means, tonight last
     confirmed: bool | None = None  # with a second start: did it confirm the first? (None: one start)
     first_start: float | None = None  # the first start alone over the level, when a second was made
-    streak: int = 0  # earlier runs beyond the tolerance the decision also rests on
-    returns: int = 0  # runs of the segment beyond the tolerance after which the key came back (`flapping`)
-
-    @property
-    def flapping(self) -> bool:
-        """The key keeps leaving its level and coming back: at least 3 (and a fifth of the segment's
-        runs) were SUSPECT or refused and followed by accepted ones. Its nights are not telling a
-        change from its own noise: it cannot show a change of the tolerance."""
-        return self.returns >= max(3, len(self.values) // 5)
+    level: AcceptedLevel | None = field(default=None, repr=False)
 
     @property
     def regression(self) -> bool:
         return self.decision is Decision.MISSED
+
+    @property
+    def back_since(self) -> int | None:
+        """The run since which the key is back within the tolerance of the accepted level, after a
+        change nobody accepted (an improvement lost, a regression gone): not a REGRESSION."""
+        return self.level.back_since if self.level is not None else None
 
 
 @dataclass(frozen=True)
@@ -110,7 +128,13 @@ class Tolerance:
     prior_cv: float = 0.02
 
 
-Look = tuple[HistoryComparison, RegressionResult]
+@dataclass(frozen=True)
+class Look:
+    """Tonight against the accepted level: the comparison and what it says."""
+
+    comparison: HistoryComparison
+    decision: Decision
+    improved: bool
 
 
 def judge_night(
@@ -125,119 +149,167 @@ def judge_night(
 ) -> NightVerdict:
     """Tonight (round samples per server start) against the current segment's runs, oldest first.
 
-    * The level: `stats.classify_ratio` on the history comparison of every start of tonight.
-    * A second start confirms a REGRESSION only if it is beyond the tolerance on its own too; else
-      the first start was slow, and tonight is judged by the second alone ("not confirmed").
-    * A SUSPECT night after SUSPECT or refused ones is judged with them (`_streak`): a change that
-      no single night proves is proven by the nights since it began.
-    * A change in force whose size lies beyond the tolerance makes a REGRESSION as well, once it
-      holds on two runs (tonight and the night before); so does a drift whose size over the series
-      is credibly beyond it (`changes.credible_drift`).
-
-    `searches` is how many series are searched for changes tonight (keys x metrics): the change
-    test is corrected for it. `rounds`/`starts_planned` are what the smallest detectable change is
-    quoted for (a night's plan, not what it used).
+    `searches` is how many series are searched for changes tonight (keys x metrics): the step test
+    that splits the series is corrected for it. `rounds`/`starts_planned` are what the smallest
+    detectable change is quoted for (a night's plan, not what it used).
     """
-    level = NightLevel.of(tonight)
-    values = (*(_mean(r.samples) for r in history), math.exp(level.log_mean))
-    look = decide(tonight, history, tolerance, strict=strict)
-    if look is None:
+    tonight_mean = math.exp(NightLevel.of(tonight).log_mean)
+    values = (*(_mean(r.samples) for r in history), tonight_mean)
+    if not history:
         return NightVerdict(Decision.MET, False, None, values=values)
+    level = accepted_level(values, tolerance.max_regression, searches=searches)
+    look = decide(tonight, history, level, tolerance, strict=strict)
+    if look is None:
+        return NightVerdict(Decision.MET, False, None, values=values, level=level)
     confirmed, first_start = None, None
     if len(tonight) > 1:
-        look, confirmed, first_start = _confirm(look, tonight, history, tolerance, strict)
-    look, streak = _with_streak(look, tonight, history, tolerance, strict)
-    comparison, result = look
-    lower = tolerance.direction is Direction.HIGHER_IS_BETTER
-    change = newest_change(values, searches=searches)
-    by_change = (
-        change is not None and change.kind == "step" and _beyond(change, tolerance) and change.index <= len(values) - 2
-    )
-    if not by_change and result.decision is not Decision.MISSED:
-        drift = credible_drift(values, tolerance.max_regression, lower=lower, at=_night_positions(history))
-        if drift is not None:
-            change, by_change = drift, True
-    decision = Decision.MISSED if by_change else result.decision
+        look, confirmed, first_start = _confirm(look, tonight, history, level, tolerance, strict)
+    decision, improved, by_change = look.decision, look.improved, False
+    if decision is Decision.MISSED and look.comparison.prior and confirmed is not True:
+        decision = Decision.SUSPECT  # against a prior spread, only a second start that agrees proves it
+    change = None
+    if level.holds(look.comparison.ratio.value):
+        change = _change_in_force(tonight, history, level)
+        worse, better = _classify_change(change, tolerance)
+        if level.established and decision is Decision.SUSPECT and worse:
+            decision, by_change = Decision.MISSED, True
+        improved = improved or (level.established and better)
     since = None
-    if decision is not Decision.MET:
-        since = change if by_change else locate_change(values, lower=lower)
+    if decision in (Decision.MISSED, Decision.SUSPECT):
+        since = change if change is not None else ChangePoint(len(history), look.comparison.ratio, math.nan)
+    comparison = look.comparison
     detectable = smallest_detectable_change(
         comparison, tolerance.max_regression, rounds=rounds or comparison.ratio.n, starts=starts_planned,
         higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
-    ) if comparison.runs >= MIN_RUNS else None  # fmt: skip
+    ) if not comparison.prior else None  # fmt: skip
     return NightVerdict(
-        decision, result.improved, comparison, change, since, by_change, detectable, values,
-        confirmed, first_start, streak, _returns(history),
-    )  # fmt: skip
+        decision, improved, comparison, change, since, by_change, detectable, values, confirmed, first_start, level
+    )
 
 
 def decide(
-    tonight: Sequence[Sequence[float]], history: Sequence[PastRun], tolerance: Tolerance, *, strict: bool = False
+    tonight: Sequence[Sequence[float]],
+    history: Sequence[PastRun],
+    level: AcceptedLevel,
+    tolerance: Tolerance,
+    *,
+    strict: bool = False,
 ) -> Look | None:
-    """Tonight's level against the counted runs alone (no change search); None without one."""
-    counted = [r.samples for r in history if r.status.counted]
-    if not counted:
+    """Tonight against the accepted level's runs (no change look); None without one."""
+    if not level.level_runs:
         return None
-    floor = 0.0
-    if _returns(history):  # runs left out, and the key came back after them: a censored sample (robust_spread)
-        floor = robust_spread([math.log(_mean(r.samples)) for r in history])
-    comparison = compare_with_history(tonight, counted, tolerance.prior_cv, spread_floor=floor)
-    return comparison, classify_ratio(comparison.ratio, tolerance.max_regression, tolerance.direction, strict=strict)
+    comparison = compare_with_history(
+        tonight, [history[i].samples for i in level.level_runs], tolerance.prior_cv, reject=False,
+        spread_runs=[history[i].samples for i in level.spread_runs],
+    )  # fmt: skip
+    decision, improved = classify(comparison, tolerance, strict=strict)
+    return Look(comparison, decision, improved)
+
+
+def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: bool = False) -> tuple[Decision, bool]:
+    """(decision, improved) of one comparison: the two questions of the module docstring."""
+    ratio, wide = comparison.ratio, comparison.ratio_at(CHANGE_CONFIDENCE)
+    worse, better = _bounds(tolerance)
+    changed = _bad(wide, 1.0, tolerance, credibly=True)
+    probably = _bad(comparison.ratio_at(SUSPECT_CONFIDENCE), 1.0, tolerance, credibly=True)
+    if _bad(ratio, worse, tolerance, credibly=True) and changed:
+        decision = Decision.MISSED
+    elif _bad(ratio, worse, tolerance) and (probably or comparison.prior):
+        decision = Decision.SUSPECT
+    elif strict and not _good(ratio, worse, tolerance, credibly=True):
+        decision = Decision.INCONCLUSIVE
+    else:
+        decision = Decision.MET
+    improved = _good(ratio, better, tolerance, credibly=True, strictly=True)
+    return decision, improved and _good(wide, 1.0, tolerance, credibly=True, strictly=True)
+
+
+def _bounds(tolerance: Tolerance) -> tuple[float, float]:
+    """(regression bound, improvement bound) on tonight's ratio to the level."""
+    m = tolerance.max_regression
+    if tolerance.direction is Direction.HIGHER_IS_BETTER:
+        return 1.0 - m, 1.0 + m
+    return 1.0 + m, 1.0 - m
+
+
+def _bad(estimate: Estimate, bound: float, tolerance: Tolerance, *, credibly: bool = False) -> bool:
+    """The estimate (or, `credibly`, its whole interval) on the bad side of `bound`."""
+    if tolerance.direction is Direction.HIGHER_IS_BETTER:
+        return (estimate.high if credibly else estimate.value) < bound
+    return (estimate.low if credibly else estimate.value) > bound
+
+
+def _good(
+    estimate: Estimate, bound: float, tolerance: Tolerance, *, credibly: bool = False, strictly: bool = False
+) -> bool:
+    """The estimate (or its whole interval) on the good side of `bound` (inclusive unless `strictly`)."""
+    if tolerance.direction is Direction.HIGHER_IS_BETTER:
+        x = estimate.low if credibly else estimate.value
+        return x > bound if strictly else x >= bound
+    x = estimate.high if credibly else estimate.value
+    return x < bound if strictly else x <= bound
+
+
+def _change_in_force(
+    tonight: Sequence[Sequence[float]], history: Sequence[PastRun], level: AcceptedLevel
+) -> ChangePoint:
+    """The change tonight belongs to, as one estimate: the mean of its runs (tonight's starts among
+    them) against the accepted level's, Welch: each side with its own spread, so runs that vary more
+    than the key's (a mode that comes and goes) carry less evidence than runs of a clean step."""
+    after = [math.log(_mean(history[i].samples)) for i in level.change_runs]
+    after += [math.log(_mean(s)) for s in tonight]
+    before = [math.log(_mean(history[i].samples)) for i in level.level_runs]
+    spread = [math.log(_mean(history[i].samples)) for i in level.spread_runs]
+    d = statistics.fmean(after) - statistics.fmean(before)
+    parts = [(statistics.variance(after) / len(after) if len(after) > 1 else math.inf, len(after) - 1),
+             (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1)]  # fmt: skip
+    variance = math.fsum(v for v, _ in parts)
+    df = _welch_df(parts)
+    if not math.isfinite(variance):
+        estimate = Estimate.unknown(math.exp(d), len(after), DEFAULT_CONFIDENCE)
+        return ChangePoint(level.change_at or 0, estimate, math.nan)
+    half = _t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
+    estimate = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), len(after), DEFAULT_CONFIDENCE)
+    return ChangePoint(level.change_at or 0, estimate, math.nan, "step", None, variance, df)
+
+
+def _welch_df(parts: Sequence[tuple[float, float]]) -> float:
+    total = math.fsum(v for v, _ in parts)
+    den = math.fsum(v * v / df for v, df in parts if v > 0.0 and df > 0)
+    return max(1.0, total * total / den) if den > 0.0 else math.inf
+
+
+def _classify_change(change: ChangePoint, tolerance: Tolerance) -> tuple[bool, bool]:
+    """(credibly worse, credibly better) than the tolerance allows, for a change in force: the two
+    questions a night is asked, put to the change's runs together."""
+    if not change.change.bounded:
+        return False, False
+    worse, better = _bounds(tolerance)
+    wide = change.change_at(CHANGE_CONFIDENCE)
+    return (
+        _bad(change.change, worse, tolerance, credibly=True) and _bad(wide, 1.0, tolerance, credibly=True),
+        _good(change.change, better, tolerance, credibly=True, strictly=True)
+        and _good(wide, 1.0, tolerance, credibly=True, strictly=True),
+    )
 
 
 def _confirm(
-    look: Look, tonight: Sequence[Sequence[float]], history: Sequence[PastRun], tolerance: Tolerance, strict: bool
+    look: Look,
+    tonight: Sequence[Sequence[float]],
+    history: Sequence[PastRun],
+    level: AcceptedLevel,
+    tolerance: Tolerance,
+    strict: bool,
 ) -> tuple[Look, bool, float]:
     """A REGRESSION on several starts stands only if the last start is beyond the tolerance on its
     own: averaging one wild start with a normal one would otherwise still flag the night."""
-    first = decide(tonight[:1], history, tolerance, strict=strict)
-    last = decide(tonight[-1:], history, tolerance, strict=strict)
+    first = decide(tonight[:1], history, level, tolerance, strict=strict)
+    last = decide(tonight[-1:], history, level, tolerance, strict=strict)
     assert first is not None and last is not None
-    on_its_own = last[1].decision in (Decision.SUSPECT, Decision.MISSED)
-    if look[1].decision is Decision.MISSED and not on_its_own:
-        return last, False, first[0].ratio.value
-    return look, on_its_own, first[0].ratio.value
-
-
-def _with_streak(
-    look: Look, tonight: Sequence[Sequence[float]], history: Sequence[PastRun], tolerance: Tolerance, strict: bool
-) -> tuple[Look, int]:
-    """A SUSPECT night judged together with the uncounted (SUSPECT or refused) runs right before it:
-    each of them is one more server start of the same, changed, server. One test, made only when
-    tonight is beyond the tolerance itself, so an unchanged key (whose SUSPECT nights are rare and
-    seldom back to back) almost never gets here."""
-    streak: list[tuple[float, ...]] = []
-    for run in reversed(history):
-        if run.status.counted:
-            break
-        streak.append(run.samples)
-    if look[1].decision is not Decision.SUSPECT or not streak:
-        return look, 0
-    wider = decide([*tonight, *reversed(streak)], history, tolerance, strict=strict)
-    assert wider is not None
-    return (wider, len(streak)) if wider[1].decision is Decision.MISSED else (look, 0)
-
-
-def _beyond(change: ChangePoint, tolerance: Tolerance) -> bool:
-    """A change whose estimated size lies beyond the tolerance, in the bad direction."""
-    if tolerance.direction is Direction.HIGHER_IS_BETTER:
-        return change.change.value < 1.0 - tolerance.max_regression
-    return change.change.value > 1.0 + tolerance.max_regression
-
-
-def _returns(history: Sequence[PastRun]) -> int:
-    """Uncounted (SUSPECT or refused) runs with an accepted run after them."""
-    last_counted = max((i for i, r in enumerate(history) if r.status.counted), default=-1)
-    return sum(1 for r in history[:last_counted] if not r.status.counted)
-
-
-def _night_positions(history: Sequence[PastRun]) -> list[int]:
-    """Each run's night, counted from the first, tonight last: a second start shares its night's."""
-    positions: list[int] = []
-    for i, run in enumerate(history):
-        same = i > 0 and run.night is not None and run.night == history[i - 1].night
-        positions.append(positions[-1] if same else (positions[-1] + 1 if positions else 0))
-    return [*positions, (positions[-1] + 1) if positions else 0]
+    on_its_own = last.decision in (Decision.SUSPECT, Decision.MISSED)
+    if look.decision is Decision.MISSED and not on_its_own:
+        return last, False, first.comparison.ratio.value
+    return look, on_its_own, first.comparison.ratio.value
 
 
 def _mean(samples: Sequence[float]) -> float:
@@ -255,15 +327,9 @@ def second_look(first: Decision, *, can_restart: bool) -> SecondLook:
 
 
 def stored_status(final: Decision) -> RunStatus:
-    """How tonight's server starts enter the history: REFUSED when the night is a REGRESSION,
-    SUSPECT when it ends beyond the tolerance without being credibly so, else ACCEPTED.
-
-    A SUSPECT night is kept but left out of the level and the spread like a refused one. Counting it
-    would let a real change that the first night does not prove blind the gate for the nights
-    after (two starts at -10% among ten runs triple the estimated spread); leaving it out biases
-    nothing measurable, since with a second start an unchanged night ends SUSPECT well under 1%
-    of the time (benchmarks/verdict_nights.py).
-    """
+    """How tonight's server starts are marked in the history: REFUSED when the night is a REGRESSION,
+    SUSPECT when it ends beyond the tolerance without being credibly so, else ACCEPTED. The mark
+    does not decide whether a run counts in the level (verdict/level.py does, from the series)."""
     if final is Decision.MISSED:
         return RunStatus.REFUSED
     return RunStatus.SUSPECT if final is Decision.SUSPECT else RunStatus.ACCEPTED

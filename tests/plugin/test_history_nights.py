@@ -95,9 +95,14 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
     statuses = [r["status"] for r in runs_of(suite)]
     assert statuses[len(stored) :] == ["refused"] * 2 and "refused" not in statuses[: len(stored)]
 
-    update = night(7, "--specperf-update", spec_extra=("--sim-draft-slowdown", "8"))  # now intended
-    update.assert_outcomes(passed=1)
+    update = night(7, "--specperf-update", f"--specperf-json={report}", spec_extra=("--sim-draft-slowdown", "8"))
+    update.assert_outcomes(passed=1)  # now intended
     assert [r["segment"] for r in runs_of(suite)] == [0] * (len(stored) + 2) + [1]
+    # the update judges the night first and says what it accepts: never a silent new normal
+    accepts = "*--specperf-update accepts eagle3-5step/default/c1 as the new level, though against the level it "
+    update.stdout.fnmatch_lines([accepts + "replaces tonight is a REGRESSION: output_throughput: *"])
+    five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
+    assert five["update_accepts"].startswith("a REGRESSION: output_throughput:")
 
 
 def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caught(make_suite) -> None:

@@ -84,3 +84,68 @@ def test_bad_input_is_one_line_naming_the_file_row_and_column(
     assert main(["backtest", str(path), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"specperf: error: {path}: ") and message in err and "\n" not in err
+
+
+def write(path: Path, rows: list[list[str]]) -> Path:
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("runs", "message"),
+    [
+        (["0", "1", "1", "2"], "rows 3 and 4 are both run 1"),
+        (["0", "2", "1", "3"], "rows 3 and 4 go back from run 2 to 1"),
+        (["0", "1", "3", "4"], "rows 3 and 4 skip from run 1 to 3"),
+    ],
+)
+def test_the_run_column_must_count_up_one_by_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], runs: list[str], message: str
+) -> None:
+    """Rows out of order judge each night against the wrong past: duplicates, steps back and gaps are
+    named by their rows (row 1 is the header), before anything is replayed."""
+    path = write(tmp_path / "s.csv", [["run", "tok_s"], *([r, "100"] for r in runs)])
+    assert main(["backtest", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gaps_are_accepted_when_asked_for_and_named_by_their_run_numbers(tmp_path: Path) -> None:
+    path = write(tmp_path / "s.csv", [["run", "tok_s"], ["0", "100"], ["1", "101"], ["5", "99"], ["6", "100"]])
+    out = tmp_path / "s.json"
+    assert main(["backtest", str(path), "--allow-gaps", "--json", str(out)]) == 0
+    assert [n["run"] for n in json.loads(out.read_text())["nights"]] == [0, 1, 5, 6]
+
+
+def test_a_bad_cell_is_named_by_its_row_without_value_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One typo among many numbers: the row is named, not "no numeric column"."""
+    rows = [["tok_s"], *([str(100 + i % 3)] for i in range(20)), ["10O"]]
+    assert main(["backtest", str(write(tmp_path / "s.csv", rows))]) == 2
+    assert "row 22, column 'tok_s': '10O' is not a positive number" in capsys.readouterr().err
+
+
+def test_exit_status_says_whether_the_last_night_is_a_regression(tmp_path: Path) -> None:
+    quiet = [["tok_s"], *([f"{100 + (i % 3) * 0.5}"] for i in range(12))]
+    assert main(["backtest", str(write(tmp_path / "ok.csv", quiet))]) == 0
+    assert main(["backtest", str(write(tmp_path / "bad.csv", [*quiet, ["80"]]))]) == 1
+
+
+def test_compare_puts_a_t_test_and_a_band_beside_the_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """TigerBeetle's run 15 (-11.8%) right after a -41% run: the plain t-test, whose spread that one run
+    inflated, misses it; the plugin (which rejects the lone run) flags it, and says what it compared with."""
+    out = tmp_path / "tb.json"
+    assert main(["backtest", str(TIGERBEETLE), "--value", "load_accepted_tx_per_s", "--compare",
+                 "--json", str(out)]) == 0  # fmt: skip
+    nights = {n["run"]: n for n in json.loads(out.read_text())["nights"]}
+    assert nights[15]["outcome"] == "REGRESSION" and nights[15]["plain"] == {"t-test": False, "band": True}
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if line.lstrip().startswith("15 "))
+    assert "t-test -  band red" in line and "against level 26738 of runs 0-14 (14 runs)" in line
+    assert "the plain gates on the same nights: a t-test (99%, newest 30 runs) red on 3" in text
+
+
+def test_plot_draws_the_replay(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "tb.png"
+    assert main(["backtest", str(TIGERBEETLE), "--value", "load_accepted_tx_per_s", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

@@ -461,11 +461,17 @@ def test_each_run_keeps_the_session_that_stored_it(store: FileStore) -> None:
     assert [r.provenance.session for r in store.load(KEY).runs] == ["night1", "night2"]
 
 
-def test_history_is_capped_oldest_dropped(store: FileStore) -> None:
-    for value in range(1, 8):
-        result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
-    assert result.runs == 3
-    assert [r.summary.output_throughput for r in store.load(KEY).runs] == [5.0, 6.0, 7.0]
+def test_history_is_capped_oldest_dropped_but_the_accepted_level_kept(store: FileStore) -> None:
+    """`history` nights are kept, the whole of an unacknowledged change they begin in (its first run is
+    what every red night names), and the current segment's first accepted runs however old: the level
+    a person accepted, which every later night is held against. An earlier segment goes."""
+    for value in range(1, 6):
+        store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
+    for value in range(10, 17):
+        result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=value == 10,
+                            history=3, status="accepted" if value < 13 else "refused")  # fmt: skip
+    assert result.runs == 7  # nights 14-16, the change's first night 13, the accepted 10-12
+    assert [r.summary.output_throughput for r in store.load(KEY).runs] == [float(v) for v in range(10, 17)]
 
 
 def test_records_kept_for_newest_run_only(store: FileStore) -> None:
