@@ -22,6 +22,7 @@ from pytest_specperf.session.outcomes import Outcomes
 from pytest_specperf.session.plan import Plan
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
 from pytest_specperf.verdict.markers import SpecperfMarker
+from pytest_specperf.verdict.nightly import Restarts, looked
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
@@ -48,7 +49,7 @@ class Looks:
         self.outcomes = outcomes
         self.updating = updating
         self.strict = strict
-        self.restarts = 0
+        self.restarts = Restarts(config.max_restarts)
         self.confirmations: dict[MeasurementKey, str] = {}  # why a night was decided on one start
         self.second_starts: dict[str, list[MeasurementKey]] = {}  # keys measured again, by server
 
@@ -81,11 +82,10 @@ class Looks:
                 reference_baseline=reference_baseline, strict=self.strict, searches=self.plan.searches,
             )  # fmt: skip
 
-        evaluation = look()
-        if not evaluation.settled and self._extend(result):
-            evaluation = look()
-        if not evaluation.settled and evaluation.confirmable and self._second_start(result, evaluation):
-            evaluation = look()
+        evaluation = looked(
+            look, settled=lambda e: e.settled, extend=lambda: self._extend(result),
+            confirmable=lambda e: e.confirmable, second_start=lambda e: self._second_start(result, e),
+        )  # fmt: skip
         self.outcomes.add(key, evaluation.verdict)
         return evaluation
 
@@ -108,15 +108,14 @@ class Looks:
         if result.starts > 1 or not self.config.confirm:
             return False
         beyond = ", ".join(c.name for c in evaluation.checks if c.beyond and c.start_sensitive)
-        if self.measurements.measured_on_current_start(key):
-            why = self.pool.cannot_restart(key.server)
-            if why is None and self.restarts >= self.config.max_restarts:
-                cap = self.config.max_restarts
-                why = f"the session already restarted {self.restarts} server(s) (max_restarts = {cap})"
-            if why is not None:
-                self.confirmations[key] = f"decided on one server start: {why}"
-                return False
-            self.restarts += 1
+        current = self.measurements.measured_on_current_start(key)
+        restart, why = self.restarts.ask(
+            on_current_start=current, cannot=self.pool.cannot_restart(key.server) if current else None
+        )
+        if why is not None:
+            self.confirmations[key] = f"decided on one server start: {why}"
+            return False
+        if restart:
             self.pool.restart(key.server, f"to confirm {key.label} ({beyond}) on a second start")
         self.measurements.more(result, lambda server: self.measurer.add_start(
             result, server, self.config.workloads[key.workload]))  # fmt: skip

@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             start_seed=_start_seed(config),
             batch_acceptance=config.sim.batch_acceptance,
             deterministic=config.deterministic,
+            night=config.sim.night,
+            night_noise=config.sim.night_noise,
         )
     )
-    if config.sim.run_jitter or config.sim.round_jitter:
+    if config.sim.run_jitter or config.sim.round_jitter or config.sim.night is not None:
         log.info(
-            "sim: run speed factor %.4f (--sim-run-jitter %g), per-round CV %g",
-            engine.run_factor, config.sim.run_jitter, config.sim.round_jitter,
+            "sim: run speed factor %.4f (--sim-run-jitter %g, night %s), per-round CV %g",
+            engine.run_factor, config.sim.run_jitter, config.sim.night, config.sim.round_jitter,
         )  # fmt: skip
     if config.sim.batch_acceptance:
         log.info(

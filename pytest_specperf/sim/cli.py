@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import shlex
 from dataclasses import dataclass, field
 
+from .nights import NightNoise
 from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig
 from .profile_files import load_profile
 from .sglang_flags import FlagTable, ambiguous_message, load_flag_file, parse_flag_lines, sglang_flags
@@ -62,6 +64,9 @@ class SimOptions:
     batch_acceptance: float = 0.0
     start_seed: int | None = None
     """--sim-start-seed: which start this is, for the run and round factors (None: the port)."""
+    #: --sim-night and the night-shape flags: the start's speed from sim/nights.py (None: the plain draw)
+    night: int | None = None
+    night_noise: NightNoise = field(default_factory=NightNoise)
     #: the SGLang release the simulator reports (its contract stays 0.5.23's): to test version warnings
     sglang_version: str = "0.5.23"
 
@@ -160,6 +165,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="which server start this is, for --sim-run-jitter and --sim-round-jitter only (acceptance keeps "
         "following --sim-seed): a night given its own N is reproducible; default: the port",
     )
+    sim.add_argument(
+        "--sim-night", type=int, metavar="N",
+        help="which night this start belongs to: the start's speed then comes from the night shapes below "
+        "(sim/nights.py) with --sim-run-jitter as their spread; without it and them, the plain draw",
+    )  # fmt: skip
+    sim.add_argument("--sim-run-jitter-df", type=float, default=math.inf, metavar="DF",
+                     help="heavy tails: start offsets from a Student t with DF degrees of freedom (> 2)")  # fmt: skip
+    sim.add_argument("--sim-night-rho", type=float, default=0.0, metavar="R",
+                     help="nights' offsets AR(1)-correlated at R; a night's starts share it")  # fmt: skip
+    sim.add_argument("--sim-pool-share", type=float, default=0.0, metavar="P",
+                     help="a mixed node pool: a start lands on the slow pool with probability P")  # fmt: skip
+    sim.add_argument("--sim-pool-slowdown", type=float, default=0.0, metavar="F",
+                     help="how much slower the slow pool is (0.12 = 12%%)")  # fmt: skip
+    sim.add_argument("--sim-drift-per-night", type=float, default=0.0, metavar="D",
+                     help="a slow drift: log speed change per night (-0.003 = -0.3%% a night)")  # fmt: skip
+    sim.add_argument("--sim-step-at-night", type=int, metavar="N", help="a level shift from night N on")
+    sim.add_argument("--sim-step", type=float, default=0.0, metavar="F", help="its size (-0.1 = 10%% slower)")
     sim.add_argument(
         "--sim-batch-acceptance",
         type=float,
@@ -343,6 +365,18 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         if count is not None and count < 1:
             raise SimConfigError(f"{flag} must be >= 1 (got {count})")
     seed = args.sim_seed if args.sim_seed is not None else (args.random_seed or 0)
+    try:
+        noise = NightNoise(
+            cv=args.sim_run_jitter, df=args.sim_run_jitter_df, rho=args.sim_night_rho,
+            pool_share=args.sim_pool_share, pool_slowdown=args.sim_pool_slowdown, drift=args.sim_drift_per_night,
+            step_at=args.sim_step_at_night, step=args.sim_step,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise SimConfigError(f"night shapes (--sim-run-jitter, --sim-run-jitter-df, --sim-night-rho, --sim-pool-*, "
+                             f"--sim-drift-per-night, --sim-step): {exc}") from None  # fmt: skip
+    shaped = noise != NightNoise(cv=args.sim_run_jitter)
+    if shaped and args.sim_night is None:
+        raise SimConfigError("the night-shape flags need --sim-night N (which night this start belongs to)")
     return SimOptions(
         profile=args.sim_profile,
         time_scale=args.sim_time_scale,
@@ -359,6 +393,8 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         batch_acceptance=args.sim_batch_acceptance,
         start_seed=args.sim_start_seed,
         sglang_version=args.sim_sglang_version,
+        night=args.sim_night,
+        night_noise=noise,
     )
 
 

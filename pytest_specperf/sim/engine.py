@@ -8,10 +8,12 @@ Tokens of a step are published when the step ends, one event per request, which 
 into one stream chunk.
 
 Noise, all off by default (then a seed and a schedule fix every number): ``run_jitter`` draws one
-speed factor per server start, ``round_jitter`` one per cache flush (the plugin flushes per round), and
-``batch_acceptance`` makes acceptance depend on which prompts share a decode step — one mean-one
-log-normal factor on the conditional rates per distinct set of prompts, a pure function of the set and
-the seed, never applied to a request alone in the batch (see ``_batch_acceptance_factor``).
+speed factor per server start (with ``night``, from the night shapes of sim/nights.py: node pools,
+level shifts, drifts, heavy tails, correlated nights), ``round_jitter`` one per cache flush (the
+plugin flushes per round), and ``batch_acceptance`` makes acceptance depend on which prompts share a
+decode step — one mean-one log-normal factor on the conditional rates per distinct set of prompts, a
+pure function of the set and the seed, never applied to a request alone in the batch (see
+``_batch_acceptance_factor``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from .nights import NightNoise
 from .profile import Profile, SpecConfig
 from .text import EOS_TOKEN_ID, OutputTokens, SimPrompt, render
 
@@ -170,6 +173,9 @@ class EngineSettings:
     round_jitter: float = 0.0  # CV of a speed factor redrawn at every cache flush, i.e. per round
     start_seed: int = 0  # tells starts apart (--sim-start-seed, else the port): one run factor per start
     batch_acceptance: float = 0.0  # CV of an acceptance factor per set of prompts sharing a decode step
+    #: --sim-night: the start's speed from sim/nights.py (night shapes) instead of the plain run-jitter draw
+    night: int | None = None
+    night_noise: NightNoise = field(default_factory=NightNoise)
     #: --enable-deterministic-inference: only then does a request's sampling_seed fix what it samples
     #: (SGLang builds its per-request seeds only in deterministic mode: sampling_batch_info.py)
     deterministic: bool = False
@@ -194,7 +200,10 @@ class Engine:
         self._interval_tokens = 0
         # Noise of its own RNG, so a jittery run draws the same acceptances as a deterministic one.
         self._jitter = random.Random(f"jitter:{settings.seed}:{settings.start_seed}")
-        self.run_factor = self._speed_factor(settings.run_jitter)
+        if settings.night is None:
+            self.run_factor = self._speed_factor(settings.run_jitter)
+        else:  # a slower start's steps take longer: the factor multiplies step times
+            self.run_factor = 1.0 / settings.night_noise.speed(settings.seed, settings.night, settings.start_seed)
         self.round_factor = 1.0
 
     def _speed_factor(self, cv: float) -> float:

@@ -52,8 +52,8 @@ MIN_RUNS: Final = 3
 #: Runs a segment needs before one of them can be rejected as an outlier.
 MIN_RUNS_TO_REJECT: Final = 5
 #: Family-wise chance that a clean history loses a run: the deleted-residual test of m runs is made at
-#: REJECT_ALPHA / (2m) per side (Bonferroni), so a clean history of 10 or of 90 runs keeps every run in
-#: 995 cases of 1000 (a fixed per-run quantile lost one from a tenth of 10-run and 29% of 30-run ones).
+#: REJECT_ALPHA / (2m) per side (Bonferroni), so a clean history of 10, 30 or 90 runs loses one in about
+#: 0.5% of cases (a fixed per-run quantile lost one from a tenth of 10-run and 29% of 30-run ones).
 REJECT_ALPHA: Final = 0.005
 #: More runs than this beyond the bound are no outliers but a mode of the key (a second runner pool):
 #: they stay, and widen the spread as they should.

@@ -6,19 +6,22 @@ then on every ordinary night is a REGRESSION; if every run counts, an unacknowle
 becomes the new normal within a window. The rule here decides by *where a run lies in the series*,
 never by which side of the baseline it fell, and lets only a person move the level:
 
-1. The segment starts where a person accepted a level (`--specperf-update`, `specperf accept`).
+1. The segment starts where a person accepted a level (`--specperf-update`).
 2. Its runs, tonight included, are split at the credible steps of the series (`changes.step_splits`:
    binary segmentation, AR(1)-aware, Bonferroni over the splits; a lone wild run splits nothing).
-3. The first part is the accepted level. A later part whose median lies within the tolerance of it
-   (either way) belongs to the accepted level too: the level may wander within the tolerance, as a
-   window would follow it. A part beyond the tolerance (either way) is a change nobody accepted: its
-   runs count in neither the level nor the spread, and the change is *in force* while the series
-   ends in it ("since run 15", the same run every night, until a person accepts it or the key
-   comes back within the tolerance: "back to the accepted level").
+3. The first part is the accepted level. A later part whose median run lies within the tolerance of
+   it, or within the accepted runs' own spread (`_shift`), belongs to the accepted level too: the
+   level may wander within the tolerance, and a key whose runner pools mix differently for a while
+   has not changed. A part beyond both (either way) is a change nobody accepted: its runs count in
+   neither the level nor the spread, and the change is *in force* while the series ends in it
+   ("since run 15", the same run every night, until a person accepts it or the key comes back:
+   "back to the accepted level"). A change too young for the step test is the streak of newest runs
+   that were each probably a change beyond the tolerance (`_streak`).
 4. Of the accepted runs, the newest `SPREAD_RUNS` give the spread and the newest `LEVEL_RUNS` the
-   level; a wild run among them is rejected with a Bonferroni bound (`history.reject_outliers`).
-   The spread rests on more runs than the level because a key's spread is a property of the key —
-   a second runner pool that shows up one night in five is in it — while its level may wander.
+   level; one wild run among them is rejected with a Bonferroni bound (`history.reject_outliers`),
+   unless tonight looks like it (`_like`: then it is a mode of the key). The spread rests on more
+   runs than the level because a key's spread is a property of the key — a second runner pool that
+   shows up one night in five is in it — while its level may wander.
 
 Pure: no pytest, no I/O.
 """

@@ -23,7 +23,7 @@ its first run on every night until a person accepts it.
 A night is looked at twice at most, each look fixed in advance (no optional stopping): after
 `rounds` rounds on the first server start; when that look is not MET, after the start is extended
 to `max_rounds` rounds and — if still not MET and the server can be restarted — after `rounds` more
-rounds on a second server start, deciding on both starts (`second_look`). Only the last look decides
+rounds on a second server start, deciding on both starts (`looked`, `Restarts`). Only the last look decides
 a REGRESSION, and a REGRESSION on two starts stands only if the second is beyond the tolerance on
 its own: a second start tells a slow start from a slow server.
 
@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Final, TypeVar
 
 from pytest_specperf.verdict.changes import ChangePoint
 from pytest_specperf.verdict.history import (
@@ -60,11 +60,13 @@ CHANGE_CONFIDENCE: Final = 0.98
 #: that is probably a change beyond the tolerance is worth a second look; only a certain one fails.
 SUSPECT_CONFIDENCE: Final = 0.95
 
+L = TypeVar("L")
+
 
 class RunStatus(Enum):
     """How a stored night was judged: ACCEPTED (within the tolerance), SUSPECT (beyond it, not
-    credibly), REFUSED (a REGRESSION). Informational: the level is decided from the series
-    (verdict/level.py); a trimmed history keeps its newest accepted runs (store/file.py)."""
+    credibly), REFUSED (a REGRESSION). For people, and for trimming (store/records.py `kept_runs` keeps a
+    segment's first accepted runs): which runs count in the level is decided from the series (level.py)."""
 
     ACCEPTED = "accepted"
     SUSPECT = "suspect"
@@ -73,14 +75,6 @@ class RunStatus(Enum):
     @property
     def counted(self) -> bool:
         return self is RunStatus.ACCEPTED
-
-
-class SecondLook(Enum):
-    """What a night whose first look was not MET does next."""
-
-    NONE = "none"  # decided at the first look
-    EXTEND = "extend"  # more rounds on the same start, then decide
-    RESTART = "restart"  # more rounds on the same start; if still not MET, a second start
 
 
 @dataclass(frozen=True)
@@ -316,14 +310,48 @@ def _mean(samples: Sequence[float]) -> float:
     return math.fsum(samples) / len(samples)
 
 
-def second_look(first: Decision, *, can_restart: bool) -> SecondLook:
-    """What follows a first look: nothing after MET; more rounds, then a second server start when
-    one is possible and the estimate is on the bad side (SUSPECT or MISSED)."""
-    if first is Decision.MET:
-        return SecondLook.NONE
-    if first in (Decision.SUSPECT, Decision.MISSED) and can_restart:
-        return SecondLook.RESTART
-    return SecondLook.EXTEND
+def looked(
+    look: Callable[[], L],
+    *,
+    settled: Callable[[L], bool],
+    extend: Callable[[], bool],
+    confirmable: Callable[[L], bool],
+    second_start: Callable[[L], bool],
+) -> L:
+    """A night's looks, fixed in advance: `look` after the first rounds; when not `settled`, again after
+    `extend` added rounds to the same start (False: it could not); when still not settled and a start's
+    offset could explain it (`confirmable`), again after `second_start` measured on another server
+    start (False: none could be had). The schedule the session follows (session/looks.py) and the one
+    benchmarks/verdict_nights.py replays: one code path."""
+    result = look()
+    if not settled(result) and extend():
+        result = look()
+    if not settled(result) and confirmable(result) and second_start(result):
+        result = look()
+    return result
+
+
+@dataclass
+class Restarts:
+    """Which second looks restart a server: one restart confirms every key measured on the start before
+    it (such a key gets its second start on the new one, without another restart), at most `limit`
+    per session. The session's rule (session/looks.py) and benchmarks/verdict_nights.py's."""
+
+    limit: int
+    used: int = 0
+
+    def ask(self, *, on_current_start: bool, cannot: str | None = None) -> tuple[bool, str | None]:
+        """(restart now?, why no second start can be had): a key measured on the start running now needs
+        a restart, which `cannot` (the pool's reason) or the session's cap may refuse; a key measured on
+        an earlier start is measured again on the current one."""
+        if not on_current_start:
+            return False, None
+        if cannot is not None:
+            return False, cannot
+        if self.used >= self.limit:
+            return False, f"the session already restarted {self.used} server(s) (max_restarts = {self.limit})"
+        self.used += 1
+        return True, None
 
 
 def stored_status(final: Decision) -> RunStatus:

@@ -109,13 +109,13 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
         (
             "min_speedup=1.5",
             "failed",
-            "*min_speedup: speedup 1.1* over plain (12 rounds on 2 server starts vs 4 rounds; *) "
-            "must be >= 1.5: missed*",
+            # the figures and round counts are a busy machine's to move; that it missed 1.5 is not
+            "*min_speedup: speedup * over plain (* rounds*) must be >= 1.5: missed*",
         ),
         (
             "accept_length=(3.0, 4.0)",
             "failed",
-            "*accept_length: accept_length 2.* tok/verify over 4 rounds must lie in [[]3, 4]: missed*",
+            "*accept_length: accept_length 2.* tok/verify over * rounds must lie in [[]3, 4]: missed*",
         ),
         ("throughput=(1, None), tpot_ms=(None, 1000)", "passed", None),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -70,3 +71,63 @@ def test_a_start_seed_makes_a_start_reproducible(sim_factory) -> None:
     assert len(seeded) == 1
     assert factor("--sim-start-seed", "4") not in seeded
     assert len({factor() for _ in range(2)}) == 2  # two ports, two draws
+
+
+# --- night shapes (sim/nights.py): what real CI series showed, for the simulator and the benchmark ---------
+
+
+def test_a_mixed_node_pool_has_two_levels() -> None:
+    from pytest_specperf.sim.nights import NightNoise
+
+    noise = NightNoise(pool_share=0.5, pool_slowdown=0.12)
+    speeds = [noise.speed(7, night, 0) for night in range(400)]
+    assert set(round(s, 6) for s in speeds) == {1.0, 0.88}
+    assert 0.4 < sum(s < 1.0 for s in speeds) / 400 < 0.6
+
+
+def test_a_level_shift_and_a_drift_move_every_later_night() -> None:
+    from pytest_specperf.sim.nights import NightNoise
+
+    shift = NightNoise(step_at=10, step=-0.1)
+    assert [round(shift.speed(1, n, 0), 6) for n in (9, 10, 30)] == [1.0, 0.9, 0.9]
+    drift = NightNoise(drift=-0.003)
+    assert math.isclose(drift.speed(1, 30, 0), math.exp(-0.09))
+
+
+def test_heavy_tails_and_correlated_nights_keep_their_spread() -> None:
+    from pytest_specperf.sim.nights import NightNoise
+
+    heavy = [math.log(NightNoise(cv=0.02, df=3.0).speed(3, n, 0)) for n in range(4000)]
+    assert 0.015 < statistics.stdev(heavy) < 0.03
+    assert max(abs(x) for x in heavy) > 5 * 0.02  # t3: a tail a normal offset almost never reaches
+    ar = NightNoise(cv=0.02, rho=0.6)
+    logs = [math.log(ar.speed(5, n, 0)) for n in range(300)]
+    mean = statistics.fmean(logs)
+    pairs = sum((a - mean) * (b - mean) for a, b in itertools.pairwise(logs))
+    lag1 = pairs / sum((x - mean) ** 2 for x in logs)
+    assert 0.45 < lag1 < 0.75
+    assert ar.speed(5, 40, 0) == ar.speed(5, 40, 1)  # a restart keeps the night's slow state
+
+
+def test_night_shapes_are_validated_and_need_a_night() -> None:
+    base = ["--model-path", "m", "--port", "1234"]
+    with pytest.raises(SimConfigError, match="need --sim-night"):
+        parse_config([*base, "--sim-pool-share", "0.5", "--sim-pool-slowdown", "0.1"])
+    with pytest.raises(SimConfigError, match="pool_share must be in"):
+        parse_config([*base, "--sim-night", "1", "--sim-pool-share", "1.5"])
+    config = parse_config([*base, "--sim-night", "4", "--sim-step-at-night", "3", "--sim-step", "-0.2"])
+    assert config.sim.night == 4 and config.sim.night_noise.step == -0.2
+
+
+def test_a_simulated_night_after_a_level_shift_is_slower(sim_factory) -> None:
+    """The running simulator draws its start's speed from the same function: a night after a -20% shift
+    runs its steps 1/0.8 times as long."""
+
+    def factor(night: int) -> float:
+        sim = sim_factory(["--sim-time-scale", "0", "--sim-night", str(night), "--sim-step-at-night", "3",
+                           "--sim-step", "-0.2"])  # fmt: skip
+        line = next(x for x in sim.log().splitlines() if "run speed factor" in x)
+        sim.stop()
+        return float(line.split("run speed factor ")[1].split()[0])
+
+    assert factor(2) == 1.0 and factor(3) == 1.25
