@@ -47,6 +47,7 @@ from pytest_specperf.verdict.changes import ChangePoint
 from pytest_specperf.verdict.history import (
     HistoryComparison,
     NightLevel,
+    _satterthwaite,
     compare_with_history,
     smallest_detectable_change,
 )
@@ -258,19 +259,13 @@ def _change_in_force(
     parts = [(statistics.variance(after) / len(after) if len(after) > 1 else math.inf, len(after) - 1),
              (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1)]  # fmt: skip
     variance = math.fsum(v for v, _ in parts)
-    df = _welch_df(parts)
+    df = max(1.0, _satterthwaite([(v, d) for v, d in parts if math.isfinite(v)])) if math.isfinite(variance) else 1.0
     if not math.isfinite(variance):
         estimate = Estimate.unknown(math.exp(d), len(after), DEFAULT_CONFIDENCE)
         return ChangePoint(level.change_at or 0, estimate, math.nan)
     half = _t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
     estimate = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), len(after), DEFAULT_CONFIDENCE)
     return ChangePoint(level.change_at or 0, estimate, math.nan, "step", None, variance, df)
-
-
-def _welch_df(parts: Sequence[tuple[float, float]]) -> float:
-    total = math.fsum(v for v, _ in parts)
-    den = math.fsum(v * v / df for v, df in parts if v > 0.0 and df > 0)
-    return max(1.0, total * total / den) if den > 0.0 else math.inf
 
 
 def _classify_change(change: ChangePoint, tolerance: Tolerance) -> tuple[bool, bool]:
