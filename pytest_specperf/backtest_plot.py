@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_specperf.errors import SpecperfError
+from pytest_specperf.report.plots import INSTALL_HINT
 
 if TYPE_CHECKING:
     from pytest_specperf.backtest import Replay
     from pytest_specperf.verdict.nightly import Tolerance
 
-INSTALL_HINT = "pip install pytest-specperf[plot]"
 MARKS = {"REGRESSION": ("v", "#c0392b"), "SUSPECT": ("o", "#e67e22"), "IMPROVED": ("^", "#27ae60")}
 
 

@@ -52,7 +52,14 @@ from pytest_specperf.verdict.history import (
     smallest_detectable_change,
 )
 from pytest_specperf.verdict.level import AcceptedLevel, accepted_level
-from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Decision, Direction, Estimate, _t_quantile
+from pytest_specperf.verdict.stats import (
+    DEFAULT_CONFIDENCE,
+    Decision,
+    Direction,
+    Estimate,
+    _t_quantile,
+    _tolerance_bounds,
+)
 
 #: The confidence (two-sided) of "tonight differs from the level at all" for a REGRESSION: one-sided
 #: 99%, the plain t-test's.
@@ -220,11 +227,8 @@ def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: boo
 
 
 def _bounds(tolerance: Tolerance) -> tuple[float, float]:
-    """(regression bound, improvement bound) on tonight's ratio to the level."""
-    m = tolerance.max_regression
-    if tolerance.direction is Direction.HIGHER_IS_BETTER:
-        return 1.0 - m, 1.0 + m
-    return 1.0 + m, 1.0 - m
+    """(regression bound, improvement bound) on tonight's ratio to the level (stats' own rule)."""
+    return _tolerance_bounds(tolerance.max_regression, tolerance.direction)
 
 
 def _bad(estimate: Estimate, bound: float, tolerance: Tolerance, *, credibly: bool = False) -> bool:
