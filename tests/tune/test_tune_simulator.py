@@ -187,7 +187,7 @@ def test_tune_finds_each_levels_winner_and_reports_it(suite: tuple[Path, str]) -
     rates = doc["model"]["acceptance"][0]["rates"]
     assert [r["value"] for r in rates[:4]] == pytest.approx([0.9] * 4, abs=0.05)
     assert "[specperf.servers.tuned-s6-k1-n7]" in out and "num_draft_tokens = 7" in out
-    assert "chat c8: plain (no speculation): speculation does not pay here" in out
+    assert "chat c8: plain (no speculation)" in out  # its reason's words depend on how sure a busy machine let it be
     assert (folder / "tune.png").stat().st_size > 10_000
     assert len(list((folder / "run").glob("*.log"))) == len(starts)
 
