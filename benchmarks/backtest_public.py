@@ -14,7 +14,7 @@ same nights judged by a Bencher-style t-test (the newest <= 30 runs of the curre
 run kept, red beyond mean ± t_0.99(n-1)·s·sqrt(1 + 1/n) on the bad side). The target: on every
 series, false REGRESSION <= max(1%, the t-test's rate) and SUSPECT <= 5%.
 
-    python benchmarks/backtest_public.py            # the table the README shows
+    python benchmarks/backtest_public.py            # the table docs/benchmarks.md shows
 """
 
 from __future__ import annotations

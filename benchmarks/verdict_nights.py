@@ -13,7 +13,7 @@ is stored with (`nightly.stored_status`) and what a history keeps (`store.record
 Each server start's speed comes from the simulator's own night model (`pytest_specperf.sim.nights`:
 node pools, level shifts, drifts, heavy tails, correlated nights), each round adds round noise.
 
-    python benchmarks/verdict_nights.py                  # the README table
+    python benchmarks/verdict_nights.py                  # the table in docs/benchmarks.md
     python benchmarks/verdict_nights.py --trials 200     # a quicker look
     python benchmarks/verdict_nights.py --only unchanged,pool
 """

@@ -8,7 +8,7 @@ once more after 10 (the two looks the plugin takes). Only a final MISSED is an a
 synthetic normal samples with the given coefficient of variation. The nightly gate against a
 history of server starts is benchmarks/verdict_nights.py.
 
-    python benchmarks/verdict_power.py                      # the table in the README
+    python benchmarks/verdict_power.py                      # the table in docs/benchmarks.md
     python benchmarks/verdict_power.py --confidence 0.95    # explore another interval level
 
 A change equal to max_regression sits exactly on the tolerance: a MISSED there is the worst-case

@@ -9,7 +9,8 @@ the same values. Command-line words go through the checks a config file's values
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,15 +161,16 @@ class Options:
         return self.only_servers is None or server in self.only_servers
 
 
-def load_suite_config(options: Options, rootdir: Path, invoked: Path) -> SpecperfConfig | None:
+def load_suite_config(
+    options: Options, rootdir: Path, invoked: Path, test_paths: Sequence[str] = ()
+) -> SpecperfConfig | None:
     """The suite's config: found (None without one), read, checked against its engines, and overridden
     by the command line; every `command` template rendered once (a typo fails before any start)."""
     found = find_config_file(rootdir, options.config_path)
-    if found is None and invoked != rootdir:
-        # pytest picks its rootdir before it knows this plugin's options, so the PATH of
-        # `--specperf-json PATH` (with a space) counts as a test path and can pull the rootdir
-        # away from the suite: the directory pytest was run from is the suite's then
-        found = find_config_file(invoked, None)
+    for folder in _suite_folders(rootdir, invoked, test_paths):
+        if found is not None:
+            break
+        found = find_config_file(folder, None)
     if found is None:
         return None
     config = apply_overrides(
@@ -183,6 +185,29 @@ def load_suite_config(options: Options, rootdir: Path, invoked: Path) -> Specper
         check_launcher(config, "--specperf-launcher")
     check_command_templates(config)
     return config
+
+
+def _suite_folders(rootdir: Path, invoked: Path, test_paths: Sequence[str]) -> list[Path]:
+    """Where else a suite's config may be, nearest first, when pytest's rootdir has none.
+
+    `pytest perf/` in a checkout whose root has its own pyproject.toml makes the root pytest's rootdir;
+    the suite's specperf.toml is beside its tests, so the folders from the test paths' common folder up
+    to the rootdir are looked in, as pytest looks for conftest.py files. Then the folder pytest was run
+    from: pytest picks its rootdir before it knows this plugin's options, so the PATH of `--specperf-json
+    PATH` (with a space) counts as a test path and can pull the rootdir away from the suite.
+    """
+    given = [invoked / arg.split("::")[0] for arg in test_paths]
+    existing = [path.resolve() if path.is_dir() else path.resolve().parent for path in given if path.exists()]
+    folders: list[Path] = []
+    if existing:
+        folder = Path(os.path.commonpath(existing))
+        root = rootdir.resolve()
+        while folder != root and root in folder.parents:
+            folders.append(folder)
+            folder = folder.parent
+    if invoked != rootdir:
+        folders.append(invoked)
+    return folders
 
 
 def spaced_path_hint(config: pytest.Config) -> str:

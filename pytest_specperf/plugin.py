@@ -61,7 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(fixtures, "specperf-fixtures")
     try:
         options = Options.from_pytest_config(config)
-        specperf_config = load_suite_config(options, Path(config.rootpath), Path(config.invocation_params.dir))
+        specperf_config = load_suite_config(
+            options, Path(config.rootpath), Path(config.invocation_params.dir), config.args
+        )
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-specperf: {exc}") from None
     if options.outputs.plots:
@@ -98,7 +100,8 @@ class SpecperfPlugin:
         if self.config is None:
             return
         self.session = SpecperfSession(
-            self.config, self.options, self.run_dir, progress=self.progress, shared_dir=self.shared_dir,
+            self.config, self.options, self.run_dir, progress=self.progress, detail=self.detail,
+            shared_dir=self.shared_dir,
             worker=self.workerinput["workerid"] if self.workerinput else None, session_id=self.session_id,
             update_fingerprint=self._update_fingerprint,
         )  # fmt: skip
@@ -129,7 +132,19 @@ class SpecperfPlugin:
         return self.run_dir / f".xdist-{self.session_id}"
 
     def progress(self, message: str) -> None:
-        """A progress line on the terminal, even while pytest captures output.
+        """A line about servers and the store (starting, ready, stopping, pushed): shown unless `-q`,
+        since a GPU server's start takes many minutes and a silent terminal looks hung."""
+        if self.pytest_config.get_verbosity() >= 0:
+            self._write(message)
+
+    def detail(self, message: str) -> None:
+        """A line per warmup and measured round: only under `-v`, as pytest shows a test per line only
+        then; at the default verbosity they would break pytest's own progress line of dots."""
+        if self.pytest_config.get_verbosity() >= 1:
+            self._write(message)
+
+    def _write(self, message: str) -> None:
+        """A progress line on the terminal, on a line of its own, even while pytest captures output.
 
         An xdist worker's terminal output never reaches the user; its stderr (inherited from
         the controller) does, so a worker writes there, naming itself.
@@ -143,6 +158,7 @@ class SpecperfPlugin:
                 sys.__stderr__.flush()
         elif reporter is not None:
             with uncaptured:
+                _own_line(reporter)
                 reporter.write_line(f"[specperf] {message}")
 
     def _update_fingerprint(
@@ -170,7 +186,7 @@ class SpecperfPlugin:
             self._say_kept(server.name, pid, server.url)
 
     def _say_kept(self, name: str, pid: int | None, url: str | None) -> None:
-        self.progress(f"kept {name} running (pid {pid}) at {url}; attach with --specperf-attach {name}={url}")
+        self._write(f"kept {name} running (pid {pid}) at {url}; attach with --specperf-attach {name}={url}")
 
     # ---- collection ----------------------------------------------------------------------
 
@@ -341,10 +357,20 @@ class SpecperfPlugin:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._shutdown()
         if self.session is not None:
+            self._say_store_failure()
             self.session.close_store()  # after the terminal summary, which may read the histories
         if self._previous_sigterm is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _say_store_failure(self) -> None:
+        """A store that failed is the session's last line, after pytest's `1 passed in 2.0s`: the tests
+        passed, but the night is not in its history, and that is what the job must be read as."""
+        line = self.session.store_failure_line() if self.session is not None and not self.workerinput else None
+        reporter = self.pytest_config.pluginmanager.get_plugin("terminalreporter")
+        if line is not None and reporter is not None:
+            _own_line(reporter)
+            reporter.write_line(line, red=True, bold=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session is None or self.options.report == "none" or not self.session.has_results():
@@ -355,6 +381,15 @@ class SpecperfPlugin:
         terminal_summary(terminalreporter, self.session.report(), store=self.session.config.store, full=full)
         for line in self.written:
             terminalreporter.write_line(line)
+
+
+def _own_line(reporter: Any) -> None:
+    """End pytest's current line (a file's dots, `[100%]`) so that what we write next is not glued to it.
+
+    `write_line` does this only while pytest is inside a file's line of results (under -q it is not)."""
+    reporter.ensure_newline()
+    if reporter._tw.width_of_current_line:
+        reporter._tw.line()
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -46,7 +46,7 @@ _SECRET_VALUE = re.compile(
     r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
 )
 _AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]+@")
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*)://([^/\s@:]*)(:[^/\s@]*)?@")
 _URL_SECRET_PARAM = re.compile(
     r"([?&](?:[A-Za-z0-9_\-]*(?:token|key|secret|passw|credential)[A-Za-z0-9_\-]*|sig|signature|auth)=)"
     r"[^&#\s\"']+",
@@ -83,7 +83,7 @@ def redact_text(text: str) -> str:
     Used on every string that is stored, as the last line of defence: a secret can hide in a
     warning, an error message or a launch command as well as in a named variable.
     """
-    text = _URL_USERINFO.sub(r"\1", text)
+    text = _URL_USERINFO.sub(_without_credentials, text)
     text = _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
     text = _SECRET_FLAG_IN_TEXT.sub(rf"\1{REDACTED}", text)
     text = _AUTH_SCHEME.sub(rf"\1\2{REDACTED}", text)
@@ -111,18 +111,34 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: redact_value(name, value) for name, value in env.items()}
 
 
+_SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
+
+
+def _without_credentials(found: re.Match[str]) -> str:
+    """A URL's userinfo gone, but an SSH account name (`ssh://git@host`), which is no secret."""
+    scheme, user = found.group(1), found.group(2)
+    return f"{scheme}://{user}@" if scheme.lower() in _SSH_SCHEMES and user else f"{scheme}://"
+
+
 def redact_url(url: str) -> str:
-    """`url` without userinfo credentials and with token-like query parameters hidden."""
+    """`url` without userinfo credentials and with token-like query parameters hidden, otherwise as
+    written. A wrapped URL (a store setting `git:https://...#branch`) is redacted inside its prefix;
+    an SSH user name without a password (`ssh://git@host/...`) is an account, not a secret, and stays."""
+    scheme, colon, rest = url.partition(":")
+    if colon and scheme.isalpha() and not rest.startswith("//") and ("://" in rest or rest.startswith("/")):
+        return f"{scheme}:{redact_url(rest)}" if "://" in rest else redact_text(url)
     try:
         parts = urlsplit(url)
     except ValueError:
         return redact_text(url)
-    netloc = parts.netloc.rpartition("@")[2]
+    host = parts.netloc.rpartition("@")[2]
+    if parts.scheme.lower() in _SSH_SCHEMES and parts.username:
+        host = f"{parts.username}@{host}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = urlencode([(k, REDACTED if _SECRET_QUERY_NAME.search(k) else v) for k, v in pairs], safe="<>")
-    return redact_text(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
+    return redact_text(urlunsplit((parts.scheme, host, parts.path, query, parts.fragment)))
 
 
 def redact_args(args: Iterable[str]) -> list[str]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's dashboard screenshot, docs/images/dashboard.png: the example suite's committed history
-# (example_suite/.specperf) drawn by `specperf dashboard`, photographed by headless Chromium at 1280x900.
+# The manual's dashboard screenshot (docs/dashboard.md), docs/images/dashboard.png: the example suite's
+# committed history (example_suite/.specperf) drawn by `specperf dashboard`, photographed by headless
+# Chromium at 1280x900.
 #
 #   bash scripts/dashboard_screenshot.sh [STORE] [PNG] [PAGE]     (from the repository root)
 #

@@ -7,6 +7,8 @@
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
+    specperf store FILE [--store STORE]           store the runs a session kept when its store could not be
+                                                  written (the file its last line names)
     specperf backtest FILE.csv [--value COLUMN]   replay a nightly series through the verdict engine the tests
                                                   use: each night's outcome, change points, a summary
     specperf dashboard [--store STORE] -o DIR     a static HTML site of the stored histories (--publish: onto
@@ -30,12 +32,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show, tune
+from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show, store, tune
 from pytest_specperf.cli.common import EXIT_CODES, FAILED
 from pytest_specperf.errors import SpecperfError
 
 #: The subcommands, in the order `specperf --help` lists them.
-COMMANDS = (show, history, diff, merge, backtest, dashboard, schema, tune)
+COMMANDS = (show, history, diff, merge, store, backtest, dashboard, schema, tune)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_specperf.config import values as check
 from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
+from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import Measurement
@@ -23,6 +26,25 @@ EXIT_CODES = """exit codes:
 
 STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
 STORE_HELP = "store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)"
+
+
+def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
+    """The tolerances a night was judged with: commands that judge a history's newest night take them."""
+    parser.add_argument(
+        "--max-regression", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
+        help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-regression-accept-length", type=check.from_command_line,
+        default=SpecperfConfig.max_regression_accept_length, metavar="F",
+        help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
+    )  # fmt: skip
+
+
+def check_tolerances(args: argparse.Namespace) -> None:
+    """The tolerances, by the rules the suite's settings of the same names follow."""
+    for name in ("max_regression", "max_regression_accept_length"):
+        setattr(args, name, check.setting(name, getattr(args, name), f"--{name.replace('_', '-')}"))
 
 
 @contextlib.contextmanager

@@ -7,9 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_specperf.cli.common import opened_store
-from pytest_specperf.config import values as check
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.cli.common import add_tolerance_arguments, check_tolerances, opened_store
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.report import dashboard
 
@@ -30,15 +28,7 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
         help="a git store: write the pages at the root of its branch, commit and push them (GitHub Pages)",
     )  # fmt: skip
     parser.add_argument("--title", help="the pages' title (default: the suite's or the branch's name)")
-    parser.add_argument(
-        "--max-regression", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
-        help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-regression-accept-length", type=check.from_command_line,
-        default=SpecperfConfig.max_regression_accept_length, metavar="F",
-        help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
-    )  # fmt: skip
+    add_tolerance_arguments(parser)
     parser.set_defaults(run=run_dashboard)
 
 
@@ -52,5 +42,4 @@ def check_arguments(args: argparse.Namespace) -> None:
     """The arguments alone, with the rules the suite's settings of the same names follow."""
     if args.output is None and not args.publish:
         raise SpecperfError("dashboard: give -o DIR (where to write the pages), or --publish for a git store")
-    for name in ("max_regression", "max_regression_accept_length"):
-        setattr(args, name, check.setting(name, getattr(args, name), f"--{name.replace('_', '-')}"))
+    check_tolerances(args)

@@ -69,7 +69,7 @@ def load_config(
     for part in prefix.split("."):
         table = table.get(part) if isinstance(table, dict) else None
     if not isinstance(table, dict):
-        raise ConfigError(display_path(path), f"no [{prefix}] table; see the README for the file's shape")
+        raise ConfigError(display_path(path), f"no [{prefix}] table; see docs/reference.md for the file's shape")
     config = _Parser(SpecperfConfig(source=path, table=prefix)).parse(table)
     if check_servers is not None:
         config = check_servers(config)

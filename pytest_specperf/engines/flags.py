@@ -64,13 +64,12 @@ class EngineFlags:
 
     def describe(self) -> str:
         """One line for the report header: where flags and algorithms are checked against."""
+        checked = f"{self.engine} flags and algorithms checked against"
         if self.installed:
-            return (
-                f"{self.engine} flags and algorithms from the installed {self.engine} {self.version or '(no version)'}"
-            )
+            return f"{checked} the installed {self.engine} {self.version or '(no version)'}"
         return (
-            f"{self.engine} flags and algorithms from the list shipped for {self.engine} {self.version}: "
-            f"{self.fallback_reason}"
+            f"{checked} the list shipped for {self.engine} {self.version}, as {self.fallback_reason} (enough for "
+            f"the simulator; where the servers run, the installed {self.engine} is asked)"
         )
 
     def resolve(self, flag: str) -> str | list[str] | None:
@@ -263,6 +262,8 @@ def _installed_flags(
     except ProbeFailed as exc:
         return shipped(f"`{python}` could not be asked ({exc})")
     if "error" in found:
+        if found["error"] == f"No module named {probe.package!r}":  # a laptop's dry run: nothing is wrong
+            return shipped(f"`{python}` has no {probe.package} installed")
         return shipped(f"`{python}` cannot import {probe.package} ({found['error']})")
     key = hashlib.sha256(f"{python}\0{found['root']}\0{found['stamp']}".encode()).hexdigest()[:12]
     path = cache_dir() / "engine-flags" / f"{engine}-{found.get('version') or 'unknown'}-{key}.json"

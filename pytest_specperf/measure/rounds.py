@@ -167,9 +167,12 @@ class Measurer:
         config: SpecperfConfig,
         progress: Callable[[str], None] | None = None,
         update_fingerprint: UpdateFingerprint | None = None,
+        *,
+        detail: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
         self.progress = progress
+        self.detail = detail if detail is not None else progress  # a line per warmup and round
         self.update_fingerprint = update_fingerprint
         self._prompts: dict[str, list[Prompt]] = {}
         self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -210,7 +213,7 @@ class Measurer:
         prompts = self.prompts(workload)
         warmup = warmup_plan(workload, prompts)
         if warmup:
-            self._say(f"{measurement.key.label}: warmup, {len(warmup)} requests")
+            self._say(f"{measurement.key.label}: warmup, {len(warmup)} requests", detail=True)
             self._run(server, client, workload, warmup, concurrency)
         self.extend(measurement, server, workload, self.config.rounds)
         _refuse_all_failed(measurement, server)
@@ -227,7 +230,7 @@ class Measurer:
         client = _client(server, workload, self.config)
         warmup = warmup_plan(workload, self.prompts(workload))
         if warmup:
-            self._say(f"{measurement.key.label}: warmup on a second server start, {len(warmup)} requests")
+            self._say(f"{measurement.key.label}: warmup on a second server start, {len(warmup)} requests", detail=True)
             self._run(server, client, workload, warmup, measurement.key.concurrency)
         self.extend(measurement, server, workload, self.config.rounds, start=measurement.starts)
 
@@ -308,7 +311,8 @@ class Measurer:
             self._say(
                 f"{measurement.key.label}: round {index + 1}/{target}, {sample.output_throughput:.1f} tok/s"
                 + (f", accept length {sample.accept_length:.2f}" if sample.accept_length else "")
-                + (f", {sample.error_count} errors" if sample.error_count else "")
+                + (f", {sample.error_count} errors" if sample.error_count else ""),
+                detail=True,
             )
 
     def _run(
@@ -362,9 +366,10 @@ class Measurer:
                 "later rounds would hit cached prefixes"
             )
 
-    def _say(self, message: str) -> None:
-        if self.progress:
-            self.progress(message)
+    def _say(self, message: str, *, detail: bool = False) -> None:
+        say = self.detail if detail else self.progress
+        if say:
+            say(message)
 
 
 def repeat_note(workload: WorkloadConfig, prompts: Sequence[Prompt]) -> str | None:

@@ -25,7 +25,6 @@ from pytest_specperf.verdict.stats import (
     Estimate,
     coefficient_of_variation,
     mean_estimate,
-    ratio_estimate,
     rounds_to_resolve,
 )
 from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
@@ -267,8 +266,8 @@ def _row(
     unlike: tuple[Change, ...] = ()
     if reference is not None and not measurement.is_reference:
         cur, ref = measurement.samples("output_throughput"), reference.samples("output_throughput")
-        if cur and ref:
-            speedup = ratio_estimate(cur, ref)
+        if cur and ref and evaluation.speedup is not None:
+            speedup = evaluation.speedup.estimate  # the interval min_speedup decides on: one per check
         cost = _cost(measurement, reference)
         unlike = tuple(speedup_differences(reference.fingerprint, measurement.fingerprint))
     history: dict[str, tuple[Point, ...]] = {}

@@ -142,8 +142,14 @@ def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
         lines.append(note)
     reference = _reference_name(report)
     confidence = _confidence(report)
-    basis = f"; speedup = tok/s over {reference} (ref), same workload, same session" if reference else ""
-    lines.append(f"± and [low,high]: {confidence:.0%} confidence intervals over n rounds{basis}")
+    lines.append(
+        f"± and [low,high]: {confidence:.0%} confidence intervals over n rounds; vs baseline and speedup: the ones "
+        "their checks decide on"
+    )
+    if reference:
+        lines.append(
+            f"speedup = tok/s over {reference} (ref), same workload, same session; start-to-start spread included"
+        )
     if _has_trends(report):
         lines.append(
             f"{TREND_HEADER}: tok/s of the last {TREND_RUNS} runs in the stored history, tonight last; "

@@ -63,6 +63,7 @@ class SpecperfSession:
         run_dir: Path,
         *,
         progress: Callable[[str], None] | None = None,
+        detail: Callable[[str], None] | None = None,
         worker: str | None = None,
         shared_dir: Path | None = None,
         session_id: str | None = None,
@@ -85,7 +86,7 @@ class SpecperfSession:
         )  # fmt: skip
         self.store = open_store(config.store, work_dir=run_dir / f"history-{self.session_id}", follower=bool(worker))
         self.measurements = Measurements(
-            config, self.plan, self.pool, Measurer(config, progress, update_fingerprint),
+            config, self.plan, self.pool, Measurer(config, progress, update_fingerprint, detail=detail),
             machine_lock=MachineLock(self.session_id), cache=MeasurementCache(shared) if shared else None,
             release=self.release_if_unused, progress=progress,
         )  # fmt: skip
@@ -99,6 +100,7 @@ class SpecperfSession:
             self.store, session_id=self.session_id, history=config.history,
             suite_dir=config.source.parent if config.source else None, updating=options.update,
             forced=options.update_force, progress=progress,
+            unstored_path=run_dir.parent / f"specperf-unstored-{self.session_id}.json",
         )  # fmt: skip
         self._worker_pool_warnings: list[str] = []
 
@@ -170,6 +172,10 @@ class SpecperfSession:
     @property
     def store_failed(self) -> bool:
         return self.recorder.failed
+
+    def store_failure_line(self) -> str | None:
+        """The session's last line when the store failed (why, and where tonight's runs were kept)."""
+        return self.recorder.failure_line()
 
     def close_store(self) -> None:
         """Release the store's work tree when the session ends, not when the process exits: pytest run

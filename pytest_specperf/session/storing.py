@@ -8,11 +8,13 @@ warned (`unfit_to_store`: `not_stored` says why; `--specperf-update-force` store
 REGRESSION or SUSPECT night is stored, marked (`status_of`): it counts in neither the level nor the
 spread, but change points see it. A stored run is one server start. A store that cannot be written
 makes the row ERROR (one line) and the session fail: a nightly job must not go green while its
-history silently stops growing.
+history silently stops growing. The night is not lost: its runs are kept in a file beside the run
+directory (store/unstored.py), which `specperf store FILE` appends once the store is fixed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.session.baselines import Baselines
 from pytest_specperf.session.outcomes import Outcomes
 from pytest_specperf.store.base import Store
-from pytest_specperf.store.records import SaveResult
+from pytest_specperf.store.records import SaveResult, Summary, new_run, runs_word
+from pytest_specperf.store.unstored import PendingRun, Unstored, write_unstored
 from pytest_specperf.verdict.verdicts import Verdict
 
 
@@ -65,8 +68,10 @@ class Recorder:
         updating: bool,
         forced: bool,
         progress: Callable[[str], None] | None = None,
+        unstored_path: Path | None = None,
     ) -> None:
         self.store = store
+        self.unstored_path = unstored_path
         self.session_id = session_id
         self.history = history
         self.suite_dir = suite_dir
@@ -77,6 +82,11 @@ class Recorder:
         self.not_stored: dict[MeasurementKey, str] = {}
         self.failed = False
         self.warnings: list[str] = []
+        #: every run tonight meant to store, as built: kept in a file when the store fails them
+        self.pending: list[PendingRun] = []
+        #: why the store failed and where the night's runs were kept (None: kept nowhere), once it did
+        self.failure: str | None = None
+        self.kept_in: Path | None = None
 
     def prepare(self) -> None:
         """Make the histories readable before anything is measured: a shared store fetches them here, so
@@ -97,20 +107,29 @@ class Recorder:
             if reason is not None:
                 self.not_stored[key] = reason
                 continue
+            status = status_of(verdicts, updating=self.updating)
+            runs = [
+                PendingRun(new_run(measurement.of_start(start) if measurement.starts > 1 else measurement,
+                                   suite_dir=self.suite_dir, session=self.session_id, status=status),
+                           new_segment=self.updating and start == 0)
+                for start in range(measurement.starts)  # a stored run is one server start
+            ]  # fmt: skip
+            self.pending += runs
             try:
-                for start in range(measurement.starts):  # a stored run is one server start
-                    self.saved[key] = self.store.save(
-                        measurement.of_start(start) if measurement.starts > 1 else measurement,
-                        suite_dir=self.suite_dir,
-                        new_segment=self.updating and start == 0,
-                        history=self.history,
-                        session=self.session_id,
-                        status=status_of(verdicts, updating=self.updating),
-                    )
+                results = [
+                    self.store.append(pending.run, new_segment=pending.new_segment, history=self.history)
+                    for pending in runs
+                ]
+                # "last → tonight": the newest night stored before, then tonight's starts together
+                self.saved[key] = dataclasses.replace(
+                    results[-1], old=results[0].old, new=Summary.of(measurement), new_segment=results[0].new_segment
+                )
             except SpecperfError as exc:  # the row says ERROR and why; the session fails (plugin.py)
                 outcomes.record_error(key, str(exc))
-                self.failed = True
+                self._fail(str(exc))
         self._publish(outcomes)
+        if self.failed:
+            self._keep_pending()
 
     def _publish(self, outcomes: Outcomes) -> None:
         """A shared store's saved runs go out (commit and push); if they cannot, their rows say ERROR."""
@@ -120,10 +139,35 @@ class Recorder:
             for key in self.saved:
                 outcomes.record_error(key, str(exc))
             self.saved.clear()
-            self.failed = True
+            self._fail(str(exc))
             return
         for line in lines:
             self._say(line)
+
+    def _fail(self, reason: str) -> None:
+        self.failed = True
+        self.failure = self.failure or reason
+
+    def _keep_pending(self) -> None:
+        """Keep every run tonight meant to store in a file, so that `specperf store` can append them later."""
+        if self.unstored_path is None or not self.pending:
+            return
+        try:
+            write_unstored(self.unstored_path, Unstored(self.store.location, self.history, tuple(self.pending)))
+        except OSError as exc:  # the same full disk, say: the message says the night is lost, and why
+            self.failure = f"{self.failure}; keeping its runs in {self.unstored_path} failed too ({exc.strerror})"
+            return
+        self.kept_in = self.unstored_path
+
+    def failure_line(self) -> str | None:
+        """The session's last line when the store failed: what, why, and how the night is stored later."""
+        if not self.failed:
+            return None
+        line = f"pytest-specperf: tonight's runs were NOT stored: {self.failure}"
+        if self.kept_in is not None:
+            line += (f"; the {runs_word(self.pending)} are kept in {self.kept_in}: once the store is fixed, "
+                     f"`specperf store {self.kept_in}` stores them")  # fmt: skip
+        return line
 
     def interrupted(self, measurements: Mapping[MeasurementKey, Measurement]) -> None:
         """An interrupted session stores nothing: its tests' checks did not all run."""

@@ -1,11 +1,12 @@
 """What the plugin asks of a store, whatever keeps the histories: the `Store` protocol.
 
 The verdict code reads a key's history (`load`), the report and the `specperf` command list every
-history (`entries`), and a session that records appends its runs (`save`). A store that lives
-elsewhere than the local disk (a git branch today, a server tomorrow) also needs two moments of
-the session: `prepare` before the first read (fetch; an unreachable remote must fail here, before
-any server starts, not after an hour of measuring) and `publish` after the last save (commit and
-push, merging with what other jobs pushed meanwhile). `close` releases what `prepare` set up.
+history (`entries`), and a session that records appends its runs (`save`, or `append` for a run
+built before). A store that lives elsewhere than the local disk (a git branch today, a server
+tomorrow) also needs two moments of the session: `prepare` before the first read (fetch; an
+unreachable remote must fail here, before any server starts, not after an hour of measuring) and
+`publish` after the last append (commit and push, merging with what other jobs pushed meanwhile).
+`close` releases what `prepare` set up.
 
 Every backend keeps the same documents (store/records.py) in the same layout (store/file.py), in
 a local directory, `root`, once prepared: pytest-xdist workers read that directory.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.store.records import DEFAULT_HISTORY, SaveResult, StoredBaseline
+from pytest_specperf.store.records import DEFAULT_HISTORY, SaveResult, StoredBaseline, StoredRun
 
 
 @runtime_checkable
@@ -60,6 +61,11 @@ class Store(Protocol):
     ) -> SaveResult:
         """Append tonight's run of `measurement` to its history (a new segment, or the current one);
         `status` is how the run counts (store/records.py StoredRun.status)."""
+        ...
+
+    def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:
+        """Append a run built before (`new_run`): what `save` does after building it, and how runs a
+        session could not store are stored later (store/unstored.py). A run the history holds is kept once."""
         ...
 
     def publish(self) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -170,7 +171,7 @@ class FileStore:
             raise StoreError(
                 f"{path}: cannot write the baseline ({exc.strerror or exc}"
                 + (f": {exc.filename}" if exc.filename and str(exc.filename) != str(path) else "")
-                + f"); make the store {self.root} writable, or point `store` (config) at a writable directory"
+                + f"); {_advice(exc, self.root)}"
             ) from None
         old = previous.summary if previous else None
         return SaveResult(
@@ -244,3 +245,17 @@ def _old_history(path: Path) -> tuple[StoredBaseline | None, str | None]:
         ) from None
     except StoreError as exc:
         return None, str(exc)
+
+
+def _advice(exc: OSError, root: Path) -> str:
+    """What fixes this error: a full disk is not a read-only one, and neither is a file in the way."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        full = "the user's disk quota is used up" if exc.errno == errno.EDQUOT else "the disk is full"
+        return f"{full}: free space where {root} is, or point `store` (config) at a directory on another disk"
+    if exc.errno == errno.EROFS:
+        return f"{root} is on a read-only file system: point `store` (config) at a writable directory"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"give this user write permission on {root}, or point `store` (config) at a writable directory"
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return f"a file stands where the store's folder {root} (or one below it) should be: move it away"
+    return f"make the store {root} writable, or point `store` (config) at a writable directory"

@@ -215,8 +215,12 @@ class GitStore:
         status: str = "accepted",
     ) -> SaveResult:
         """Append to the history in the work tree; `publish` commits and pushes every run appended."""
-        self.prepare()
         run = new_run(measurement, suite_dir=suite_dir, session=session, status=status)
+        return self.append(run, new_segment=new_segment, history=history)
+
+    def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:
+        """Append a built run to the history in the work tree; `publish` commits and pushes it."""
+        self.prepare()
         result = self._files.append(run, new_segment=new_segment, history=history)
         if not self._offline:
             self._appended.append(_Append(run, new_segment, history))

@@ -229,6 +229,11 @@ class SaveResult:
     new_segment: bool = True
 
 
+def runs_word(runs: Sequence[object]) -> str:
+    """`1 run`, `2 runs`: how many runs a message speaks of."""
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+
+
 def new_run(
     measurement: Measurement, *, suite_dir: Path | None, session: str | None = None, status: str = "accepted"
 ) -> StoredRun:
@@ -309,12 +314,12 @@ def read_baseline(path: Path) -> StoredBaseline:
     version = _check_header(path, data)
     try:
         if version == 1:
-            runs = [_read_run(data, segment=0)]
+            runs = [read_run(data, segment=0)]
         else:
             listed = data["runs"]
             if not isinstance(listed, list) or not listed:
                 raise ValueError("runs must be a non-empty list")
-            runs = [_read_run(run, segment=int(run["segment"])) for run in listed]
+            runs = [read_run(run, segment=int(run["segment"])) for run in listed]
     except KeyError as exc:
         raise StoreError(f"{path}: corrupt baseline: missing field {exc}") from exc
     except (TypeError, ValueError, AttributeError) as exc:
@@ -326,7 +331,7 @@ def read_baseline(path: Path) -> StoredBaseline:
 RUN_STATUSES = ("accepted", "suspect", "refused")
 
 
-def _read_run(data: dict[str, Any], *, segment: int) -> StoredRun:
+def read_run(data: dict[str, Any], *, segment: int) -> StoredRun:
     fingerprint = Fingerprint.from_dict(data["fingerprint"])
     measurement = Measurement.from_dict(data["measurement"], fingerprint=fingerprint)
     status = data.get("status", "accepted")  # runs stored before statuses were all accepted ones

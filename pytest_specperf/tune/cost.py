@@ -3,7 +3,7 @@
 Why linear, and why these terms: a speculative cycle is the draft model's steps, then one verify
 forward pass over the draft tokens. Verify on a big tensor-parallel model is mostly fixed cost
 (CUDA-graph replay, all-reduce, attention setup) plus a part that grows with the tokens verified; each
-draft step adds its own small forward pass. This is the cost model the README's story rests on
+draft step adds its own small forward pass. This is the cost model the phantom-baseline story (docs/story.md) rests on
 (report/costmodel.py fits its one-variable form, cycle = a + b x draft tokens, across configs that
 differ only in draft tokens); here the steps get their own term, because a search varies both.
 

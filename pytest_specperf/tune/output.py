@@ -36,6 +36,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     out.append(f"  base: {base.name} ({_base_text(base)}); every candidate keeps its other settings")
     out.append(f"  reference: {space.reference.label} (every speedup is over it, measured in this run)")
     out.append(f"  space: {len(space.candidates)} configs from " + "; ".join(describe_axes(space)))
+    out.append(f"  a full grid: {full_grid(space)}")
     out.append(f"  objectives: {', '.join(o.label for o in space.objectives)} (a winner for each)")
     out.append(
         f"  budget: {space.budget} server starts, the reference included; {space.rounds} rounds per start, "
@@ -64,12 +65,17 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     return [wrapped for line in out for wrapped in wrap(line)]
 
 
+def full_grid(space: TuneSpace) -> str:
+    """What starting every config would take: the reference is a start of its own, besides the configs."""
+    return f"{len(space.candidates) + 1} starts, the reference and {len(space.candidates)} configs"
+
+
 def result_lines(result: TuneResult, config: SpecperfConfig, *, top: int = DEFAULT_TOP) -> list[str]:
     """The summary after the search: rankings, winners, models, ready-to-paste blocks."""
     space, fc = result.space, result.forecast
     out = [
         "",
-        f"tune: {len(result.starts)} server starts of {space.budget} (a full grid: {len(space.candidates) + 1}); "
+        f"tune: {len(result.starts)} server starts of {space.budget} (a full grid: {full_grid(space)}); "
         f"stopped: {result.stopped}",
         "speedup over " + space.reference.label + ", same run; measured: 90% interval of the measurement; "
         "predicted: where its measurement in this run would land (90%)",
@@ -136,7 +142,7 @@ def never_started_summary(result: TuneResult, labels: Sequence[str], objective: 
         parts.append(f"{len(ruled)} ruled out by the model (chance to beat the leader < 1%)")
     if left:
         best = max(left, key=chance.__getitem__)
-        why = "the leaders were known first" if result.settled else "the budget ran out first"
+        why = _why_stopped(result)
         parts.append(f"{len(left)} with a chance, but {why} (best: {best}, {chance[best]:.0%})")
     return "; ".join(parts)
 
@@ -144,9 +150,16 @@ def never_started_summary(result: TuneResult, labels: Sequence[str], objective: 
 def _why_not(result: TuneResult, chance: float) -> str:
     if chance < RULED_OUT:
         return "ruled out by the model (chance to beat a leader < 1%)"
+    return f"{_why_stopped(result)} (chance to beat a leader {chance:.0%})"
+
+
+def _why_stopped(result: TuneResult) -> str:
+    """Why the search ended before a config with some chance was started, as its `stopped` line says."""
     if result.settled:
-        return f"the leaders were known first (chance to beat a leader {chance:.0%})"
-    return f"the budget ran out first (chance to beat a leader {chance:.0%})"
+        return "the leaders were known first"
+    if len(result.starts) >= result.space.budget:
+        return "the budget ran out first"
+    return "its expected improvement was below 0.01%"
 
 
 def winner(result: TuneResult, objective: Objective) -> tuple[Candidate, Outlook]:

@@ -66,6 +66,8 @@ class Evaluation:
     drift: FingerprintDiff | None = None
     updating: bool = False
     changes: list[HistoryChange] = field(default_factory=list)  # changes in force in the history, tonight included
+    #: tonight's speedup over the reference as `min_speedup` decides on it (None: no reference, or it is one)
+    speedup: SpeedupInterval | None = None
     #: what the reference and this server differ in besides speculation (for a test that checks against it)
     unlike_reference: list[Change] = field(default_factory=list)
 
@@ -141,41 +143,56 @@ def check_errors(result: Measurement, allowed: float) -> CheckResult:
     return CheckResult("errors", decision, message)
 
 
+@dataclass(frozen=True)
+class SpeedupInterval:
+    """Tonight's speedup over the reference, with the interval `min_speedup` decides on and the table
+    shows (one interval per check), and the words for what its start-to-start part rests on."""
+
+    estimate: Estimate
+    basis: str
+
+
+def speedup_interval(
+    result: Measurement,
+    reference: Measurement,
+    run_cv: float = 0.0,
+    spread: SpeedupSpread | None = None,
+    pairs: int = 0,
+) -> SpeedupInterval:
+    """Speedup over the reference, measured in the same session on two server starts (or more, after
+    a confirmation): the interval carries the start-to-start variance of a speedup besides round
+    noise. It is the recorded speedups' own (`spread`, from >= 3 runs of both servers stored by the
+    same sessions) when there is one, else the prior `run_cv` per start (config run_to_run_cv)."""
+    current, ref = result.start_samples("output_throughput"), reference.start_samples("output_throughput")
+    if spread is not None:
+        ratio = speedup_estimate(current, ref, run_cv, spread=spread)
+        return SpeedupInterval(ratio, f"start-to-start CV {spread.cv:.1%} from {spread.runs} recorded speedups")
+    single = len(current) == 1 and len(ref) == 1
+    ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 or not single else ratio_estimate(current[0], ref[0])
+    more = MIN_RUNS - pairs
+    basis = (
+        f"prior run-to-run CV {run_cv:.1%} per start (config run_to_run_cv; {pairs} recorded "
+        f"speedup{'s' if pairs != 1 else ''}, {more} more replace{'s' if more == 1 else ''} it)"
+    )
+    return SpeedupInterval(ratio, basis)
+
+
 def check_speedup(
     result: Measurement,
     reference: Measurement | None,
     minimum: float,
-    run_cv: float = 0.0,
-    spread: SpeedupSpread | None = None,
-    pairs: int = 0,
+    interval: SpeedupInterval | None,
     *,
     strict: bool = False,
 ) -> CheckResult:
-    """Speedup over the reference, measured in the same session on two server starts (or more, after
-    a confirmation): the interval carries the start-to-start variance of a speedup besides round
-    noise. It is the recorded speedups' own (`spread`, from >= 3 runs of both servers stored by the
-    same sessions) when there is one, else the prior `run_cv` per start (config run_to_run_cv); the
-    message says which."""
-    if reference is None:
+    """Is the speedup (`speedup_interval`) credibly at least `minimum`?"""
+    if reference is None or interval is None:
         return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
-    current, ref = result.start_samples("output_throughput"), reference.start_samples("output_throughput")
-    if spread is not None:
-        ratio = speedup_estimate(current, ref, run_cv, spread=spread)
-        basis = f"start-to-start CV {spread.cv:.1%} from {spread.runs} recorded speedups"
-    else:
-        single = len(current) == 1 and len(ref) == 1
-        ratio = (
-            speedup_estimate(current, ref, run_cv) if run_cv > 0.0 or not single else ratio_estimate(current[0], ref[0])
-        )
-        more = MIN_RUNS - pairs
-        basis = (
-            f"prior run-to-run CV {run_cv:.1%} per start (config run_to_run_cv; {pairs} recorded "
-            f"speedup{'s' if pairs != 1 else ''}, {more} more replace{'s' if more == 1 else ''} it)"
-        )
+    ratio = interval.estimate
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER, strict=strict)
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
-        f"({_rounds(result)} vs {_rounds(reference)}; {basis}) must be >= {minimum:g}: {decision.value}"
+        f"({_rounds(result)} vs {_rounds(reference)}; {interval.basis}) must be >= {minimum:g}: {decision.value}"
     )
     return CheckResult("min_speedup", decision, message, ratio, start_sensitive=True)
 
@@ -387,6 +404,15 @@ class Limits:
             run_to_run_cv_accept_length=config.run_to_run_cv_accept_length,
         )
 
+    @classmethod
+    def tolerating(cls, max_regression: float, max_regression_accept_length: float) -> Limits:
+        """A suite's tolerances with the default priors: how a history read after the fact (the dashboard,
+        `specperf history`) judges its newest night when only the tolerances are given."""
+        return cls(
+            max_regression, max_regression_accept_length, 0.0, run_to_run_cv=SpecperfConfig.run_to_run_cv,
+            run_to_run_cv_accept_length=SpecperfConfig.run_to_run_cv_accept_length,
+        )  # fmt: skip
+
     def tolerance(self, metric: str) -> Tolerance:
         """The history check's tolerance of a metric (throughput or accept length)."""
         if metric == "accept_length":
@@ -428,13 +454,15 @@ def evaluate(
     usable = not updating and reference is not None and _comparable(baseline, result)
     if not usable or reference is None or not _comparable(reference_baseline, reference):
         reference_baseline = None  # recorded speedups need both histories, of this setup
+    if reference is not None and not result.is_reference:
+        spread, pairs = speedup_spread(baseline, reference_baseline)
+        evaluation.speedup = speedup_interval(result, reference, limits.run_to_run_cv, spread, pairs)
     if marker is not None:
         minimum = marker.min_speedup_at(level)
         if (minimum is not None or marker.lossless is not None) and reference is not None:
             evaluation.unlike_reference = speedup_differences(reference.fingerprint, result.fingerprint)
         if minimum is not None:
-            spread, pairs = speedup_spread(baseline, reference_baseline)
-            speedup = check_speedup(result, reference, minimum, limits.run_to_run_cv, spread, pairs, strict=strict)
+            speedup = check_speedup(result, reference, minimum, evaluation.speedup, strict=strict)
             if evaluation.unlike_reference:
                 speedup = replace(speedup, message=f"{speedup.message}; {unlike_message(evaluation)}")
             checks.append(speedup)

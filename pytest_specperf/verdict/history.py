@@ -196,7 +196,8 @@ class HistoryComparison:
                         self.ratio.cv)  # fmt: skip
 
     def describe(self) -> str:
-        """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)'."""
+        """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)': the
+        baseline's side only (tonight's rounds and starts are said beside tonight's value)."""
         runs = f"{self.runs} recorded run{'s' if self.runs != 1 else ''}"
         if self.spread_runs > self.runs:
             runs += f" (the spread from {self.spread_runs})"
@@ -204,8 +205,6 @@ class HistoryComparison:
             runs += (
                 f" ({len(self.rejected)} more rejected as {'an outlier' if len(self.rejected) == 1 else 'outliers'})"
             )
-        if self.starts > 1:
-            runs = f"{self.starts} server starts tonight; {runs}"
         if not self.prior:
             return f"{runs}, run-to-run CV {self.run_cv:.1%}"
         more = self.runs_to_replace_prior

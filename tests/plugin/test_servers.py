@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import psutil
 import pytest
@@ -145,29 +146,68 @@ def test_server_dying_mid_session_errors_its_tests_only(make_suite, three_server
 
 
 BLOCKING_TEST = """
-import pytest, threading
+import pytest, time
 
 @pytest.mark.parametrize("specperf_server", ["eagle3-5step"], indirect=True)
 def test_block(specperf_server):
     print("SERVER-UP", flush=True)
-    threading.Event().wait(120)
+    for _ in range(6000):  # ten minutes, in short sleeps: a signal another thread took is seen within 0.1 s
+        time.sleep(0.1)
 """
 
 
+#: how long a signalled pytest may take to stop its servers and exit: a bound, not an expectation (on a
+#: busy machine a server's graceful stop alone may take its stop_timeout, 10 s in these suites)
+EXIT_WAIT_S = 180
+
+
+#: pytest as a terminal's foreground job runs it: Ctrl-C raises KeyboardInterrupt. A shell's background
+#: job (`cmd &`, as a CI script may start this suite) ignores SIGINT, children inherit that, and Python then
+#: installs no handler: the SIGINT a test sends would be lost, whatever the plugin does.
+FOREGROUND_PYTEST = (
+    "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'pytest'; sys.exit(pytest.console_main())"
+)
+
+
+@dataclass
+class BlockedPytest:
+    """A pytest process blocked in a test body with a ready server, and everything it printed."""
+
+    proc: subprocess.Popen[bytes]
+    output: list[bytes]
+
+    def signal(self, sig: signal.Signals) -> int:
+        """Send `sig`, wait for pytest to exit; a hang fails with what it printed (not a bare timeout)."""
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            printed = b"".join(self.output).decode(errors="replace")
+            pytest.fail(f"pytest did not exit within {EXIT_WAIT_S} s of {sig.name}; it printed:\n{printed}")
+
+
 @contextlib.contextmanager
-def pytest_blocked_in_a_test(suite, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A pytest process whose test body waits with a ready server; killed at the end if still alive."""
+def pytest_blocked_in_a_test(suite, *args: str) -> Iterator[BlockedPytest]:
+    """A pytest process whose test body waits with a ready server; killed at the end if still alive.
+
+    Its output is read to the end by a thread of its own: a process whose pipe nobody reads blocks
+    once the pipe is full, and a failure can say what the process printed."""
     proc = suite.pytester.popen(
-        [*suite.pytester._getpytestargs(), "-s", "-p", "no:cacheprovider", *args, str(suite.pytester.path)],
+        [sys.executable, "-c", FOREGROUND_PYTEST, "-s", "-p", "no:cacheprovider", *args, str(suite.pytester.path)],
         stdout=-1,
         stderr=-2,
     )
+    output: list[bytes] = []
     try:
         for line in proc.stdout:  # the test body runs only once the server is ready
+            output.append(line)
             if b"SERVER-UP" in line:
                 break
         assert len(suite.processes()) == 1
-        yield proc
+        drain = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        drain.start()
+        yield BlockedPytest(proc, output)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -176,9 +216,8 @@ def pytest_blocked_in_a_test(suite, *args: str) -> Iterator[subprocess.Popen[byt
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_pytest_leaves_no_server(make_suite, sig: signal.Signals) -> None:
     suite = make_suite(BLOCKING_TEST)
-    with pytest_blocked_in_a_test(suite) as proc:
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
+    with pytest_blocked_in_a_test(suite) as blocked:
+        blocked.signal(sig)
     assert suite.processes() == []
 
 
@@ -248,10 +287,9 @@ def test_exitfirst_on_a_failure_leaves_no_server(make_suite) -> None:
 
 def test_pytest_killed_outright_takes_its_servers_along(make_suite) -> None:
     suite = make_suite(BLOCKING_TEST)
-    with pytest_blocked_in_a_test(suite) as proc:
+    with pytest_blocked_in_a_test(suite) as blocked:
         servers = suite.processes()
-        proc.kill()  # SIGKILL: no cleanup code of pytest runs
-        proc.wait(timeout=30)
+        blocked.signal(signal.SIGKILL)  # no cleanup code of pytest runs
         _, alive = psutil.wait_procs(servers, timeout=30)  # the kernel's parent-death signal stops it
     assert alive == []
 

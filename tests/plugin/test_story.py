@@ -41,11 +41,13 @@ def test_untuned_session_tells_the_phantom_baseline_story(make_suite, tmp_path) 
     ms = 1 / SCALE
 
     plain_tpot = rows["plain"]["estimates"]["mean_tpot_ms"]["value"] * ms
-    assert 62.9 / 1.15 <= 1000 / plain_tpot <= 62.9 * 1.01  # the true plain baseline, not 90 tok/s
+    # the true plain baseline, not 90 tok/s; a busy machine moves a simulated TPOT either way (a late chunk
+    # lengthens a gap, the chunks queued behind it arrive together), so the bound is wide on both sides
+    assert 62.9 / 1.15 <= 1000 / plain_tpot <= 62.9 * 1.15
 
     five = rows["eagle3-5step"]["cost_model"]
     assert five["accept_length"]["value"] == pytest.approx(2.1, abs=0.15)
-    assert 29.9 * 0.99 <= five["cycle_ms"]["value"] * ms <= 29.9 * 1.15
+    assert 29.9 / 1.15 <= five["cycle_ms"]["value"] * ms <= 29.9 * 1.15
     assert five["break_even_accept_length"]["value"] == pytest.approx(1.9, abs=0.1)  # not 2.69
     # against the phantom 11.1 ms/token, the same cycle would have needed τ* ≈ 2.69: a "loss"
     assert five["cycle_ms"]["value"] * ms / 11.1 == pytest.approx(2.69, rel=0.15)

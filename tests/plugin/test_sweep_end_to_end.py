@@ -1,7 +1,7 @@
 """Concurrency sweeps end to end: one test per level, each level checked on its own, the crossover said.
 
 Where the crossover lies against the profile's prediction is the simulator's timing fidelity: a
-benchmark (benchmarks/sweep_crossover.py, figures in the README), since a busy machine's scheduler
+benchmark (benchmarks/sweep_crossover.py, figures in docs/benchmarks.md), since a busy machine's scheduler
 moves a measured speedup at this time scale.
 """
 

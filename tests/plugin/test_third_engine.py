@@ -113,7 +113,9 @@ def test_a_third_engine_is_one_module(pytester: pytest.Pytester, toy: None, tmp_
         f"--specperf-json={report}", f"--specperf-run-dir={tmp_path / 'run'}", "-p", "no:randomly"
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*launcher toy*", "*toy flags and algorithms from the list shipped for toy 1.0*"])
+    result.stdout.fnmatch_lines(
+        ["*launcher toy*", "*toy flags and algorithms checked against the list shipped for toy 1.0*"]
+    )
     rows = {m["label"]: m for m in json.loads(report.read_text())["measurements"]}
     fast = rows["fast/default/c1"]
     assert fast["estimates"]["speedup"]["value"] > 0 and fast["estimates"]["accept_length"]["value"] > 1

@@ -57,7 +57,7 @@ def test_step3_a_slower_draft_is_a_regression_with_its_interval(example: pytest.
     result.stdout.fnmatch_lines(
         [
             "*REGRESSION eagle3-5step/chat/c1:*",
-            "*output_throughput: * [[]*] tok/s (15 rounds on 2 server starts) vs baseline * (2 server starts tonight; "
+            "*output_throughput: * [[]*] tok/s (15 rounds on 2 server starts) vs baseline * ("
             "11 recorded runs, run-to-run CV *): ratio 0.* [[]*], allowed -5%: REGRESSION*",
             "*confirmed on a second server start (the first start alone: -*",
         ]

@@ -2,7 +2,7 @@
 tuning recognised from the environment, eager decode priced above the CUDA-graph batch limit.
 
 Nothing here asserts a time: how closely the simulator's wall clock follows the profile is a benchmark
-(benchmarks/sim_fidelity.py, benchmarks/sim_step_effects.py; figures in the README), since a busy
+(benchmarks/sim_fidelity.py, benchmarks/sim_step_effects.py; figures in docs/benchmarks.md), since a busy
 machine's scheduler adds to every simulated step.
 """
 

@@ -69,7 +69,8 @@ def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys
     code, out, _ = run(capsys, "history", "eagle3-5step", "--store", tmp_path / ".specperf")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("eagle3-5step/chat/c1: 10 runs, ") and "plain/chat/c1" not in out
+    assert lines[0] == f"eagle3-5step/chat/c1: 10 runs, {tmp_path / '.specperf/sim/eagle3-5step/chat-c1.json'}"
+    assert "plain/chat/c1" not in out
     assert lines[1] == "speedup over plain: its runs stored by the same session"
     assert lines[2].split() == [
         "run", "stored", "commit", "segment", "status", "tok/s", "TPOT", "ms", "τ", "speedup", "rounds", "change",

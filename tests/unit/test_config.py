@@ -244,7 +244,10 @@ def test_a_git_store_is_a_branch_of_a_repository(tmp_path: Path, value: str, bra
         ('store = "git:"', "store: 'git:' does not name a valid git branch; write git:<branch>"),
         ('store = "git:a..b"', "does not name a valid git branch"),
         ('store = "git:#main"', "has an empty URL before '#'"),
-        ('store = "git:https://x-access-token:ghs_abc123@github.com/o/r.git#main"', "carries credentials; remove them"),
+        (
+            'store = "git:https://x-access-token:ghs_abc123@github.com/o/r.git#main"',
+            "the URL of 'git:https://github.com/o/r.git#main' carries credentials; remove them",
+        ),
         ('store = "git:https://ghp_abcdefghijklmnopqrstuvwx@github.com/o/r.git#main"', "carries credentials"),
         ('store = ".specperf"\noffline_store = ".local"', 'offline_store: applies to a git store only (store = "git:'),
     ],

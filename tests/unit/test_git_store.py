@@ -323,7 +323,8 @@ def test_the_specperf_command_reads_a_branch(
     where = f"git:{remote}#{BRANCH}"
     assert main(["history", "plain", "--store", where]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("plain/chat/c1: 2 runs, ")
+    # where the history lives on the branch, not in the temporary work tree it was read from (gone now)
+    assert out.startswith(f"plain/chat/c1: 2 runs, {where}, file plain/chat-c1.json\n"), out
     assert [line.split()[5] for line in out.splitlines()[3:5]] == ["72.0±3.4", "81.0±6.3"]  # tok/s of both runs
     assert main(["show", where]) == 0
     assert capsys.readouterr().out.startswith(f"stored baselines in {where}:")

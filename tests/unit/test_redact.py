@@ -112,6 +112,14 @@ def test_redact_env_scrubs_secret_values_under_innocent_names() -> None:
         ("https://tok@host/", "https://host/"),
         ("http://host/p?token=abc&x=1", "http://host/p?token=<redacted>&x=1"),
         ("http://host/p?api_key=abc&sig=zz", "http://host/p?api_key=<redacted>&sig=<redacted>"),
+        # a store setting: the URL inside `git:` loses its credentials and nothing else
+        ("git:https://bob:hunter2@example.com/org/perf.git#nightly", "git:https://example.com/org/perf.git#nightly"),
+        ("git:https://x-access-token:ghs1@github.com/o/r.git#b", "git:https://github.com/o/r.git#b"),
+        # an SSH user is an account, not a secret: kept, so the URL still says where it goes
+        ("ssh://git@github.com/org/perf.git", "ssh://git@github.com/org/perf.git"),
+        ("git:ssh://git@github.com/org/perf.git#b", "git:ssh://git@github.com/org/perf.git#b"),
+        ("ssh://git:pw@host/r.git", "ssh://git@host/r.git"),
+        ("git:/srv/git/perf.git#b", "git:/srv/git/perf.git#b"),
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:

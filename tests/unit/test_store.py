@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ from pytest_specperf.errors import StoreError
 from pytest_specperf.jsonfile import safe_name
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.store import file as file_store
 from pytest_specperf.store import records as store_module
 from pytest_specperf.store.file import FileStore
 from pytest_specperf.store.records import SCHEMA_VERSION, Summary, read_baseline
@@ -417,8 +419,33 @@ def test_save_keeps_a_corrupt_file_aside_and_says_so(store: FileStore) -> None:
 def test_save_to_an_unwritable_store_is_one_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "store"
     blocker.write_text("a file where the store directory should be")  # unwritable even for root
-    with pytest.raises(StoreError, match=r"cannot write the baseline \(.*\); make the store .* writable"):
+    with pytest.raises(StoreError, match=r"cannot write the baseline \(.*\); a file stands where the store's folder"):
         FileStore(blocker).save(measurement(), suite_dir=None)
+
+
+@pytest.mark.parametrize(
+    ("error", "advice"),
+    [
+        (errno.ENOSPC, "the disk is full: free space where {root} is, or point `store` (config) at a directory on"),
+        (errno.EDQUOT, "the user's disk quota is used up: free space where {root} is"),
+        (errno.EROFS, "{root} is on a read-only file system: point `store` (config) at a writable directory"),
+        (errno.EACCES, "give this user write permission on {root}, or point `store` (config) at a writable"),
+        (errno.EIO, "make the store {root} writable, or point `store` (config) at a writable directory"),
+    ],
+    ids=["full", "quota", "read-only", "permission", "other"],
+)
+def test_a_failed_write_gives_the_advice_that_fits_it(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch, error: int, advice: str
+) -> None:
+    """A full disk is not fixed by making the store writable, nor a read-only mount by freeing space."""
+
+    def failing(path: Path, text: str) -> None:
+        raise OSError(error, os.strerror(error), str(path))
+
+    monkeypatch.setattr(file_store, "atomic_write", failing)
+    with pytest.raises(StoreError) as raised:
+        store.save(measurement(), suite_dir=None)
+    assert f"cannot write the baseline ({os.strerror(error)}); " + advice.format(root=store.root) in str(raised.value)
 
 
 def test_save_replaces_a_file_with_a_corrupt_schema_version(store: FileStore) -> None:

@@ -266,3 +266,23 @@ def test_answers_that_arrive_all_at_once_do_not_bend_the_cost_fit(tmp_path: Path
     fixed = fit.coefficient("fixed")
     assert fixed is not None and fixed[0] == pytest.approx(22.74, rel=0.05)
     assert share_of_best(space, winner(result, space.objectives[0])[0].label, space.objectives[0]) >= 0.98
+
+
+@pytest.mark.parametrize(
+    ("settled", "starts", "why"),
+    [
+        (True, 3, "the leaders were known first"),
+        (False, 4, "the budget ran out first"),
+        (False, 3, "its expected improvement was below 0.01%"),  # stopped early, the budget not spent
+    ],
+)
+def test_a_config_never_started_says_why_the_search_ended(settled: bool, starts: int, why: str) -> None:
+    from types import SimpleNamespace
+
+    from pytest_specperf.tune.output import never_started
+
+    result = SimpleNamespace(
+        settled=settled, starts=[object()] * starts, space=SimpleNamespace(budget=4), failed={},
+        forecast=SimpleNamespace(best_chance=lambda label: 0.03),
+    )  # fmt: skip
+    assert never_started(result, "s2-k1-n3") == f"{why} (chance to beat a leader 3%)"  # type: ignore[arg-type]

@@ -166,6 +166,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path, capsys, monk
     out, _ = capsys.readouterr()
     assert code == 0
     assert "space: 132 configs" in out and "objectives: chat c1, chat c8" in out
+    assert "  a full grid: 133 starts, the reference and 132 configs\n" in out  # the run counts the same way
     lines = out.splitlines()
     first = lines.index("  first starts:")
     assert lines[first + 1].startswith("    1. plain (no speculation): the reference")

@@ -326,6 +326,24 @@ def test_a_missed_check_fails_the_test_with_the_evidence(tmp_path: Path) -> None
     assert outcome.message.startswith("REGRESSION eagle3-5step/chat/c1:") and not outcome.warnings
 
 
+def test_a_failing_test_names_its_suspect_checks_too(tmp_path: Path) -> None:
+    """A REGRESSION that fails the test, and a min_speedup below its threshold but not credibly: the
+    failure's text names both, the suspect one as suspect, so nothing tonight's numbers say is hidden."""
+    stored = history_of([[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]],
+                        tmp_path / "b.json")  # fmt: skip
+    current = spec([600, 601, 599, 600, 600])
+    evaluation = evaluate(current, plain([520, 521, 519, 520, 520]), marker(min_speedup=1.18), LIMITS, stored,
+                          updating=False)  # fmt: skip
+    assert [c.name for c in evaluation.missed] == ["regression:output_throughput"]
+    assert [c.name for c in evaluation.suspect] == ["min_speedup"]
+    outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=False)
+    assert outcome.action == "fail" and outcome.message is not None
+    lines = outcome.message.splitlines()
+    assert lines[0] == "REGRESSION eagle3-5step/chat/c1:"
+    assert lines[1].startswith("  output_throughput: ") and lines[1].endswith("REGRESSION")
+    assert lines[2].startswith("  min_speedup: speedup 1.15") and lines[2].endswith(">= 1.18: suspect")
+
+
 @pytest.mark.parametrize(("policy", "action"), [("fail", "fail"), ("skip", "skip"), ("warn", "pass")])
 def test_an_incomparable_baseline_follows_the_policy(tmp_path: Path, policy: str, action: str) -> None:
     stored = baseline_of(spec([700] * 5), tmp_path / "b.json")

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.report.dashboard.model import LAYER_TITLES, Dashboard, build_dashboard
@@ -56,10 +55,7 @@ def write_site(dashboard: Dashboard, directory: Path, *, nojekyll: bool = False)
 
 def run(args: argparse.Namespace, store: Store) -> int:
     """Build the dashboard of an opened (prepared) store and write it, publish it, or both."""
-    limits = Limits(
-        args.max_regression, args.max_regression_accept_length, 0.0, run_to_run_cv=SpecperfConfig.run_to_run_cv,
-        run_to_run_cv_accept_length=SpecperfConfig.run_to_run_cv_accept_length,
-    )  # fmt: skip
+    limits = Limits.tolerating(args.max_regression, args.max_regression_accept_length)
     title = args.title or default_title(store)
     location = store.location if isinstance(store, GitStore) else str(Path(args.store))  # as the user wrote it
 

@@ -3,10 +3,11 @@
 Nothing here is new statistics: each number comes from the function that makes it for a night or
 for `specperf history` — a run's value and interval from `trends.series`, rejected runs from
 `history.reject_outliers` over a segment's counted runs (as `specperf history` marks them), change
-points and drifts from `changes.change_points` per segment and the one in force from
-`changes.newest_change`, their "since" text from `trends.HistoryChange.sentence`, the level the
-newest night was held against and what the gate can see from `nightly.judge_night` (the newest
-night against the runs before it, built like `checks.past_runs`) and `analysis.blind_spots`, and
+points and drifts from `changes.change_points` per segment and the one in force from what the newest
+night's verdict names (`standing.change_in_force`), their "since" text from
+`trends.HistoryChange.sentence`, the level the newest night was held against and what the gate can
+see from `standing.judge_newest` (the newest night against the runs before it, as its session judged
+it) and `analysis.blind_spots`, and
 fingerprint drift from `fingerprint.diff`. Pure: no I/O, no HTML.
 """
 
@@ -24,10 +25,11 @@ from pytest_specperf.measure.records import METRICS, MeasurementKey
 from pytest_specperf.report.analysis import blind_spots
 from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated, reference_history
 from pytest_specperf.verdict.changes import change_points, newest_change
-from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
+from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits
 from pytest_specperf.verdict.drift import diff
 from pytest_specperf.verdict.history import reject_outliers
-from pytest_specperf.verdict.nightly import NightVerdict, judge_night
+from pytest_specperf.verdict.nightly import NightVerdict
+from pytest_specperf.verdict.standing import ChangeInForce, change_in_force, judge_newest, newest_night
 from pytest_specperf.verdict.stats import Estimate
 from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
 
@@ -208,7 +210,9 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
     charts = []
     for metric in KEY_METRICS:
         night = nights.get(metric)
-        chart = _chart(entry, metric, reference, night.comparison.level if night and night.comparison else None)
+        level = night.comparison.level if night and night.comparison else None
+        in_force = change_in_force(entry, metric, night) if metric in JUDGED_METRICS else None
+        chart = _chart(entry, metric, reference, level, in_force)
         if chart.points:
             charts.append(chart)
     first = len(entry.runs) - len(newest_night(entry.runs))
@@ -220,16 +224,10 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
     )  # fmt: skip
 
 
-def newest_night(runs: Sequence[StoredRun]) -> tuple[StoredRun, ...]:
-    """The newest run and the runs of the same session right before it (a second server start)."""
-    session = runs[-1].provenance.session
-    count = 1
-    while session and count < len(runs) and runs[-1 - count].provenance.session == session:
-        count += 1
-    return tuple(runs[-count:])
-
-
-def _chart(entry: StoredBaseline, metric: str, reference: StoredBaseline | None, level: float | None) -> Chart:
+def _chart(
+    entry: StoredBaseline, metric: str, reference: StoredBaseline | None, level: float | None,
+    in_force: ChangeInForce | None,
+) -> Chart:  # fmt: skip
     marks = []
     for index, run in enumerate(entry.runs):
         # trends.series on this one run: its value and interval exactly as a night's report has them
@@ -239,7 +237,7 @@ def _chart(entry: StoredBaseline, metric: str, reference: StoredBaseline | None,
             marks.append(RunMark(index, found[0].value, found[0]))
     if metric in JUDGED_METRICS:
         marks = _with_rejections(marks)
-    return Chart(metric, tuple(marks), tuple(_changes(entry, metric, marks)), level)
+    return Chart(metric, tuple(marks), tuple(_changes(entry, metric, marks, in_force)), level)
 
 
 def _by_segment(marks: Sequence[RunMark]) -> list[list[RunMark]]:
@@ -267,38 +265,32 @@ def _with_rejections(marks: list[RunMark]) -> list[RunMark]:
     return [dataclasses.replace(m, rejected=out.get(m.run)) for m in marks]
 
 
-def _changes(entry: StoredBaseline, metric: str, marks: Sequence[RunMark]) -> list[ChangeMark]:
-    """Change points of each segment's series (as `specperf history` finds them); the newest one of the
-    newest segment is the one in force."""
+def _changes(
+    entry: StoredBaseline, metric: str, marks: Sequence[RunMark], in_force: ChangeInForce | None
+) -> list[ChangeMark]:
+    """Change points of each segment's series (as `specperf history` finds them). The one in force is
+    what the newest night's verdict names for a judged metric (`standing.change_in_force`), drawn even
+    where the per-segment search does not find it; for the other metrics, the newest change of the
+    newest segment (as a night's report finds it for them)."""
     found = []
     for group in _by_segment(marks):
         values = [m.value.value for m in group]
         points = [m.point for m in group]
         current = group[-1].point.segment == entry.runs[-1].segment
-        in_force = newest_change(values) if current else None
+        newest = newest_change(values) if current and metric not in JUDGED_METRICS else None
         for point in change_points(values):
             sentence = HistoryChange.of(entry.measurement.key, metric, point, points).sentence
-            force = in_force is not None and (in_force.index, in_force.kind) == (point.index, point.kind)
-            found.append(ChangeMark(
-                group[point.index].run, group[-1].run, point.kind, point.change, point.per_run, sentence, force,
-            ))  # fmt: skip
-    return found
-
-
-def judge_newest(entry: StoredBaseline, metric: str, limits: Limits) -> NightVerdict | None:
-    """The newest night against the runs of its segment before it, by `nightly.judge_night` (None with
-    nothing to judge against, or no value of `metric`)."""
-    runs = entry.runs
-    night = newest_night(runs)
-    before = runs[: len(runs) - len(night)]
-    tonight = [s for r in night if (s := r.measurement.samples(metric)) and min(s) > 0.0]
-    if not tonight or not before or before[-1].segment != night[0].segment:
-        return None
-    _, past = past_runs(dataclasses.replace(entry, runs=before), metric)
-    if not any(p.status.counted for p in past):
-        return None
-    rounds = len(night[0].measurement.rounds)
-    return judge_night(tonight, past, limits.tolerance(metric), rounds=rounds)
+            run = group[point.index].run
+            force = newest is not None and (newest.index, newest.kind) == (point.index, point.kind)
+            if in_force is not None and (in_force.run, in_force.change.kind) == (run, point.kind):
+                continue  # the verdict's own mark, below
+            found.append(ChangeMark(run, group[-1].run, point.kind, point.change, point.per_run, sentence, force))
+    if in_force is not None:
+        change = in_force.change
+        found.append(ChangeMark(
+            in_force.run, len(entry.runs) - 1, change.kind, change.change, change.per_run, change.sentence, True,
+        ))  # fmt: skip
+    return sorted(found, key=lambda mark: mark.run)
 
 
 def gate(entry: StoredBaseline, night: NightVerdict | None, limits: Limits) -> Gate:

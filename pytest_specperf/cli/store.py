@@ -1,0 +1,43 @@
+"""`specperf store FILE [--store STORE]`: append the runs a session could not store (its store was full,
+read-only or refused the push) to their histories, once the store is fixed. Nothing is measured again:
+the runs are appended as the session built them (run id, segment start, status), and a run a history
+already holds is not added twice, so running it again is harmless."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pytest_specperf.cli.common import OK, STORE_HELP
+from pytest_specperf.config.location import StoreLocation
+from pytest_specperf.store import open_store
+from pytest_specperf.store.records import runs_word
+from pytest_specperf.store.unstored import read_unstored
+
+
+def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
+    store = commands.add_parser(
+        "store", help="store the runs a session kept when its store could not be written",
+        epilog=epilog, formatter_class=formatter,
+    )  # fmt: skip
+    store.add_argument("file", type=Path, help="the specperf-unstored-*.json file the session's last line named")
+    store.add_argument("--store", help=f"{STORE_HELP}; default: the store the session meant")
+    store.set_defaults(run=run_store)
+
+
+def run_store(args: argparse.Namespace) -> int:
+    unstored = read_unstored(args.file)
+    setting = args.store or unstored.store
+    store = open_store(StoreLocation.parse(setting, base=Path.cwd(), where="--store"))
+    try:
+        for line in store.prepare():
+            print(line)
+        for pending in unstored.runs:
+            store.append(pending.run, new_segment=pending.new_segment, history=unstored.history)
+        for line in store.publish():
+            print(line)
+    finally:
+        store.close()
+    print(f"{store.location}: stored the {runs_word(unstored.runs)} of {args.file} (runs held before are kept once)")
+    return OK
