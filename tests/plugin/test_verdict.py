@@ -75,10 +75,14 @@ def test_lost_nccl_tuning_is_shown_as_environment_drift(make_suite) -> None:
     suite.run("--specperf-update").assert_outcomes(passed=1)
     set_in_config(suite, TUNED_ENV, "")
     result = suite.run()
-    result.assert_outcomes(failed=1)
+    # about -20%: a REGRESSION on a quiet machine; a busy one can leave the two starts too far apart to
+    # confirm it, and the night is SUSPECT (a warning). Either way the drift is named beside the numbers.
+    outcomes = result.parseoutcomes()
+    verdict = "REGRESSION" if outcomes.get("failed") == 1 else "SUSPECT"
+    assert outcomes.get("failed", 0) + outcomes.get("passed", 0) == 1 and not outcomes.get("errors"), outcomes
     result.stdout.fnmatch_lines(
         [
-            "*REGRESSION eagle3-5step/default/c1:*",
+            f"*{verdict} eagle3-5step/default/c1:*",
             "*environment drift since the baseline (the comparison was still made):*",
             "*NCCL_ALGO: Ring → unset*",
         ]
