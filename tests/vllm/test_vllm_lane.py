@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 import time
 
 import psutil
@@ -107,6 +108,13 @@ def test_a_vllm_suite_measures_judges_and_reports(vllm_suite) -> None:
     print(f"vLLM suite: 4 servers, 7 tests (-x) in {elapsed:.0f} s")
 
 
+#: pytest as a terminal's foreground job runs it, where Ctrl-C raises KeyboardInterrupt: a shell's background
+#: job (a CI script's `cmd &`) ignores SIGINT, its children inherit that, and the SIGINT below would be lost
+FOREGROUND_PYTEST = (
+    "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'pytest'; sys.exit(pytest.console_main())"
+)
+
 BLOCKING = """
 import threading
 import pytest
@@ -126,7 +134,8 @@ def test_sigterm_and_ctrl_c_to_pytest_stop_the_whole_server_tree(vllm_suite) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         suite = vllm_suite(BLOCKING, servers=plain, where=sig.name)
         args = ["-s", "-p", "no:cacheprovider", f"--specperf-run-dir={suite.run_dir}"]
-        proc = suite.pytester.popen([*suite.pytester._getpytestargs(), *args], stdout=-1, stderr=-2, cwd=suite.path)
+        command = [sys.executable, "-c", FOREGROUND_PYTEST, *args]
+        proc = suite.pytester.popen(command, stdout=-1, stderr=-2, cwd=suite.path)
         sessions.append((sig, suite, proc))
     trees = {}
     try:
