@@ -56,4 +56,4 @@ def test_untuned_session_tells_the_phantom_baseline_story(make_suite, tmp_path) 
     assert two_speedup == pytest.approx(1.20, abs=0.08)  # +20% over the reference
 
     (fit,) = [f for f in data["verify_cost_fits"] if len(f["servers"]) == 2]
-    assert fit["fixed_shares"][1] == pytest.approx(0.75, abs=0.05)  # about three quarters is fixed cost
+    assert 0.6 <= fit["fixed_shares"][1] <= 0.9  # mostly fixed cost (three quarters in the profile)

@@ -357,7 +357,8 @@ def test_specperf_diff_and_the_tests_agree_on_the_same_histories(make_suite, tmp
     set_in_config(suite, "run_to_run_cv = 0\n", "")  # the default prior, which `specperf diff` assumes too
     store, report = suite.pytester.path / ".specperf", suite.pytester.path / "report.json"
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    slow_draft = 'num_draft_tokens = 6\nsim_args = ["--sim-draft-slowdown", "8"]\n'
+    # a draft 40x slower: about half the throughput, more than a busy machine can take off or put back
+    slow_draft = 'num_draft_tokens = 6\nsim_args = ["--sim-draft-slowdown", "40"]\n'
     for night, change in ((1, None), (2, slow_draft)):
         before = tmp_path / f"before-night-{night}"
         shutil.copytree(store, before)
