@@ -4,6 +4,8 @@
                                                   a directory, or git:<branch> / git:<url>#<branch>)
     specperf history [SERVER[/WORKLOAD]]          each stored history as a series of runs, with its
                      [--store STORE]              segments and change points
+    specperf accept SERVER[/WORKLOAD[/cN]]        make a change the accepted level from the run it began with
+                    [--since RUN] [--store STORE] (default: the change the newest night names)
     specperf diff OLD NEW                         two JSON reports, stored baseline files or stores, side
                                                   by side: ratios with intervals, fingerprint drift
     specperf merge A.json B.json ... -o ALL.json  reports of shards run on several machines, as one report
@@ -19,7 +21,8 @@
 
 Exit codes:
     0  done (diff: no measurement credibly regressed)
-    1  diff: a measurement credibly regressed beyond the tolerance (throughput or accept length)
+    1  diff: a measurement credibly regressed beyond the tolerance (throughput or accept length);
+       accept: no key had a change to accept
     2  usage error, or a file that is missing, corrupt, not ours, of a newer schema version, or
        (merge) two reports holding different measurements of the same speculative config
 
@@ -32,12 +35,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_specperf.cli import backtest, dashboard, diff, history, merge, schema, show, store, tune
+from pytest_specperf.cli import accept, backtest, dashboard, diff, history, merge, schema, show, store, tune
 from pytest_specperf.cli.common import EXIT_CODES, FAILED
 from pytest_specperf.errors import SpecperfError
 
 #: The subcommands, in the order `specperf --help` lists them.
-COMMANDS = (show, history, diff, merge, store, backtest, dashboard, schema, tune)
+COMMANDS = (show, history, accept, diff, merge, store, backtest, dashboard, schema, tune)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -116,7 +116,7 @@ def history_rows(
     marks: dict[int, list[str]] = {}
     for index, run in enumerate(runs):
         if index and run.segment != runs[index - 1].segment:
-            marks.setdefault(index, []).append("new segment (--specperf-update)")
+            marks.setdefault(index, []).append(f"new segment ({run.acceptance or '--specperf-update'})")
     in_force = {}
     for metric in JUDGED_METRICS:
         found = change_in_force(entry, metric, judge_newest(entry, metric, limits))

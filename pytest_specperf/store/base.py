@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.store.records import DEFAULT_HISTORY, SaveResult, StoredBaseline, StoredRun
+from pytest_specperf.store.records import DEFAULT_HISTORY, Provenance, SaveResult, StoredBaseline, StoredRun
 
 
 @runtime_checkable
@@ -66,6 +66,11 @@ class Store(Protocol):
     def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:
         """Append a run built before (`new_run`): what `save` does after building it, and how runs a
         session could not store are stored later (store/unstored.py). A run the history holds is kept once."""
+        ...
+
+    def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
+        """Make the history at `path` (an entry's) accepted from its run `first` on, at once (a shared store
+        pushes it); lines that say so. The one way besides `--specperf-update` the level moves."""
         ...
 
     def publish(self) -> list[str]:

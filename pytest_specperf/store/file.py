@@ -33,9 +33,11 @@ from pytest_specperf.store.records import (
     DEFAULT_HISTORY,
     SCHEMA_VERSION,
     NewerSchemaError,
+    Provenance,
     SaveResult,
     StoredBaseline,
     StoredRun,
+    accepted_from,
     document,
     dumps,
     is_simulated,
@@ -178,6 +180,28 @@ class FileStore:
             path=path, old=old, new=run.summary, replaced_error=error, kept_as=kept,
             segment=segment, runs=len(runs), new_segment=new_segment or previous is None,
         )  # fmt: skip
+
+    def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
+        """Make the history at `path` accepted from its run `first` on (`records.accepted_from`), under
+        the lock, re-read: a run appended meanwhile joins the new level too. StoreError when the run
+        is no longer there (trimmed since it was read) or cannot be accepted."""
+        try:
+            with self._locked():
+                history = read_baseline(path)
+                runs = list(history.runs)
+                index = next((i for i, r in enumerate(runs) if r.provenance == first), None)
+                if index is None:
+                    gone = f"the run of {first.created} is no longer in the history"
+                    raise StoreError(f"{path}: {gone}; nothing accepted")
+                try:
+                    runs = accepted_from(runs, index, acceptance)
+                except ValueError as exc:
+                    raise StoreError(f"{path}: {exc}; nothing accepted") from None
+                atomic_write(path, dumps(document(runs)))
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise StoreError(f"{path}: cannot write the baseline ({why}); {_advice(exc, self.root)}") from None
+        return []
 
     def _move_legacy_simulated(self, key: MeasurementKey) -> None:
         """Under the lock: a simulator's history at the real layer's path moves under ``sim/`` (or aside,

@@ -44,7 +44,14 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.redact import redact_text
 from pytest_specperf.store.file import LOCK_NAME, FileStore
 from pytest_specperf.store.gitcmd import NETWORK_TIMEOUT_S, Git, GitError, first_error
-from pytest_specperf.store.records import DEFAULT_HISTORY, SaveResult, StoredBaseline, StoredRun, new_run
+from pytest_specperf.store.records import (
+    DEFAULT_HISTORY,
+    Provenance,
+    SaveResult,
+    StoredBaseline,
+    StoredRun,
+    new_run,
+)
 
 #: Pushes a session tries before giving up on a branch other jobs keep moving.
 PUSH_ATTEMPTS = 10
@@ -237,6 +244,24 @@ class GitStore:
         commit, attempt = pushed
         again = f", after {attempt - 1} push(es) by other jobs came first (their runs are kept)"
         return [f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
+
+    def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
+        """Accept a history from its run `first` on (`FileStore.accept`) and push it at once, never forced:
+        when another job pushed first, the acceptance is made again on top of its runs."""
+        self.prepare()
+        if self._offline:
+            raise StoreError(f"{self.location}: the remote cannot be reached; nothing was accepted")
+        relative = path.relative_to(self.root)
+        subject = f"specperf: accept {relative.as_posix()} from the run of {first.created[:10]}"
+        pushed = self._push(
+            lambda: self._files.accept(self.root / relative, first, acceptance),
+            lambda: redact_text(f"{subject}\n\n{acceptance}\n"), "acceptance",
+        )  # fmt: skip
+        if pushed is None:
+            return [f"{self.location}: nothing to push (the branch holds the same files)"]
+        commit, attempt = pushed
+        again = f", after {attempt - 1} push(es) by other jobs came first" if attempt > 1 else ""
+        return [f"{self.location}: pushed the acceptance as commit {commit[:7]}{again}"]
 
     def publish_files(self, write: Callable[[Path], str]) -> list[str]:
         """Commit what `write(root)` puts in the work tree beside the histories (a dashboard made from them;

@@ -46,7 +46,7 @@ import statistics
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -161,6 +161,9 @@ class StoredRun:
     #: how the run counts (verdict/nightly.py's RunStatus): "accepted" in the level and the spread,
     #: "suspect" (beyond the tolerance, not credibly) and "refused" (a REGRESSION night) in neither
     status: str = "accepted"
+    #: who made this run the first of a new level after it was stored, and why (`accepted_from`):
+    #: `specperf accept`'s line; None for a run stored as it is (`--specperf-update` starts a segment itself)
+    acceptance: str | None = None
 
     @property
     def fingerprint(self) -> Fingerprint:
@@ -183,7 +186,7 @@ class StoredRun:
             "provenance": self.provenance.to_dict(),
             "segment": self.segment,
             "status": self.status,
-        }
+        } | ({"acceptance": self.acceptance} if self.acceptance is not None else {})
 
 
 @dataclass(frozen=True)
@@ -338,7 +341,29 @@ def read_run(data: dict[str, Any], *, segment: int) -> StoredRun:
     if status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
     provenance = Provenance.from_dict(data["provenance"])
-    return StoredRun(measurement, Summary.of(measurement), provenance, segment, status)
+    acceptance = data.get("acceptance")
+    if acceptance is not None and not isinstance(acceptance, str):
+        raise ValueError(f"acceptance must be a string, got {acceptance!r}")
+    return StoredRun(measurement, Summary.of(measurement), provenance, segment, status, acceptance)
+
+
+def accepted_from(runs: Sequence[StoredRun], first: int, acceptance: str) -> list[StoredRun]:
+    """The history with its runs from `first` on made the accepted level: a new segment starts there,
+    as `--specperf-update` would have started it on that night, and its runs count ("accepted"), so a
+    trimmed history keeps them as the level (`kept_runs`). The first carries `acceptance`, the line
+    that says who accepted it and why. Only a run of the current segment after its first can be
+    accepted: an older one is behind a level a person accepted since."""
+    if not 0 <= first < len(runs):
+        raise ValueError(f"there is no run {first + 1} in a history of {runs_word(runs)}")
+    current = runs[-1].segment
+    began = next(i for i, r in enumerate(runs) if r.segment == current)
+    if first < began:
+        raise ValueError(f"run {first + 1} is before the current level, accepted at run {began + 1}")
+    if first == began:
+        raise ValueError(f"run {first + 1} already begins the accepted level")
+    tail = [replace(r, segment=current + 1, status="accepted") for r in runs[first:]]
+    tail[0] = replace(tail[0], acceptance=acceptance)
+    return [*runs[:first], *tail]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -321,7 +321,7 @@ def night_lines(night: NightVerdict, runs: Sequence[StoredRun]) -> list[str]:
     if night.change is not None and night.decision is not Decision.MET:
         nights = len(night.level.change_runs) + 1 if night.level is not None else 1
         lines.append(f"a change nobody accepted: {_since(night.change, runs)}, {nights} runs, not acknowledged "
-                     "(--specperf-update accepts tonight as the new level)")  # fmt: skip
+                     f"({ACKNOWLEDGE})")  # fmt: skip
     elif night.change is not None and night.improved:
         lines.append(f"IMPROVED: {_since(night.change, runs)}, not acknowledged (the level stays the accepted one)")
     if night.by_change:
@@ -422,6 +422,8 @@ class Limits:
 
 #: The metrics a stored history judges every night, and the ones whose changes are only reported.
 JUDGED_METRICS = ("output_throughput", "accept_length")
+#: How a person makes a change the level: the two acts that move it (verdict/level.py).
+ACKNOWLEDGE = "`specperf accept` makes it the level from its first run, --specperf-update from tonight"
 REPORTED_METRICS = ("mean_tpot_ms", "speedup")
 
 

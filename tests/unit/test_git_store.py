@@ -332,3 +332,28 @@ def test_the_specperf_command_reads_a_branch(
     assert main(["show", f"git:{tmp_path / 'nowhere.git'}#{BRANCH}"]) == 2
     assert "cannot reach the remote" in capsys.readouterr().err
     assert list(temporary.iterdir()) == []  # every temporary work tree is gone
+
+
+def test_accept_on_a_branch_pushes_the_new_level(
+    remote: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_specperf.cli import main
+
+    store = store_of(checkout(remote, tmp_path / "a"), tmp_path / "work")
+    for night, level in enumerate((100.0, 100.0, 90.0, 90.0)):
+        store.save(measurement(key=SHARED, throughputs=(level, level)), suite_dir=None, session=f"s{night}",
+                   new_segment=night == 0)  # fmt: skip
+    store.publish()
+    store.close()
+    where = f"git:{remote}#{BRANCH}"
+    note = "a slower kernel, on purpose"
+    assert main(["accept", "plain/chat/c1", "--since", "3", "--note", note, "--store", where]) == 0
+    out = capsys.readouterr().out
+    assert "the accepted level is now the 2 runs from run 3 on" in out and "pushed the acceptance as commit" in out
+    runs = branch_runs(remote, "plain/chat-c1.json")
+    assert [r["segment"] for r in runs] == [0, 0, 1, 1]
+    assert runs[2]["acceptance"].endswith("with specperf accept: a slower kernel, on purpose")
+    assert (
+        git(remote, "log", "-1", "--format=%s", BRANCH)
+        == "specperf: accept plain/chat-c1.json from the run of " + (runs[2]["provenance"]["created"][:10])
+    )
