@@ -76,7 +76,9 @@ class AcceptedLevel:
         return d * self.change_shift > 0.0 and abs(d) > abs(self.change_shift) / 2.0
 
 
-def accepted_level(values: Sequence[float], tolerance: float, *, searches: int = 1) -> AcceptedLevel:
+def accepted_level(
+    values: Sequence[float], tolerance: float, *, searches: int = 1, nights: Sequence[object] | None = None
+) -> AcceptedLevel:
     """The accepted level of a segment whose last value is tonight (positive per-run values, oldest first).
 
     Two ways a run is out of the level, both by its place in the series: it lies in a part (between
@@ -104,7 +106,7 @@ def accepted_level(values: Sequence[float], tolerance: float, *, searches: int =
     runs = [i for i in accepted if i < past]
     established = bool(change)
     if not change:
-        streak, sign = _streak(logs, runs, tolerance)
+        streak, sign = _streak(logs, runs, tolerance, nights)
         change, runs = list(streak), [i for i in runs if i not in streak]
     runs = runs[-SPREAD_RUNS:]
     rejected = [r for r in (reject_outliers([logs[i] for i in runs]) if runs else [])
@@ -130,19 +132,41 @@ def _like(tonight: float, outlier: float, runs: Sequence[float]) -> bool:
     return far * near > 0.0 and abs(near) >= abs(far) / 2.0
 
 
-def _streak(logs: Sequence[float], runs: Sequence[int], tolerance: float) -> tuple[tuple[int, ...], int]:
-    """The longest run of newest runs that each, against the accepted runs before all of them, were
-    probably a change beyond the tolerance (`_beyond` at `STREAK_QUANTILE`), all on one side, with
-    that side (+1/-1); ((), 0) when there is none. What their own nights saw, asked again: a change
-    too young for the step test, which tonight may confirm. Never half the runs or more: that is
-    the level, not a change of it."""
+def _streak(
+    logs: Sequence[float], runs: Sequence[int], tolerance: float, nights: Sequence[object] | None = None
+) -> tuple[tuple[int, ...], int]:
+    """The longest run of newest nights that each, against the accepted runs before all of them, were
+    probably a change beyond the tolerance (`_beyond` at `STREAK_QUANTILE`, a night's starts taken
+    together), all on one side, with that side (+1/-1); ((), 0) when there is none. What their own
+    nights saw, asked again: a change too young for the step test, which tonight may confirm. Never
+    half the runs or more: that is the level, not a change of it. `nights` names each run's night
+    (the runs of one session are its server starts); without it each run is a night of its own."""
     best: tuple[tuple[int, ...], int] = ((), 0)
-    for length in range(1, (len(runs) + 1) // 2):
-        before = [logs[i] for i in runs[:-length]]
-        sides = {_beyond(logs[i], before, tolerance, STREAK_QUANTILE, robust=True) for i in runs[-length:]}
+    groups = _newest_nights(runs, nights)
+    for count in range(1, len(groups) + 1):
+        streak = [i for group in groups[:count] for i in group]
+        if 2 * len(streak) >= len(runs):
+            break
+        before = [logs[i] for i in runs if i not in streak]
+        sides = {_beyond(statistics.fmean(logs[i] for i in group), before, tolerance, STREAK_QUANTILE, robust=True)
+                 for group in groups[:count]}  # fmt: skip
         if len(sides) == 1 and 0 not in sides:
-            best = (tuple(runs[-length:]), sides.pop())
+            best = (tuple(sorted(streak)), sides.pop())
     return best
+
+
+def _newest_nights(runs: Sequence[int], nights: Sequence[object] | None) -> list[list[int]]:
+    """`runs` grouped by night, newest night first: consecutive runs of one night are one group."""
+    groups: list[list[int]] = []
+    previous: object = None
+    for i in reversed(runs):
+        night = nights[i] if nights is not None and nights[i] is not None else ("run", i)
+        if groups and night == previous:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        previous = night
+    return groups
 
 
 def _beyond(value: float, before: Sequence[float], tolerance: float, quantile: float, *, robust: bool = False) -> int:

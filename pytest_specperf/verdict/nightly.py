@@ -68,6 +68,10 @@ CHANGE_CONFIDENCE: Final = 0.98
 #: that is probably a change beyond the tolerance is worth a second look; only a certain one fails.
 SUSPECT_CONFIDENCE: Final = 0.95
 
+#: A change too young for the step test is judged with its own runs once it was seen on this many
+#: past nights: one odd night may be the node; two in a row are the key.
+CHANGE_NIGHTS: Final = 2
+
 L = TypeVar("L")
 
 
@@ -159,7 +163,7 @@ def judge_night(
     values = (*(_mean(r.samples) for r in history), tonight_mean)
     if not history:
         return NightVerdict(Decision.MET, False, None, values=values)
-    level = accepted_level(values, tolerance.max_regression, searches=searches)
+    level = accepted_level(values, tolerance.max_regression, searches=searches, nights=[r.night for r in history])
     look = decide(tonight, history, level, tolerance, strict=strict)
     if look is None:
         return NightVerdict(Decision.MET, False, None, values=values, level=level)
@@ -173,7 +177,8 @@ def judge_night(
     if level.holds(look.comparison.ratio.value):
         change = _change_in_force(tonight, history, level)
         worse, better = _classify_change(change, tolerance)
-        if level.established and decision is Decision.SUSPECT and worse:
+        seen = level.established or _nights(history, level.change_runs) >= CHANGE_NIGHTS
+        if decision is Decision.SUSPECT and worse and seen:
             decision, by_change = Decision.MISSED, True
         improved = improved or (level.established and better)
     since = None
@@ -303,6 +308,11 @@ def _confirm(
     if look.decision is Decision.MISSED and not on_its_own:
         return last, False, first.comparison.ratio.value
     return look, on_its_own, first.comparison.ratio.value
+
+
+def _nights(history: Sequence[PastRun], runs: Sequence[int]) -> int:
+    """How many nights `runs` (indices into `history`) were measured on: a session's starts are one."""
+    return len({history[i].night if history[i].night is not None else i for i in runs})
 
 
 def _mean(samples: Sequence[float]) -> float:

@@ -55,6 +55,8 @@ def test_plot_draws_each_history(make_suite) -> None:
     suite = make_suite(ONE_MEASURED_TEST, servers=ONE_SPEC_SERVER, workloads=STEADY_WORKLOAD)
     suite.run("--specperf-update").assert_outcomes(passed=1)
     plots = suite.pytester.path / "plots"
-    suite.run("--specperf-record", f"--specperf-plot={plots}").assert_outcomes(passed=1)
+    night = suite.run("--specperf-record", f"--specperf-plot={plots}")
+    outcomes = night.parseoutcomes()  # whatever a busy machine makes of the night's verdict, it is drawn
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1, outcomes
     names = sorted(p.name for p in plots.glob("history-*.png"))
     assert names == ["history-eagle3-5step-default-c1.png", "history-plain-default-c1.png"]

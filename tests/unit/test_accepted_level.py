@@ -117,3 +117,39 @@ def test_a_regression_needs_the_keys_own_spread() -> None:
     """With fewer than three runs the spread is the configured prior: beyond the tolerance is SUSPECT."""
     verdict = judge_night([[80.0, 81.0, 79.0]], [PastRun((100.0, 101.0, 99.0))], TOLERANCE)
     assert verdict.decision is Decision.SUSPECT
+
+
+def test_a_young_regression_is_judged_by_its_nights_not_its_starts() -> None:
+    """A -8% change two nights old, each of its nights measured on two server starts (a night at start SD
+    2%): the second start of its first night came out near the tolerance (-5.3%), so start by start the
+    change began a night later, that night's first start joined the level, and tonight was only SUSPECT.
+    Taken by night, both nights were beyond the tolerance: out of the level, and tonight is a REGRESSION
+    since the change's first run."""
+    level = (1.002, 1.028, 0.98, 1.022, 0.994, 0.994, 1.042, 1.003, 0.999, 1.016)
+    rounds = (0.99, 1.01, 1.0, 1.005, 0.995)
+    history = [PastRun(tuple(v * f for f in rounds), night=f"n{i}") for i, v in enumerate(level)]
+    changed = {"a": (0.943, 0.955), "b": (0.932, 0.901)}
+    history += [PastRun(tuple(v * f for f in rounds), night=night)
+                for night, starts in changed.items() for v in starts]  # fmt: skip
+    verdict = judge_night([[v * f for f in rounds] for v in (0.913, 0.911)], history, TOLERANCE)
+    assert verdict.level is not None and verdict.level.change_runs == (10, 11, 12, 13)
+    assert verdict.decision is Decision.MISSED
+    assert verdict.since is not None and verdict.since.index == 10
+
+
+@pytest.mark.parametrize(("past_nights", "expected"), [(("a", "b"), Decision.MISSED), (("a",), Decision.SUSPECT)])
+def test_a_young_change_of_two_nights_is_judged_with_its_runs(past_nights: tuple[str, ...], expected: Decision) -> None:
+    """A -7% change too young for the step test: tonight alone lands near the tolerance (SUSPECT), but
+    taken with the change's past runs it is clearly beyond it. Two past nights are enough to judge the
+    change on its runs together (REGRESSION since its first run); one past night is not, since one odd
+    night may be the node, not the code."""
+    level = (1.001, 1.01, 0.99, 1.008, 1.02, 1.009, 1.034, 0.981, 1.001, 0.984)
+    rounds = (0.99, 1.01, 1.0, 1.005, 0.995)
+    history = [PastRun(tuple(v * f for f in rounds), night=f"n{i}") for i, v in enumerate(level)]
+    changed = {"a": (0.904, 0.953), "b": (0.924, 0.928)}
+    history += [PastRun(tuple(v * f for f in rounds), night=night) for night in past_nights for v in changed[night]]
+    verdict = judge_night([[v * f for f in rounds] for v in (0.93, 0.965)], history, TOLERANCE)
+    assert verdict.decision is expected
+    assert verdict.by_change is (expected is Decision.MISSED)
+    if expected is Decision.MISSED:
+        assert verdict.since is not None and verdict.since.index == 10
