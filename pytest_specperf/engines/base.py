@@ -182,6 +182,9 @@ class Engine(ABC):
     launch_echo: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: known causes of a failed start: (log pattern, one-line diagnosis with the usual fix)
     startup_failures: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ()
+    #: log lines after which a start never becomes ready, though the launcher may not exit (SGLang's
+    #: stays "Waiting for application shutdown." after a failed bind): the wait for it ends at once
+    fatal_startup: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: start-up milestones worth showing in a progress line (loading weights, capturing graphs, ...)
     startup_milestones: ClassVar[tuple[re.Pattern[str], ...]] = ()
 
@@ -252,6 +255,19 @@ class Engine(ABC):
     def reported(self, info: Mapping[str, Any]) -> ReportedSettings:
         """What the server says it runs (empty where its info answer has no such fields)."""
         return ReportedSettings()
+
+    def device(self, info: Mapping[str, Any], args: Sequence[str]) -> str | None:
+        """The kind of device the server runs on ("cuda", "cpu", ...), where it can be told: the info
+        answer's `device`, else a `--device` flag, else a CPU build's version suffix (`0.32.0+cpu`)."""
+        reported = info.get("device")
+        if isinstance(reported, str) and reported:
+            return reported
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name == "--device":
+                return value if eq else (args[i + 1] if i + 1 < len(args) else None)
+        version = info.get("version")
+        return "cpu" if isinstance(version, str) and version.endswith("+cpu") else None
 
     def version_path(self) -> str | None:
         """GET path whose JSON has the server's `version` (when no info path has one)."""

@@ -194,12 +194,23 @@ if spec is None or not spec.submodule_search_locations:
 else:
     root = list(spec.submodule_search_locations)[0]
     version = None
-    for dist in dists:
+    # the distribution's name may not be the package's (a CPU build's pyproject), or a source tree
+    # on sys.path may have no metadata at all: then the package's own version file says it
+    owners = getattr(md, "packages_distributions", dict)().get(package, [])
+    for dist in [*dists, *owners]:
         try:
             version = md.version(dist)
             break
         except md.PackageNotFoundError:
             pass
+    if version is None:
+        import re
+        try:
+            text = open(os.path.join(root, "version.py")).read()
+        except OSError:
+            text = ""
+        found = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", text)
+        version = found.group(1) if found else None
     stamps = [os.stat(p).st_mtime_ns for g in globs for p in glob.glob(os.path.join(root, g))]
     out.update(version=version, root=root, stamp=max(stamps, default=0))
 print("SPECPERF-PROBE " + json.dumps(out))

@@ -115,6 +115,14 @@ STARTUP_FAILURES = tuple((re.compile(p, re.IGNORECASE), cause) for p, cause in (
     (r"No module named '?vllm\b", "vLLM is not installed for the configured `python`"),
     (r"ModuleNotFoundError|ImportError|undefined symbol", "a Python import failed: a missing or mismatched package"),
 ))
+#: Lines after which a vLLM start never becomes ready (see `Engine.fatal_startup`).
+FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"error while attempting to bind on address|address already in use|\berrno 98\b",
+    r"error: unrecognized arguments|error: argument --",
+    r"HFValidationError|RepositoryNotFoundError|Invalid repository ID or local directory",
+    r"CUDA out of memory|torch\.OutOfMemoryError|No available memory for the cache blocks",
+    r"^terminate called after throwing|^Fatal Python error:",
+))
 STARTUP_MILESTONES = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"Resolved architecture", r"Loading (weights|safetensors)", r"Model loading took", r"KV cache",
     r"torch\.compile|Compiling|Capturing CUDA graph", r"Starting vLLM (API )?server", r"Application startup complete",
@@ -143,6 +151,7 @@ class VLLM(Engine):
                         "server.flag --per-request-spec-decode-metrics")  # fmt: skip
     launch_echo = LAUNCH_ECHO
     startup_failures = STARTUP_FAILURES
+    fatal_startup = FATAL_STARTUP
     startup_milestones = STARTUP_MILESTONES
 
     def flags(self, python: str, env: Mapping[str, str]) -> EngineFlags:

@@ -11,7 +11,8 @@ restart. So every measurement carries a `Fingerprint` in two parts:
 
 It is captured here, where the measurement is made; comparing two fingerprints (what drifted,
 what makes a speedup compare more than speculation) is the verdict's business: verdict/drift.py.
-Everything here is pure except `probe_local_gpus`, which runs `nvidia-smi` once per process.
+Everything here is pure except `probe_local_gpus`, which runs `nvidia-smi` once per process, and
+`local_cpu_model`, which reads `/proc/cpuinfo` once.
 No secret may reach a stored file or a report, so every value passes through the redaction
 helpers before it enters a `Fingerprint`, and `Fingerprint.redacted()` repeats that pass for
 fingerprints read from elsewhere.
@@ -22,12 +23,14 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import os
 import platform
 import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest_specperf
@@ -227,11 +230,17 @@ class Fingerprint:
 
     def summary(self) -> str:
         """One short line for report headers, e.g. "NVIDIA H200 x8, sglang 0.5.23, launcher sglang"."""
-        gpu = self.identity.get("gpu", UNSET)
-        hardware = "GPU unknown" if gpu in ("unknown", UNSET) else gpu
-        count = self.identity.get("gpu_count", UNSET)
-        if count not in ("unknown", UNSET):
-            hardware += f" x{count}"
+        if self.identity.get("device") == "cpu":
+            cores = self.identity.get("cpu_count", UNSET)
+            hardware = f"CPU {self.identity.get('cpu', 'unknown')}" + (
+                f" ({cores} cores)" if cores not in ("unknown", UNSET) else ""
+            )
+        else:
+            gpu = self.identity.get("gpu", UNSET)
+            hardware = "GPU unknown" if gpu in ("unknown", UNSET) else gpu
+            count = self.identity.get("gpu_count", UNSET)
+            if count not in ("unknown", UNSET):
+                hardware += f" x{count}"
         engine = self.identity.get("engine", DEFAULT_ENGINE)
         version = self.environment.get(f"{engine}.version", UNSET)
         launcher = self.identity.get("launcher", UNSET)
@@ -267,9 +276,11 @@ def capture(
     info = server_info or {}
     marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
     gpus = gpu_probe() if local else None
+    launched = _launch_identity(launch_identity, info, marker, engine)
+    on_cpu = engine.device(info, command_words(launch_identity.get("args"))) == "cpu"
     identity = {
-        **_launch_identity(launch_identity, info, marker, engine),
-        **_gpu_identity(loads, gpus, server_env, gpu_count),
+        **launched,
+        **(_cpu_identity(local) if on_cpu else _gpu_identity(loads, gpus, server_env, gpu_count)),
     }
     environment = {
         **_versions(info, gpus, engine.name),
@@ -321,6 +332,30 @@ def _gpu_identity(
         "gpu": str(name) if name else "unknown",
         "gpu_count": str(count) if count is not None else "unknown",
     }
+
+
+def _cpu_identity(local: bool) -> dict[str, str]:
+    """A server that runs on the CPU: the CPU's model and core count in place of GPU keys (which
+    would read "GPU unknown" and make a CPU night look like a GPU night in the history). Only CPU
+    servers carry `device`, so the fingerprints of GPU servers stored before it stay comparable."""
+    return {
+        "device": "cpu",
+        "cpu": local_cpu_model() if local else "unknown",
+        "cpu_count": str(os.cpu_count() or "unknown") if local else "unknown",
+    }
+
+
+@functools.cache
+def local_cpu_model() -> str:
+    """This host's CPU model name (`/proc/cpuinfo`), else what `platform` says, else "unknown"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _versions(info: Mapping[str, Any], gpus: LocalGpus | None, engine: str) -> dict[str, str]:

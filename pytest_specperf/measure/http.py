@@ -43,6 +43,10 @@ from pytest_specperf.redact import redact_url
 _CONTROL_TIMEOUT = 30.0
 
 
+class _Aborted(Exception):
+    """The client was aborted before this request went out: it is not sent."""
+
+
 class _StaleConnection(Exception):
     """A kept-alive connection the server had already closed; safe to retry once on a new one."""
 
@@ -119,10 +123,13 @@ class ServerClient:
         for attempt in (0, 1):
             sent = time.perf_counter() - round_start
             if self._aborted:
-                return stream.failed(index, sent, "not sent: the server stopped answering (aborted)")
+                return stream.failed(index, sent, "not sent: the round was cut short (aborted)")
             try:
                 self._stream(path, body, stream, round_start + sent)
                 return stream.record(index, sent)
+            except _Aborted:
+                self._drop_connection()
+                return stream.failed(index, sent, "not sent: the round was cut short (aborted)")
             except _StaleConnection:
                 self._drop_connection()
                 if attempt:
@@ -136,13 +143,15 @@ class ServerClient:
         deadline = t_sent + self.request_timeout
         conn, reused = self._connection()
         try:
-            if conn.sock is not None:  # a kept-alive socket still has the last request's timeout
-                conn.sock.settimeout(self.request_timeout)
-            conn.request("POST", self._target.prefix + path, body, self._headers)
+            if conn.sock is None:
+                conn.connect()
             sock = conn.sock
+            if sock is not None:  # a kept-alive socket still has the last request's timeout
+                sock.settimeout(self.request_timeout)
+                self._watch(sock)  # before the request goes out: an abort from now on cuts it short
+            conn.request("POST", self._target.prefix + path, body, self._headers)
             if sock is not None:
                 sock.settimeout(max(deadline - time.perf_counter(), 1e-3))
-                self._watch(sock)
             self.last_activity = time.monotonic()
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
@@ -199,7 +208,11 @@ class ServerClient:
                 self._sockets.difference_update(s for s in list(self._sockets) if s.fileno() < 0)
 
     def _watch(self, sock: socket.socket) -> None:
+        """Track an open request's socket, so `abort` can cut it short; refuse one after an abort
+        (checked under the same lock as `abort` sets it: no request slips out after it)."""
         with self._activity:
+            if self._aborted:
+                raise _Aborted
             self._sockets.add(sock)
 
     def stalled_for(self) -> float:
@@ -209,7 +222,8 @@ class ServerClient:
 
     def abort(self) -> None:
         """Cut every open request short and send no more (their records fail): for a server that
-        stopped answering. A request cut short is not retried on a fresh connection."""
+        stopped answering, and for a session interrupted while the server is being stopped. A
+        request cut short is not retried on a fresh connection."""
         with self._activity:
             self._aborted = True
             sockets = list(self._sockets)

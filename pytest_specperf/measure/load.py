@@ -20,6 +20,9 @@ from pytest_specperf.errors import StalledServer
 from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.records import RequestRecord
 
+#: Seconds each worker gets to end after an interrupt cut its request short (a socket shut down ends it at once).
+INTERRUPT_JOIN_S = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class RoundResult:
@@ -64,11 +67,15 @@ def run_requests(
     driver = _Driver(client, prompts, sampling, on_record, stall_timeout)
     threads = driver.start_workers(min(concurrency, len(prompts)))
     driver.start = time.perf_counter()
-    if request_rate is None:
-        driver.dispatch_all()
-    else:
-        driver.dispatch_poisson(request_rate, seed)
-    driver.stop_workers(threads)
+    try:
+        if request_rate is None:
+            driver.dispatch_all()
+        else:
+            driver.dispatch_poisson(request_rate, seed)
+        driver.stop_workers(threads)
+    except BaseException as exc:  # Ctrl-C, or SIGTERM made KeyboardInterrupt: the server is stopped next
+        driver.interrupt(exc, threads)
+        raise
     end = time.perf_counter()
     return RoundResult(driver.finished_records(), driver.start, end)
 
@@ -132,6 +139,16 @@ class _Driver:
             while thread.is_alive():
                 self._check_progress()
                 thread.join(poll)
+
+    def interrupt(self, cause: BaseException, threads: list[threading.Thread]) -> None:
+        """Send nothing more and cut the requests in flight short, then let the workers end.
+
+        A server being stopped drains every request it receives (SGLang does, after its SIGTERM):
+        a worker still sending the rest of the round would hold the teardown for as many answers."""
+        self.failure = self.failure or cause
+        self.client.abort()
+        for thread in threads:
+            thread.join(INTERRUPT_JOIN_S)
 
     def _check_progress(self) -> None:
         assert self.stall_timeout is not None

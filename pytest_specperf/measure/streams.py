@@ -6,7 +6,8 @@ Formats (the engine contracts in docs/engines/):
   *cumulative* text and the counts so far, read by `Engine.native_event`; the final one has the
   finish reason and, with speculation, the verify counts (`Engine.spec_counts`). Every event is one
   chunk, whatever number of decode steps it covers (a busy server merges several steps into one
-  event). Events after the first non-empty one are only framed, not JSON-parsed: their cumulative
+  event); an empty event before the first text (real SGLang opens its stream with one) is none.
+  Events after the first non-empty one are only framed, not JSON-parsed: their cumulative
   text and ids would make parsing all of them quadratic in the output length; the last one is
   parsed at ``[DONE]``.
 - OpenAI chat and text completions (SGLang's and vLLM's ``/v1/...``): a role chunk with empty
@@ -141,7 +142,9 @@ class ResponseStream:
             event = self.engine.native_event(obj)
         except ValueError as exc:
             raise StreamError(f"malformed chunk: {exc}") from None
-        if count:
+        # an event before the first text carries no token (real SGLang opens with an empty one), unless it
+        # ends the answer
+        if count and (event.text or self.first is not None or event.finish):
             self.chunk(t, bool(event.text))
         self.text = event.text
         self.finish_reason = event.finish_detail if event.finish else None

@@ -67,6 +67,8 @@ class Row:
     unlike_reference: tuple[Change, ...] = ()
     #: --specperf-update: what tonight is against the level it replaces, when that is a REGRESSION or SUSPECT
     update_accepts: str | None = None
+    #: why the key moved, part by part (`Explanation.to_dict()`), when a history check lies beyond it
+    explanation: Mapping[str, Any] | None = None
 
     @property
     def key(self) -> MeasurementKey:
@@ -212,6 +214,8 @@ def history_warnings(row: Row, tolerance: float) -> list[str]:
     and cannot see (`blind_spots`)."""
     label, night = row.key.label, row.night
     lines = [f"{label}: {row.confirmation}"] if row.confirmation else []
+    if row.explanation is not None:
+        lines.append(f"{label}: why: {row.explanation['sentence']}")
     if night is None or night.comparison is None:
         return lines
     lines += [
@@ -302,6 +306,7 @@ def _row(
             )
         ),
         unlike_reference=unlike,
+        explanation=evaluation.explanation.to_dict() if evaluation.explanation is not None else None,
     )
 
 
@@ -367,7 +372,7 @@ def _noise_warning(measurement: Measurement, config: SpecperfConfig) -> list[str
 
 
 def sweep_summaries(rows: list[Row]) -> list[SweepSummary]:
-    """A `SweepSummary` for every workload whose rows span more than one concurrency level.
+    """A `SweepSummary` for every workload whose speedups span more than one concurrency level.
 
     Works on rows alone (not the config), so merged reports from several shards get their sweep
     recomputed from rows that each carry a speedup measured against their own shard's reference.
@@ -378,8 +383,8 @@ def sweep_summaries(rows: list[Row]) -> list[SweepSummary]:
     summaries = []
     for workload, group in by_workload.items():
         levels = tuple(sorted({row.key.concurrency for row in group}))
-        if len(levels) > 1:
-            summaries.append(_sweep(workload, levels, group))
+        if len(levels) > 1 and (sweep := _sweep(workload, levels, group)).speedups:
+            summaries.append(sweep)  # with no speedup (only the reference measured) there is nothing to show
     return summaries
 
 

@@ -138,6 +138,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "gate": gate_json(row),
         "not_stored": row.not_stored,
         "update_accepts": row.update_accepts,
+        "explanation": row.explanation,
         "rounds": raw["rounds"],
     }
 
@@ -436,6 +437,7 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         update_accepts=entry.get("update_accepts"),
         gate=entry.get("gate"),
         unlike_reference=tuple(Change(c["name"], c["old"], c["new"]) for c in entry.get("unlike_reference", [])),
+        explanation=entry.get("explanation"),
     )
 
 

@@ -259,8 +259,32 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "gate": _nullable({"$ref": "#/$defs/gate"}),
                 "not_stored": _nullable(_STR),
                 "update_accepts": _nullable(_STR),
+                "explanation": _nullable({"$ref": "#/$defs/explanation"}),
                 "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
             },
+        },
+        "explanation": {
+            "type": "object",
+            "description": "Why a key moved, when a history check lies beyond its tolerance: tonight over the runs "
+            "its throughput level rests on, per part of the speculative cycle (throughput = accept length / cycle, "
+            "cycle = accept length x TPOT; reference_tpot: plain decoding of the same sessions). `part` names the "
+            "part that carries the move; `causes` the environment differences since the level that can act on it.",
+            "required": _keys("sentence part throughput accept_length cycle reference_tpot ttft causes"),
+            "properties": {
+                "sentence": _STR,
+                "part": {"enum": ["accept_length", "target", "drafting", "cycle", "prefill", "unclear"]},
+                **{
+                    name: _nullable({"$ref": "#/$defs/ratio"})
+                    for name in ("throughput", "accept_length", "cycle", "reference_tpot", "ttft")
+                },
+                "causes": {"type": "array", "items": {"$ref": "#/$defs/change"}},
+            },
+        },
+        "ratio": {
+            "type": "object",
+            "description": "Tonight over the level, with its interval (null bounds: no interval).",
+            "required": _keys("value low high"),
+            "properties": {"value": _NUM, "low": _nullable(_NUM), "high": _nullable(_NUM)},
         },
         "history_point": {
             "type": "object",

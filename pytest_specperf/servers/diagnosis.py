@@ -13,6 +13,7 @@ line that reports an error in any form.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from pytest_specperf.engines import Engine
 _RANK = re.compile(r"^\[[^\]]*?\b((?:DP\d+ )?(?:PP\d+ )?TP\d+(?: EP\d+)?)\]")
 #: A line that reports an error in any form (used when no known cause matches).
 _ANY_ERROR = re.compile(r"\b\w*(Error|Exception)\b:|\berror: |\bfatal\b", re.IGNORECASE)
+#: The first line of a native abort's block (`terminate called after throwing an instance of 'c10::Error'`,
+#: then `what():`, the C++ frames, and `Fatal Python error: Aborted` last): the line that says what threw.
+_ABORT = re.compile(r"^terminate called after throwing|^Fatal Python error:")
 #: A raised exception as a traceback ends (`AttributeError: ...`): better evidence than "hit an exception:".
 _EXCEPTION = re.compile(r"(?:^|[\s\].])([A-Z]\w*(?:Error|Exception)): ")
 #: The plugin's own header lines in a server log (the command it ran).
@@ -80,7 +84,7 @@ def diagnose(log_path: Path, engine: Engine) -> Diagnosis:
         for pattern, cause in engine.startup_failures:
             if pattern.search(line):
                 return Diagnosis(cause, line, rank, log_path)
-        if first_exception is None and _EXCEPTION.search(line):
+        if first_exception is None and (_EXCEPTION.search(line) or _ABORT.search(line)):
             first_exception = (line, rank)
         if first_generic is None and _ANY_ERROR.search(line):
             first_generic = (line, rank)
@@ -88,9 +92,75 @@ def diagnose(log_path: Path, engine: Engine) -> Diagnosis:
     if found is not None:
         line, where = found
         exception = _EXCEPTION.search(line)
-        cause = f"{exception.group(1)} during start-up" if exception else "an error during start-up"
+        if _ABORT.search(line):
+            cause = "an abort in native code during start-up"
+        elif exception:
+            cause = f"{exception.group(1)} during start-up"
+        else:
+            cause = "an error during start-up"
         return Diagnosis(f"{cause} (no known cause recognised); see the first error", line, where, log_path)
     return Diagnosis("no error in the log; see its last lines", None, None, log_path)
+
+
+#: What a death by each signal usually means for a server, so a report can say more than "no error".
+SIGNAL_MEANINGS = {
+    signal.SIGILL: "an instruction this CPU lacks: a kernel or wheel built for another CPU (AVX-512, AMX, ...)",
+    signal.SIGKILL: "killed from outside: the kernel's out-of-memory killer (see `dmesg`) or a scheduler's limit",
+    signal.SIGSEGV: "a crash in native code: a kernel, a driver, or an extension built against another torch",
+    signal.SIGABRT: "an abort in native code: a C++ exception or a failed check (the log's failure block says which)",
+    signal.SIGBUS: "a bad memory access: shared memory (/dev/shm) too small, or a file mapped from a full disk",
+    signal.SIGTERM: "stopped from outside: a scheduler, a container runtime or a person",
+}
+
+
+def describe_exit(code: int) -> tuple[str, str | None]:
+    """How a process ended, in words, and what that usually means (None for a plain exit code).
+
+    A negative code is a death by signal; a code of 128 + N is the same death reported by a shell
+    (a `command` template that runs the server under `bash -c`).
+    """
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        sig = signal.Signals(number)
+    except ValueError:
+        return f"exited with code {code}", None
+    died = f"was killed by {sig.name} (signal {number})" if code < 0 else f"exited with code {code} (128 + {sig.name})"
+    return died, SIGNAL_MEANINGS.get(sig)
+
+
+class LogWatch:
+    """A starting server's log, read as it grows: the first fatal line, and the newest error since the
+    newest milestone (what a progress line shows: a start that logs errors but goes on is not hidden)."""
+
+    def __init__(self, path: Path, engine: Engine) -> None:
+        self.path, self.engine = path, engine
+        self.fatal: str | None = None
+        self.newest_error: str | None = None
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> None:
+        """Read what was written since the last poll (complete lines only)."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read(MAX_LOG_BYTES)
+        except OSError:
+            return
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for raw in lines:
+            self._see(raw.decode(errors="replace").rstrip("\r"))
+
+    def _see(self, line: str) -> None:
+        if not line.strip() or is_echo(line, self.engine) or _FRAME.match(line):
+            return
+        if self.fatal is None and any(p.search(line) for p in self.engine.fatal_startup):
+            self.fatal = line
+        if any(p.search(line) for p in self.engine.startup_milestones):
+            self.newest_error = None  # the start went on past it
+        elif _ANY_ERROR.search(line) or _ABORT.search(line):
+            self.newest_error = line
 
 
 def _read(path: Path) -> list[str]:

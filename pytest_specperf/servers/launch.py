@@ -27,7 +27,7 @@ from pytest_specperf.config.settings import DEFAULT_ENGINE, SIM_LAUNCHER, Server
 from pytest_specperf.engines import Engine, EngineFlags, engine_for
 from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.redact import is_secret_name, redact_args, redact_text
-from pytest_specperf.servers.diagnosis import Diagnosis, diagnose, is_echo
+from pytest_specperf.servers.diagnosis import Diagnosis, LogWatch, describe_exit, diagnose, is_echo
 from pytest_specperf.servers.gpus import GpuWatch
 from pytest_specperf.servers.teardown import Teardown, describe_process, terminate_tree
 from pytest_specperf.transport import probe
@@ -36,6 +36,10 @@ LOG_TAIL_LINES = 40
 PROGRESS_INTERVAL_S = 10.0
 #: Seconds to let the log relay write the last lines of a server that exited (its children may still hold the pipe).
 LOG_DRAIN_S = 3.0
+#: Seconds a server that logged a fatal start-up line gets to exit by itself (and finish its log) before
+#: it is stopped; then SIGTERM, and SIGKILL of its group after `FATAL_STOP_S` if it ignores that.
+FATAL_GRACE_S = 5.0
+FATAL_STOP_S = 5.0
 _PROBE_INTERVAL_S = 0.25
 _POLL_INTERVAL_S = 0.1
 
@@ -283,6 +287,9 @@ class ServerProcess:
         self.env: dict[str, str] = {}  # what the server was really started with (fingerprints read it)
         self.gpus: GpuWatch | None = None  # the devices it uses and their memory before the start
         self.failure: Diagnosis | None = None  # why the start failed, once it has
+        self.log_watch = LogWatch(plan.log_path, plan.engine)
+        self._teardown: Teardown | None = None  # how it was stopped, once it has been
+        self.stopped_on_fatal = False  # it logged a fatal start-up line, did not exit, and was stopped
 
     @property
     def pid(self) -> int | None:
@@ -344,20 +351,32 @@ class ServerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def wait_ready(self, progress: Callable[[str], None] | None = None) -> float:
-        """Block until the engine's readiness path answers 200; seconds it took. Fails fast on exit."""
+        """Block until the engine's readiness path answers 200; seconds it took.
+
+        Fails fast: on the process's exit, and on a fatal line in its log (a failed bind, a model that
+        is not there) even when the launcher does not exit, which would otherwise hold the night for
+        the whole `startup_timeout`."""
         started = time.monotonic()
         deadline = started + self.plan.startup_timeout
         next_probe = next_progress = started
+        fatal_seen: float | None = None
+        shown_error: str | None = None
         while True:
             now = time.monotonic()
             self._check_alive(now - started)
+            self.log_watch.poll()
+            if fatal_seen is None and self.log_watch.fatal is not None:
+                fatal_seen = now
             if now >= next_probe:
                 if probe(self.plan.url, self.plan.engine.readiness_path, timeout=5):
                     return now - started
                 next_probe = time.monotonic() + _PROBE_INTERVAL_S
-            if progress and now >= next_progress:
+            if progress and (now >= next_progress or self.log_watch.newest_error != shown_error):
+                shown_error = self.log_watch.newest_error  # a new error line is shown at once
                 progress(f"starting {self.plan.server}: {now - started:.0f} s | {self.last_log_line()}")
                 next_progress = now + PROGRESS_INTERVAL_S
+            if fatal_seen is not None and now - fatal_seen >= FATAL_GRACE_S:
+                self._stop_after_fatal(fatal_seen - started)
             if now >= deadline:
                 self.stop(timeout=10)
                 raise ServerError(
@@ -366,13 +385,25 @@ class ServerProcess:
                 )
             time.sleep(_POLL_INTERVAL_S)
 
+    def _stop_after_fatal(self, logged_at: float) -> None:
+        """The log said the start cannot succeed and the process is still there: stop it and say why."""
+        teardown = self.stop(timeout=FATAL_STOP_S)
+        self.stopped_on_fatal = True
+        how = "it was stopped" if teardown.graceful else "it ignored SIGTERM and was killed"
+        raise ServerError(
+            f"server {self.plan.server!r} logged a fatal error {logged_at:.1f} s into its start and had not "
+            f"exited {FATAL_GRACE_S:g} s later; {how}: {self.diagnosis()}\n{self.describe()}"
+        )
+
     def _check_alive(self, elapsed: float) -> None:
         code = self.exit_code()
         if code is not None:
             self.drain_log()
+            died, meaning = describe_exit(code)
             raise ServerError(
-                f"server {self.plan.server!r} exited with code {code} after {elapsed:.1f} s, "
-                f"before it was ready: {self.diagnosis()}\n{self.describe()}"
+                f"server {self.plan.server!r} {died} after {elapsed:.1f} s, before it was ready: "
+                + (f"{meaning}; " if meaning else "")
+                + f"{self.diagnosis()}\n{self.describe()}"
             )
 
     def drain_log(self, timeout: float = LOG_DRAIN_S) -> None:
@@ -410,13 +441,19 @@ class ServerProcess:
         tail = [line for line in self.log_tail(200) if line.strip() and not is_echo(line, self.plan.engine)]
         milestones = [line for line in tail if any(p.search(line) for p in self.plan.engine.startup_milestones)]
         chosen = milestones[-1] if milestones else (tail[-1] if tail else None)
-        return progress_line(self.plan.redact(chosen)) if chosen else "(no output yet)"
+        line = progress_line(self.plan.redact(chosen)) if chosen else "(no output yet)"
+        error = self.log_watch.newest_error
+        if error is not None and error != chosen:
+            line += " | newest error: " + progress_line(self.plan.redact(error.strip()))
+        return line
 
     def stop(self, timeout: float = 60.0, gpu_timeout: float | None = None) -> Teardown:
         """SIGTERM the launcher, wait up to `timeout`, then SIGKILL the whole tree; then wait
         (bounded) for its GPUs to return to their memory use before the start."""
         if self.proc is None:
             return Teardown(self.plan.server)
+        if self._teardown is not None:  # stopped already (a fatal start): one stop, one record
+            return self._teardown
         result = terminate_tree(
             self.proc.pid, timeout, gpus=self.gpus, server=self.plan.server, gpu_timeout=gpu_timeout
         )
@@ -426,6 +463,7 @@ class ServerProcess:
             if not result.stuck:
                 result.stuck.append(describe_process(self.proc.pid))
         self._stop_relay()
+        self._teardown = result
         return result
 
     def _stop_relay(self) -> None:

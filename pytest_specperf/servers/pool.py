@@ -23,6 +23,7 @@ from pathlib import Path
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError
+from pytest_specperf.servers.diagnosis import describe_exit
 from pytest_specperf.servers.gpus import GpuWatch
 from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, api_key_for, build_launch
 from pytest_specperf.servers.registry import SharedRegistry
@@ -68,8 +69,10 @@ class RunningServer:
                     self.process.proc.wait(timeout=grace)
             code = self.process.exit_code()
             if code is not None:
+                died, meaning = describe_exit(code)
+                why = f": {meaning}" if meaning else ""
                 raise ServerError(
-                    f"server {self.name!r} died during the session (exit code {code}).\n{self.process.describe()}"
+                    f"server {self.name!r} died during the session (it {died}{why}).\n{self.process.describe()}"
                 )
         elif self.pid is not None and not pid_alive(self.pid):
             raise ServerError(f"server {self.name!r} died during the session (log: {self.log_path})")
@@ -286,9 +289,10 @@ class ServerPool:
             self._record(process.stop(timeout=self.config.stop_timeout))
             failure = process.failure
             if retry and failure is not None and failure.port_taken:
+                stopped = "; it did not exit by itself and was stopped at once" if process.stopped_on_fatal else ""
                 self._note(
                     f"{server.name}: port {plan.port} was taken by another process before the server bound it "
-                    f"(log: {plan.log_path}); restarted once on a fresh port"
+                    f"(log: {plan.log_path}{stopped}); restarted once on a fresh port"
                 )
                 return self._start(server, retry=False)
             if retry and failure is not None and failure.out_of_memory and self._wait_for_release(server.name, plan):

@@ -240,7 +240,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _start_stream(self) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
@@ -370,6 +370,7 @@ class Handler(BaseHTTPRequestHandler):
             _wait_finished(req)
             return self._json(200, generate_chunk(req, len(req.output_ids), True, cfg.spec, cfg.enable_metrics))
         self._start_stream()
+        self._event(json.dumps(generate_chunk(req, 0, False, cfg.spec, cfg.enable_metrics)))  # empty, as SGLang's
         while True:
             ev = req.wait_latest()  # steps published while the last event was written merge into one
             chunk = generate_chunk(req, ev.completion_tokens, ev.finished, cfg.spec, cfg.enable_metrics)

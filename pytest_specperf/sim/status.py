@@ -121,12 +121,17 @@ def resolved_args(cfg: SimServerConfig) -> dict:
             "random_seed": cfg.random_seed,
             "decode_log_interval": 40,
             "stream_interval": 1,
-            "device": "cuda",
+            "device": device(cfg),
             "dtype": args.get("dtype", "auto"),
             "launch_command": cfg.launch_command,
         }
     )
     return args
+
+
+def device(cfg: SimServerConfig) -> str:
+    """The device a launch asked for (`--device cpu` makes a CPU server, as SGLang's CPU build is), else CUDA."""
+    return str(cfg.unmodelled_args.get("device") or "cuda")
 
 
 def server_info(st: ServerStatus) -> dict:
@@ -201,8 +206,9 @@ def loads(st: ServerStatus) -> dict:
     return {
         "timestamp": dt.datetime.now(dt.UTC).isoformat(),
         "version": cfg.sim.version,
-        "accelerator": cfg.profile.server.accelerator,
-        "num_accelerators": cfg.tp_size,
+        # a CPU server reports no accelerator and one "accelerator" (SGLang's CPU build does)
+        "accelerator": None if device(cfg) == "cpu" else cfg.profile.server.accelerator,
+        "num_accelerators": 1 if device(cfg) == "cpu" else cfg.tp_size,
         "loads": [load],
     }
 

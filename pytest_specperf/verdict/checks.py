@@ -18,6 +18,7 @@ from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import ChangePoint, change_size
 from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
+from pytest_specperf.verdict.explain import Explanation, explain
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
@@ -70,6 +71,8 @@ class Evaluation:
     speedup: SpeedupInterval | None = None
     #: what the reference and this server differ in besides speculation (for a test that checks against it)
     unlike_reference: list[Change] = field(default_factory=list)
+    #: why the key moved, part by part, when a history check lies beyond its tolerance (verdict/explain.py)
+    explanation: Explanation | None = None
 
     @property
     def incomparable(self) -> bool:
@@ -489,7 +492,32 @@ def evaluate(
                 result, baseline, REPORTED_METRICS, reference=reference, reference_baseline=reference_baseline,
                 searches=searches,
             )  # fmt: skip
+            evaluation.explanation = explanation_of(evaluation, result, baseline, reference, reference_baseline)
     return evaluation
+
+
+def explanation_of(
+    evaluation: Evaluation,
+    result: Measurement,
+    baseline: StoredBaseline,
+    reference: Measurement | None,
+    reference_baseline: StoredBaseline | None,
+) -> Explanation | None:
+    """Why the key moved, when a history check lies beyond its tolerance: tonight against the runs the
+    throughput level rests on, with the reference's runs of the same sessions beside them."""
+    beyond = [c for c in evaluation.checks if c.name.startswith("regression:") and c.beyond]
+    throughput = next((c for c in evaluation.checks if c.name == "regression:output_throughput"), None)
+    if not beyond or throughput is None or throughput.night is None or throughput.night.level is None:
+        return None
+    runs, _ = past_runs(baseline, "output_throughput")
+    level = [runs[i] for i in throughput.night.level.level_runs if i < len(runs)]
+    sessions = {run.provenance.session for run in level} - {None}
+    beside = [r.measurement for r in reference_baseline.runs if r.provenance.session in sessions] if (
+        reference_baseline is not None) else []  # fmt: skip
+    environment = evaluation.drift.environment if evaluation.drift is not None else []
+    return explain(
+        result, [r.measurement for r in level], reference=reference, reference_level=beside, drift=environment
+    )
 
 
 def _comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
@@ -514,6 +542,8 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
         lines.append("  environment drift since the baseline (the comparison was still made):")
         lines += [f"    {change}" for change in evaluation.drift.environment]
     lines += [f"  change point: {change.sentence}" for change in evaluation.changes]
+    if evaluation.explanation is not None:
+        lines.append(f"  why: {evaluation.explanation.sentence()}")
     if evaluation.baseline is not None:
         newest = evaluation.baseline.provenance
         commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"

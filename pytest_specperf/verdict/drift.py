@@ -68,6 +68,10 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
     than that (on a CPU build of SGLang the "2.0x" of a speculative server was mostly its other
     attention backend). Launch arguments are compared flag by flag; `speculation_keys` (fnmatch
     patterns, the engine's) name what speculation itself changes. Old value: the reference's.
+
+    What a server runs can differ from what it was asked (SGLang falls back to `torch_native` when the
+    asked backend cannot run here): where both servers report a setting, it is judged by what they
+    ran, with the asked value shown beside it, and a flag whose effect both report alike is no difference.
     """
 
     def view(fingerprint: Fingerprint) -> dict[str, str]:
@@ -77,15 +81,34 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
             flat.update({name: v for name, v in launch_flags(command_words(args)).items()})
         return flat
 
+    old, new = view(reference), view(current)
     ignored = ("workload_hash", "specperf.version", "python.version")
     changes = [
         change
-        for change in _changes(view(reference), view(current))
+        for change in _changes(old, new)
         if change.name not in ignored and not any(fnmatch.fnmatchcase(change.name, p) for p in speculation_keys)
     ]
-    resolved = {c.name for c in changes if c.name.startswith("server.") and not c.name.startswith("server.flag ")}
-    # a flag whose resolved setting differs too is one difference, named once (by what the server runs)
-    return [c for c in changes if not c.name.startswith("server.flag --") or _setting(c.name) not in resolved]
+    # a flag whose effect is reported is judged by that effect: named once, by what ran, or not at all
+    reported = (old.keys() & new.keys()) | {c.name for c in changes if _is_setting(c.name)}
+    judged = {c.name for c in changes if c.name.startswith("server.flag --") and _setting(c.name) in reported}
+    return [_with_asked(c, old, new) for c in changes if c.name not in judged]
+
+
+def _is_setting(name: str) -> bool:
+    """A setting the server reports it runs (`server.attention_backend`), not a flag it was given."""
+    return name.startswith("server.") and not name.startswith("server.flag ")
+
+
+def _with_asked(change: Change, old: Mapping[str, str], new: Mapping[str, str]) -> Change:
+    """A reported setting's change with the asked value beside the one that ran, where they differ."""
+    if not _is_setting(change.name):
+        return change
+    flag = "server.flag --" + change.name.removeprefix("server.").replace("_", "-")
+
+    def shown(ran: str, asked: str | None) -> str:
+        return ran if asked is None or asked == ran else f"{ran} (asked {asked})"
+
+    return Change(change.name, shown(change.old, old.get(flag)), shown(change.new, new.get(flag)))
 
 
 def _setting(flag_entry: str) -> str:

@@ -138,3 +138,23 @@ def test_the_client_reads_merged_generate_events(replay: Callable[[str], str]) -
     assert record.ok, record.error
     assert (record.completion_tokens, record.verify_ct, record.num_chunks) == (14, 5, 3)
     assert record.accept_length == pytest.approx(14 / 5)
+
+
+#: A real SGLang server's `/generate` stream begins with an event of empty text (seen on a CPU build).
+EMPTY_FIRST = MERGED_GENERATE.replace(
+    "data: ",
+    "data: "
+    + json.dumps({"text": "", "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7,
+                                             "completion_tokens": 0}})
+    + "\n\ndata: ",
+    1,
+)  # fmt: skip
+
+
+def test_an_empty_first_event_is_not_the_first_token(replay: Callable[[str], str]) -> None:
+    client = ServerClient(replay(EMPTY_FIRST), engine=engine_for("sglang"))
+    record = client.generate(Prompt("t", "hi", None, "x"), SamplingParams(max_new_tokens=14), 0, time.perf_counter())
+    assert record.ok, record.error
+    assert (record.completion_tokens, record.verify_ct, record.num_chunks) == (14, 5, 3)
+    assert record.output == "The capital of France is Paris, on the Seine."
+    assert record.chunk_gaps and len(record.chunk_gaps) == 2  # gaps between the three chunks with text

@@ -140,6 +140,40 @@ def test_an_algorithm_the_installed_sglang_lacks_is_refused(tmp_path: Path, priv
         load_suite(toml, "specperf")
 
 
+def dev_sglang(root: Path) -> str:
+    """A source snapshot of SGLang on PYTHONPATH: no package metadata, a `version.py`, an algorithm enum
+    that cannot be imported, and a parser whose `--speculative-algorithm` lists its choices."""
+    newer_sglang(root)
+    (root / "sglang-0.6.0.dist-info" / "METADATA").unlink()
+    (root / "sglang-0.6.0.dist-info").rmdir()
+    (root / "sglang" / "__init__.py").write_text("")
+    (root / "sglang" / "version.py").write_text('__version__ = "0.6.1.dev42"\n')
+    (root / "sglang" / "srt" / "speculative" / "spec_info.py").write_text("import not_installed_kernel\n")
+    server_args = root / "sglang" / "srt" / "server_args.py"
+    server_args.write_text(
+        server_args.read_text().replace(
+            'parser.add_argument("--speculative-algorithm")',
+            'parser.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NGRAM", "DFLASH"])',
+        )
+    )
+    return f"env PYTHONPATH={root} {sys.executable}"
+
+
+def test_a_dev_build_without_an_importable_enum_is_judged_by_its_parsers_choices(
+    tmp_path: Path, private_cache: Path
+) -> None:
+    python = dev_sglang(tmp_path / "site")
+    toml = tmp_path / "specperf.toml"
+    servers = '[specperf.servers.plain]\n[specperf.servers.x]\nalgorithm = "DFLASH"\ndraft_model = "d"\n'
+    toml.write_text(f'[specperf]\npython = "{python}"\n{servers}')
+    load_suite(toml, "specperf")  # an algorithm newer than the shipped list, which this build's parser lists
+    assert [p.name.split("-")[1] for p in (private_cache / "engine-flags").glob("sglang-*.json")] == ["0.6.1.dev42"]
+    toml.write_text(toml.read_text().replace("DFLASH", "SUPERDRAFT"))
+    with pytest.raises(Exception, match=r"unknown speculative algorithm 'SUPERDRAFT'; .* knows EAGLE, EAGLE3, NGRAM, "
+                                        r"DFLASH"):  # fmt: skip
+        load_suite(toml, "specperf")
+
+
 def test_without_an_importable_sglang_the_shipped_list_stands_in_and_says_so(
     make_suite, tmp_path: Path, private_cache: Path
 ) -> None:

@@ -87,6 +87,10 @@ def test_lost_nccl_tuning_is_shown_as_environment_drift(make_suite) -> None:
             "*NCCL_ALGO: Ring → unset*",
         ]
     )
+    # why, part by part: the split a busy machine's rounds allow, and the lost variable as a cause it can have
+    result.stdout.fnmatch_lines(
+        ["*why: -*%: *; changed since the level, and able to act on it: *NCCL_ALGO: Ring → unset*"]
+    )
     result.stdout.fnmatch_lines(
         ["environment drift since the stored baseline:", "*plain/default/c1: NCCL_ALGO: Ring → unset*"]
     )

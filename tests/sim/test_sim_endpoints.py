@@ -103,6 +103,15 @@ def test_v1_loads(spec_sim):
     assert {"num_running_reqs", "num_waiting_reqs", "max_running_requests", "speculative"} <= set(load)
 
 
+def test_a_cpu_server_says_so(sim_factory):
+    """SGLang's CPU build reports `device: cpu` and no accelerator; so does the simulator on `--device cpu`."""
+    sim = sim_factory(["--sim-time-scale", "0", "--device", "cpu", "--attention-backend", "torch_native"])
+    info = sim.get("/server_info").json()
+    assert info["device"] == "cpu" and info["attention_backend"] == "torch_native"
+    loads = sim.get("/v1/loads").json()
+    assert loads["accelerator"] is None and loads["num_accelerators"] == 1
+
+
 def test_v1_models(plain_sim):
     data = plain_sim.get("/v1/models").json()
     assert data["object"] == "list" and data["data"][0]["id"] == "moonshotai/Kimi-K2.5"
@@ -204,7 +213,8 @@ def test_stream_plain_grows_by_whole_steps(plain_sim):
         "/generate", {"text": "stream me", "stream": True, "sampling_params": {"max_new_tokens": 10, "temperature": 0}}
     )
     assert chunks[-1] == "[DONE]"
-    data = chunks[:-1]
+    opening, *data = chunks[:-1]
+    assert opening["text"] == "" and opening["meta_info"]["completion_tokens"] == 0  # as real SGLang opens
     counts = [c["meta_info"]["completion_tokens"] for c in data]
     assert counts == sorted(set(counts)) and counts[-1] == 10 and counts[0] >= 1
     assert all(c["meta_info"]["finish_reason"] is None for c in data[:-1])
@@ -233,7 +243,8 @@ def test_stream_spec_cumulative_and_multi_token(spec_sim):
     final = data[-1]["meta_info"]
     assert final["completion_tokens"] == 80
     assert final["spec_verify_ct"] < 80  # one verify step can carry several tokens
-    assert len(data) <= final["spec_verify_ct"] + 1  # at most one chunk per verify, plus the prefill token
+    # at most one chunk per verify, plus the prefill token and the empty opening event
+    assert len(data) <= final["spec_verify_ct"] + 2
     assert not any(SPEC_KEYS & set(c["meta_info"]) for c in data[:-1])  # spec_* on the final event only
 
 

@@ -267,6 +267,29 @@ def test_summary() -> None:
     assert sim.summary() == "GPU unknown, sglang 0.5.23-sim, launcher sim (profile kimi)"
 
 
+@pytest.mark.parametrize(
+    ("info", "args"),
+    [({"device": "cpu"}, ""), ({}, "--device cpu"), ({"version": "0.32.0+cpu"}, "")],
+    ids=["reported", "flag", "cpu build"],
+)
+def test_a_cpu_server_is_fingerprinted_by_its_cpu_not_as_an_unknown_gpu(info: dict, args: str) -> None:
+    from pytest_specperf.measure.fingerprint import local_cpu_model
+
+    fp = take(
+        launch_identity={**LAUNCH, "args": args}, server_info={**SERVER_INFO, **info},
+        loads={"accelerator": None, "num_accelerators": 1},
+    )  # fmt: skip
+    assert fp.identity["device"] == "cpu"
+    assert fp.identity["cpu"] == local_cpu_model() != "unknown"
+    assert "gpu" not in fp.identity and "gpu_count" not in fp.identity
+    assert fp.summary().startswith(f"CPU {local_cpu_model()} ({fp.identity['cpu_count']} cores), sglang ")
+
+
+def test_a_gpu_server_carries_no_device_key_so_older_baselines_stay_comparable() -> None:
+    fp = take(server_info={**SERVER_INFO, "device": "cuda"})
+    assert "device" not in fp.identity and fp.identity["gpu"] == "NVIDIA H200"
+
+
 # --- diff -----------------------------------------------------------------------------------
 
 
@@ -343,6 +366,39 @@ def test_a_speedups_servers_differ_besides_speculation() -> None:
     assert names == {"server.attention_backend": ("torch_native", "intel_amx"), "NCCL_ALGO": ("Tree", "Ring")}
     assert speedup_differences(speculative, speculative) == []
     assert speedup_differences(None, speculative) == []
+
+
+def _asked_and_ran(asked: str | None, ran: str, *, reported_command: bool) -> Fingerprint:
+    """A speculative server asked for backend `asked` (None: not asked) that ran `ran`."""
+    flag = f" --attention-backend {asked}" if asked else ""
+    info = {**SERVER_INFO, "attention_backend": ran}
+    if reported_command:  # the simulator reports its launch command; real SGLang 0.5.23 does not
+        info["launch_command"] = f"--model-path m --tp-size 8{flag}"
+    else:
+        info.pop("launch_command", None)
+    args = f"--mem-fraction-static 0.8 --tp-size 8{flag}"
+    return take(launch_identity={**LAUNCH, "args": args}, server_info=info)
+
+
+@pytest.mark.parametrize("reported_command", [True, False], ids=["command reported", "command not reported"])
+def test_a_flag_the_server_did_not_act_on_is_no_difference(reported_command: bool) -> None:
+    """Real SGLang on a CPU: the reference asked for no backend, the speculative server for intel_amx, and
+    both ran torch_native (the fallback). What ran is alike: no `*`, no warning."""
+    from pytest_specperf.verdict.drift import speedup_differences
+
+    reference = _asked_and_ran(None, "torch_native", reported_command=reported_command)
+    speculative = _asked_and_ran("intel_amx", "torch_native", reported_command=reported_command)
+    assert speedup_differences(reference, speculative) == []
+
+
+def test_a_setting_that_ran_differently_shows_what_was_asked_beside_it() -> None:
+    from pytest_specperf.verdict.drift import speedup_differences
+
+    reference = _asked_and_ran(None, "torch_native", reported_command=False)
+    speculative = _asked_and_ran("intel_amx", "flashinfer", reported_command=False)
+    assert speedup_differences(reference, speculative) == [
+        Change("server.attention_backend", "torch_native", "flashinfer (asked intel_amx)")
+    ]
 
 
 def test_the_gpu_count_comes_from_the_launch_not_a_per_replica_report() -> None:

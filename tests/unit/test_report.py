@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_report
+from report_samples import CONFIG, measurement, story_measurements, story_report, sweep_measurements, sweep_report
 
 from pytest_specperf.report import outputs
 from pytest_specperf.report.analysis import build_report
@@ -90,6 +90,13 @@ def test_terminal_summary_golden() -> None:
     lines = text(story_report())
     assert "\n".join(lines) == STORY_TEXT
     assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_a_sweep_of_the_reference_alone_prints_no_sweep_table() -> None:
+    only_plain = {k: m for k, m in sweep_measurements().items() if k.server == "plain"}
+    report = build_report(CONFIG, only_plain, {}, {}, {}, updating=False)
+    assert report.sweeps == []
+    assert not any("concurrency sweep" in line for line in text(report))
 
 
 def test_sweep_section_golden() -> None:

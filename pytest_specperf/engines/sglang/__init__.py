@@ -126,6 +126,7 @@ class SGLang(Engine):
     )  # fmt: skip
     launch_echo = startup.LAUNCH_ECHO
     startup_failures = startup.STARTUP_FAILURES
+    fatal_startup = startup.FATAL_STARTUP
     startup_milestones = startup.STARTUP_MILESTONES
 
     # ---- flags and configuration ----------------------------------------------------------------

@@ -100,6 +100,17 @@ def check_args(args: Sequence[str], where: str, flags: EngineFlags) -> None:
             )
 
 
+def known_algorithms(flags: EngineFlags) -> tuple[str, ...]:
+    """The algorithms the installed SGLang accepts: its algorithm enum's, else its parser's choices for
+    `--speculative-algorithm` (a build whose enum cannot be imported still lists them), else the shipped list."""
+    if flags.algorithms is not None:
+        return flags.algorithms
+    choices = flags.choices.get("--speculative-algorithm")
+    if flags.installed and choices:
+        return tuple(c for c in choices if c.upper() != "NONE")
+    return SHIPPED_ALGORITHMS
+
+
 def check_speculative(server: ServerConfig, where: str, flags: EngineFlags) -> None:
     """SGLang's speculative rules for the server's algorithm (docs/engines/sglang.md)."""
     sizes = {
@@ -115,7 +126,7 @@ def check_speculative(server: ServerConfig, where: str, flags: EngineFlags) -> N
                 f"{where} {extra[0]}", 'is set but `algorithm` is not; add algorithm = "EAGLE3" (or remove it)'
             )
         return
-    known = flags.algorithms if flags.algorithms is not None else SHIPPED_ALGORITHMS
+    known = known_algorithms(flags)
     if server.algorithm not in known:
         raise ConfigError(
             f"{where} algorithm",

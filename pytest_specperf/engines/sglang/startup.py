@@ -66,6 +66,17 @@ STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 
+#: Lines after which an SGLang start never becomes ready, whether or not the launcher exits: a failed bind
+#: (uvicorn's error, after which 0.5.23's launcher waits for ever and ignores SIGTERM), a refused argument,
+#: a model that is not there, memory that is not there, a native abort.
+FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"error while attempting to bind on address|address already in use|\berrno 98\b",
+    r"error: unrecognized arguments|error: ambiguous option|error: argument --",
+    r"RepositoryNotFoundError|is not a local folder and is not a valid model identifier|HFValidationError",
+    r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory",
+    r"^terminate called after throwing|^Fatal Python error:",
+))
+
 #: Start-up milestones a progress line shows (the newest one), in the order a start passes them.
 STARTUP_MILESTONES = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"Load weight (begin|end)", r"Loading safetensors", r"download", r"DeepGEMM|deep_gemm|JIT compil",
