@@ -18,7 +18,7 @@ from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import ChangePoint, change_size
 from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
-from pytest_specperf.verdict.explain import Explanation, explain
+from pytest_specperf.verdict.explain import Explanation, explain, speedup_shortfall
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
@@ -468,6 +468,8 @@ def evaluate(
             evaluation.unlike_reference = speedup_differences(reference.fingerprint, result.fingerprint)
         if minimum is not None:
             speedup = check_speedup(result, reference, minimum, evaluation.speedup, strict=strict)
+            if speedup.beyond and reference is not None and (why := speedup_shortfall(result, reference)):
+                speedup = replace(speedup, message=f"{speedup.message}; why: {why}")
             if evaluation.unlike_reference:
                 speedup = replace(speedup, message=f"{speedup.message}; {unlike_message(evaluation)}")
             checks.append(speedup)

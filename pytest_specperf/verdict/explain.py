@@ -114,6 +114,25 @@ def explain(
     return Explanation(throughput, tau, cycle, reference_tpot, ttft, levels, part, causes)
 
 
+def speedup_shortfall(tonight: Measurement, reference: Measurement) -> str | None:
+    """Why a speedup falls short, by the break-even accept length: the cycle costs as much time as
+    τ* = cycle / the reference's TPOT plain tokens, and speculation pays only while τ exceeds it."""
+    tau = _mean(tonight.samples("accept_length"))
+    tpot = _mean(tonight.samples("mean_tpot_ms"))
+    plain = _mean(reference.samples("mean_tpot_ms"))
+    if tau is None or tpot is None or plain is None:
+        return None
+    cycle = tau * tpot
+    even = cycle / plain
+    costs = f"a cycle of {cycle:.2f} ms costs as much as {even:.2f} plain tokens at {plain:.2f} ms"
+    if tau <= even:
+        return f"τ {tau:.2f} is below the break-even {even:.2f} ({costs}): the draft accepts too little for this cycle"
+    return (
+        f"τ {tau:.2f} is above the break-even {even:.2f} ({costs}), so decoding pays by "
+        f"{tau / even:.2f}x; the rest is lost outside the cycle (the first token, prefill, queueing)"
+    )
+
+
 def _acts_on(name: str, part: str) -> bool:
     """Whether a fingerprint entry can act on `part` (the target side excludes the draft's own settings)."""
 

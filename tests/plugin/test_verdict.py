@@ -118,7 +118,7 @@ def test_a_different_model_is_incomparable(make_suite) -> None:
             "min_speedup=1.5",
             "failed",
             # the figures and round counts are a busy machine's to move; that it missed 1.5 is not
-            "*min_speedup: speedup * over plain (* rounds*) must be >= 1.5: missed*",
+            "*min_speedup: speedup * over plain (* rounds*) must be >= 1.5: missed; why: τ * the break-even *",
         ),
         (
             "accept_length=(3.0, 4.0)",

@@ -11,7 +11,7 @@ from report_samples import measurement
 
 from pytest_specperf.measure.records import Measurement
 from pytest_specperf.verdict.drift import Change
-from pytest_specperf.verdict.explain import explain
+from pytest_specperf.verdict.explain import explain, speedup_shortfall
 
 TAU, TPOT, TTFT, PLAIN_TPOT = 3.10, 10.0, 40.0, 15.9
 
@@ -105,3 +105,18 @@ def test_the_sentence_reads_in_plain_words() -> None:
         r"able to act on it: NCCL_ALGO: Ring → unset",
         found.sentence(),
     ), found.sentence()
+
+
+def test_a_speedup_short_of_its_minimum_says_how_tau_stands_against_the_break_even() -> None:
+    """τ* = cycle / the reference's TPOT: the plain tokens a cycle's time would have decoded."""
+    rng = random.Random(2)
+    reference = run(rng, "plain", tau=None, tpot=PLAIN_TPOT, offset=0.0)
+    slow_cycle = run(rng, "eagle3-5step", tau=2.0, tpot=PLAIN_TPOT * 2.5, offset=0.0)  # τ* about 2.5
+    below = speedup_shortfall(slow_cycle, reference)
+    assert below is not None and re.match(r"τ (1\.9|2\.0)\d is below the break-even 2\.[45]\d \(a cycle of ", below)
+    assert below.endswith("the draft accepts too little for this cycle")
+    paying = run(rng, "eagle3-5step", tau=3.1, tpot=PLAIN_TPOT * 2.0, offset=0.0)  # τ* about 2.0
+    above = speedup_shortfall(paying, reference)
+    assert above is not None and re.match(
+        r"τ 3\.\d\d is above the break-even [12]\.\d\d .*, so decoding pays by 1\.", above
+    )
