@@ -341,7 +341,7 @@ def test_a_failing_test_names_its_suspect_checks_too(tmp_path: Path) -> None:
     lines = outcome.message.splitlines()
     assert lines[0] == "REGRESSION eagle3-5step/chat/c1:"
     assert lines[1].startswith("  output_throughput: ") and lines[1].endswith("REGRESSION")
-    assert lines[2].startswith("  min_speedup: speedup 1.15") and lines[2].endswith(">= 1.18: suspect")
+    assert lines[2].startswith("  min_speedup: speedup 1.15") and ">= 1.18: suspect; why: τ " in lines[2]
 
 
 @pytest.mark.parametrize(("policy", "action"), [("fail", "fail"), ("skip", "skip"), ("warn", "pass")])
