@@ -10,11 +10,24 @@ comparable across rounds and machines without leaking wall-clock values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pytest_specperf.engines.base import SpecCounters
 from pytest_specperf.measure.fingerprint import Fingerprint
+
+
+def acceptance_from_histograms(histograms: Sequence[Sequence[int]]) -> tuple[float, ...] | None:
+    """Per draft position i (1, 2, ...): the share of verify steps that accepted at least i drafts,
+    from histograms of verify steps by drafts accepted (`h[a]`: steps that accepted exactly a). The
+    same definition as counters of drafts accepted per position; None when no step was counted."""
+    depth = max((len(h) for h in histograms), default=0)
+    totals = [sum(h[a] for h in histograms if a < len(h)) for a in range(depth)]
+    steps = sum(totals)
+    if steps == 0 or depth < 2:
+        return None
+    return tuple(sum(totals[i:]) / steps for i in range(1, depth))
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,9 +315,18 @@ class Measurement:
 
     @property
     def acceptance_per_position(self) -> tuple[float, ...] | None:
-        """Per draft position, over all rounds: Σ accepted there / Σ verify steps (None without counters)."""
+        """Per draft position, over all rounds: Σ accepted there / Σ verify steps, from the server's
+        counters (vLLM), else from the responses' histograms (SGLang's `spec_correct_drafts_histogram`);
+        None without either."""
         counters = self.spec_counters
-        return counters.acceptance_per_position or None if counters is not None else None
+        if counters is not None and counters.acceptance_per_position:
+            return counters.acceptance_per_position
+        shares = acceptance_from_histograms(
+            [rec.accept_histogram for r in self.rounds for rec in r.records if rec.ok and rec.accept_histogram]
+        )
+        if shares is None or not self.num_steps or len(shares) >= self.num_steps:
+            return shares
+        return shares + (0.0,) * (self.num_steps - len(shares))  # a histogram ends at the deepest acceptance seen
 
     @property
     def error_count(self) -> int:

@@ -293,7 +293,8 @@ def cost_cells(row: Row) -> list[str]:
 
 
 def acceptance_block(report: Report) -> Block | None:
-    """Acceptance per draft position (vLLM's counters), and which τ came from counters, not responses."""
+    """Acceptance per draft position (the server's counters, else its responses' histograms), and which τ
+    came from counters, not responses."""
     bullets = []
     for row in report.rows:
         m = row.measurement
@@ -308,7 +309,7 @@ def acceptance_block(report: Report) -> Block | None:
     if not bullets:
         return None
     return Block(
-        title="acceptance by draft position 1, 2, ... (accepted there / verify steps, from the server's counters):",
+        title="acceptance by draft position 1, 2, ... (verify steps that accepted a draft there / all verify steps):",
         bullets=tuple(bullets),
     )
 

@@ -258,3 +258,35 @@ def test_a_round_of_distinct_prompts_has_no_repeat_warning(make_suite) -> None:
     result.assert_outcomes(passed=1)
     report = json.loads((suite.pytester.path / "report.json").read_text())
     assert not any("repeats prompts" in w for w in report["warnings"])
+
+
+def test_acceptance_by_draft_position_agrees_with_the_engines_own_counts(make_suite) -> None:
+    """SGLang reports no per-position counters, only each response's histogram of verify steps by drafts
+    accepted (and its own count of accepted drafts): per-position acceptance is read from the histograms,
+    and summed over positions it is exactly the engine's accepted drafts per verify step."""
+    suite = measured_suite(
+        make_suite,
+        """
+        import pytest
+        from pytest_specperf.measure.records import acceptance_from_histograms
+
+        @pytest.mark.specperf(server="eagle3-5step")
+        def test_positions(specperf):
+            m = specperf.result
+            records = [rec for r in m.rounds for rec in r.records if rec.ok]
+            per_position = m.acceptance_per_position
+            assert per_position is not None and len(per_position) == 5  # one share per draft step
+            assert list(per_position) == sorted(per_position, reverse=True)  # a chain: deeper is rarer
+            steps = sum(rec.verify_ct for rec in records)
+            assert sum(sum(rec.accept_histogram) for rec in records) == steps
+            accepted = sum(rec.accepted_drafts for rec in records)  # spec_num_correct_drafts, as SGLang counts it
+            assert sum(per_position) * steps == pytest.approx(accepted, abs=1e-6)
+            found = acceptance_from_histograms([rec.accept_histogram for rec in records])
+            assert per_position[: len(found)] == found and not any(per_position[len(found):])
+        """,
+    )
+    result = suite.run("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["acceptance by draft position 1, 2, *", "*eagle3-5step/default/c1: 0.* 0.* 0.* 0.* 0.*"]
+    )

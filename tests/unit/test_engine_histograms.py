@@ -36,3 +36,12 @@ def test_records_keep_the_histogram_through_json() -> None:
     assert RequestRecord.from_dict(data) == record
     plain = RequestRecord(index=0, sent=0.0, completion_tokens=13).to_dict()
     assert "accept_histogram" not in plain  # plain records keep the shape they had
+
+
+def test_acceptance_by_position_from_histograms() -> None:
+    """h[a] counts verify steps that accepted exactly a drafts: position i's share is Σ_{a >= i} h[a] / Σ h."""
+    from pytest_specperf.measure.records import acceptance_from_histograms
+
+    assert acceptance_from_histograms([(2, 1, 1), (0, 2)]) == (4 / 6, 1 / 6)
+    assert acceptance_from_histograms([(3,)]) is None  # no draft position to speak of
+    assert acceptance_from_histograms([]) is None
