@@ -163,6 +163,13 @@ class RoundSample:
             return None
         return self.spec_counters.acceptance_per_position
 
+    @property
+    def position_shares(self) -> tuple[float, ...] | None:
+        """This round's acceptance per draft position: the server's counters, else its responses' histograms."""
+        return self.acceptance_per_position or acceptance_from_histograms(
+            [rec.accept_histogram for rec in self.records if rec.ok and rec.accept_histogram]
+        )
+
     def to_dict(self) -> dict[str, Any]:
         data = {
             f.name: getattr(self, f.name)

@@ -30,6 +30,7 @@ from pytest_specperf.verdict.stats import (
     decide_threshold,
     mean_estimate,
     ratio_estimate,
+    worst_decision,
 )
 from pytest_specperf.verdict.trends import HistoryChange, Point, history_changes, speedup_spread
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
@@ -223,6 +224,27 @@ def check_range(
         f"must lie in {bounds}: {decision.value}"
     )
     return CheckResult(key, decision, message, estimate, start_sensitive=metric != "accept_length")
+
+
+def check_positions(result: Measurement, floors: Sequence[float], *, strict: bool = False) -> CheckResult:
+    """Is the acceptance at each draft position credibly at least its floor? One sample per round (a
+    round's verify steps pooled), as vLLM's per-position test asks, but judged with an interval."""
+    shares = [s for r in result.rounds if (s := r.position_shares) is not None]
+    if not shares:
+        return CheckResult(
+            "accept_per_position", Decision.MISSED,
+            "accept_per_position: the server reported no acceptance by draft position (no histogram, no counters)",
+        )  # fmt: skip
+    parts, decisions = [], []
+    for i, floor in enumerate(floors):
+        estimate = mean_estimate([s[i] if i < len(s) else 0.0 for s in shares])
+        decision = decide_threshold(estimate, floor, Direction.HIGHER_IS_BETTER, strict=strict)
+        decisions.append(decision)
+        verdict = "" if decision is Decision.MET else f" ({decision.value})"
+        parts.append(f"position {i + 1} {fmt(estimate)} >= {floor:g}{verdict}")
+    decision = worst_decision(decisions)
+    message = f"accept_per_position over {_rounds(result)}: {'; '.join(parts)}: {decision.value}"
+    return CheckResult("accept_per_position", decision, message)
 
 
 def check_lossless(result: Measurement, reference: Measurement | None, required: float = 1.0) -> CheckResult:
@@ -477,6 +499,9 @@ def evaluate(
             bounds = marker.range_at(key, level)
             if bounds is not None:
                 checks.append(check_range(result, key, *bounds, strict=strict))
+        floors = marker.floors_at(level)
+        if floors is not None:
+            checks.append(check_positions(result, floors, strict=strict))
         if marker.lossless is not None:
             checks.append(check_lossless(result, reference, marker.lossless))
     if baseline is not None and not updating:

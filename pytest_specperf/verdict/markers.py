@@ -25,7 +25,7 @@ RANGE_METRICS = {
     "ttft_ms": "mean_ttft_ms",
 }
 MARKER_KEYS = (
-    "server", "workload", "min_speedup", *RANGE_METRICS, "max_regression",
+    "server", "workload", "min_speedup", *RANGE_METRICS, "accept_per_position", "max_regression",
     "max_regression_accept_length", "lossless", "max_error_rate",
 )  # fmt: skip
 
@@ -54,6 +54,13 @@ class SpecperfMarker:
     max_regression_accept_length: float | None = None
     lossless: float | None = None  # the share of outputs that must equal the reference's; None: not checked
     max_error_rate: float | None = None
+    #: floors of the acceptance at draft positions 1, 2, ... (None: not checked), or one tuple per level
+    accept_per_position: tuple[float, ...] | Mapping[int, tuple[float, ...]] | None = None
+
+    def floors_at(self, level: int) -> tuple[float, ...] | None:
+        if isinstance(self.accept_per_position, Mapping):
+            return self.accept_per_position.get(level)
+        return self.accept_per_position
 
     def min_speedup_at(self, level: int) -> float | None:
         if isinstance(self.min_speedup, Mapping):
@@ -92,6 +99,9 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
             f"does not apply to the reference server {config.reference!r} (speedup is measured against it)",
         )
     ranges = {key: r for key in RANGE_METRICS if (r := _per_level(kwargs.get(key), levels, f"{where} {key}", _range))}
+    floors = _per_level(kwargs.get("accept_per_position"), levels, f"{where} accept_per_position", _floors)
+    if floors is not None:
+        _check_floors(floors, servers, config, f"{where} accept_per_position")
     lossless = _lossless(kwargs.get("lossless", False), f"{where} lossless")
     if lossless is not None:
         _check_lossless(servers, workloads, config, f"{where} lossless")
@@ -104,6 +114,7 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
         max_regression_accept_length=_setting("max_regression_accept_length", kwargs, where),
         lossless=lossless,
         max_error_rate=_setting("max_error_rate", kwargs, where),
+        accept_per_position=floors,
     )
 
 
@@ -133,6 +144,30 @@ def _check_lossless(servers: tuple[str, ...], workloads: tuple[str, ...], config
             where,
             f"needs temperature 0; workload {hot[0]!r} samples at temperature {config.workloads[hot[0]].temperature:g}",
         )
+
+
+def _floors(value: Any, where: str) -> tuple[float, ...]:
+    """Floors of the acceptance at draft positions 1, 2, ...: shares in [0, 1]."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(where, f"must list floors for draft positions 1, 2, ..., e.g. (0.6, 0.4), got {value!r}")
+    for floor in value:
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 1:
+            raise ConfigError(where, f"floors are shares of verify steps in [0, 1], got {floor!r} in {value!r}")
+    return tuple(float(f) for f in value)
+
+
+def _check_floors(floors: Any, servers: tuple[str, ...], config: SpecperfConfig, where: str) -> None:
+    """Per-position acceptance needs drafts: not the reference, and no deeper than a server drafts."""
+    lists = list(floors.values()) if isinstance(floors, Mapping) else [floors]
+    deepest = max(len(f) for f in lists)
+    for name in servers:
+        server = config.servers[name]
+        if not server.is_speculative:
+            raise ConfigError(where, f"server {name!r} does not speculate: it has no draft positions")
+        if server.num_steps is not None and deepest > server.num_steps:
+            raise ConfigError(
+                where, f"has {deepest} floors, but server {name!r} drafts {server.num_steps} positions (num_steps)"
+            )
 
 
 def _names(value: Any, known: Mapping[str, Any], where: str, what: str) -> tuple[str, ...]:

@@ -187,6 +187,16 @@ def test_bad_workloads_fail_at_collection(make_suite, workload: str, expected: s
         ("workload='chat'", "*unknown workload 'chat'*"),
         ("max_regression=5", "*max_regression: must be a fraction in [[]0, 1) (0.05 = 5%), got 5"),
         ("min_speedup={3: 1.1}", "*mapping key 3 is not a concurrency level*"),
+        ("accept_per_position=0.6", "*@specperf accept_per_position: must list floors for draft positions 1, 2, *"),
+        (
+            "accept_per_position=(0.6, 1.5)",
+            "*accept_per_position: floors are shares of verify steps in [[]0, 1], got 1.5*",
+        ),
+        ("server='plain', accept_per_position=(0.5,)", "*accept_per_position: server 'plain' does not speculate*"),
+        (
+            "server='eagle3-5step', accept_per_position=(0.5,) * 6",
+            "*accept_per_position: has 6 floors, but server 'eagle3-5step' drafts 5 positions (num_steps)",
+        ),
     ],
 )
 def test_marker_errors_are_usage_errors(make_suite, marker: str, expected: str) -> None:
@@ -289,4 +299,23 @@ def test_acceptance_by_draft_position_agrees_with_the_engines_own_counts(make_su
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         ["acceptance by draft position 1, 2, *", "*eagle3-5step/default/c1: 0.* 0.* 0.* 0.* 0.*"]
+    )
+
+
+def test_acceptance_by_draft_position_is_checked_against_its_floors(make_suite) -> None:
+    """Like vLLM's per-position acceptance test, but judged with an interval over the rounds."""
+    test = (
+        "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', accept_per_position={})\n"
+        "def test_x(specperf):\n    pass\n"
+    )
+    suite = measured_suite(
+        make_suite, {"test_met": test.format("(0.2, 0.05)"), "test_missed": test.format("(0.99, 0.98)")}
+    )
+    result = suite.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*accept_per_position over * rounds: position 1 0.* [[]0.*] >= 0.99 (missed); "
+            "position 2 * >= 0.98 (missed): missed*"
+        ]
     )
