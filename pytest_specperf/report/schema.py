@@ -278,6 +278,17 @@ REPORT_SCHEMA: dict[str, Any] = {
                     for name in ("throughput", "accept_length", "cycle", "reference_tpot", "ttft")
                 },
                 "causes": {"type": "array", "items": {"$ref": "#/$defs/change"}},
+                "positions": _nullable(
+                    {
+                        "type": "object",
+                        "description": "Acceptance by draft position at the level and tonight.",
+                        "required": ["level", "tonight"],
+                        "properties": {
+                            "level": {"type": "array", "items": _NUM},
+                            "tonight": {"type": "array", "items": _NUM},
+                        },
+                    }
+                ),
             },
         },
         "ratio": {

@@ -39,6 +39,8 @@ ACTS_ON = {
     "prefill": ("server.*", "*.version", "*chunked*", "*prefill*"),
     "unclear": ("*",),  # no part stands out: any difference may be the one
 }  # fmt: skip
+#: Acceptance by draft position: the share of verify steps that accepted a draft at position 1, 2, ...
+Shares = tuple[float, ...]
 #: Runs a level needs before its runs' means (not their rounds) are what tonight is held against.
 MIN_LEVEL_RUNS = 3
 #: A part must carry at least this share of the throughput's move (in log terms) to be named its cause.
@@ -57,6 +59,8 @@ class Explanation:
     tau: tuple[float, float] | None  # τ at the level, tonight
     part: str  # "accept_length" | "target" | "drafting" | "cycle" | "prefill" | "unclear"
     causes: tuple[Change, ...] = ()
+    #: acceptance by draft position at the level and tonight, where both are known
+    positions: tuple[Shares, Shares] | None = None
 
     def sentence(self) -> str:
         """One line in plain words, e.g. "-12.4%: the cycle is 13.9% [11.8%, 16.1%] slower and plain
@@ -65,6 +69,10 @@ class Explanation:
         text = f"{move}: {_words(self)}"
         if self.tau is not None and self.part != "accept_length":
             text += f" (τ {self.tau[0]:.2f} → {self.tau[1]:.2f})"
+        if self.positions is not None and self.part == "accept_length":
+            then, now = self.positions
+            pairs = ", ".join(f"{a:.2f} → {b:.2f}" for a, b in zip(then, now, strict=False))
+            text += f"; by draft position: {pairs} (the largest drop at position {_largest_drop(then, now)})"
         if self.causes:
             text += "; changed since the level, and able to act on it: " + "; ".join(str(c) for c in self.causes)
         return text
@@ -86,6 +94,9 @@ class Explanation:
             "reference_tpot": ratio(self.reference_tpot),
             "ttft": ratio(self.ttft),
             "causes": [{"name": c.name, "old": c.old, "new": c.new} for c in self.causes],
+            "positions": {"level": list(self.positions[0]), "tonight": list(self.positions[1])}
+            if self.positions is not None
+            else None,
         }
 
 
@@ -111,7 +122,26 @@ def explain(
     part = _part(throughput, tau, cycle, reference_tpot, ttft)
     levels = _tau_levels(tonight, level) if spec else None
     causes = tuple(c for c in drift if _acts_on(c.name, part))
-    return Explanation(throughput, tau, cycle, reference_tpot, ttft, levels, part, causes)
+    positions = _positions(tonight, level) if spec else None
+    return Explanation(throughput, tau, cycle, reference_tpot, ttft, levels, part, causes, positions)
+
+
+def _positions(
+    tonight: Measurement, level: Sequence[Measurement]
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Acceptance by draft position at the level (the mean of its runs') and tonight."""
+    now = tonight.acceptance_per_position
+    runs = [p for run in level if (p := run.acceptance_per_position)]
+    if not now or not runs:
+        return None
+    depth = min(len(now), *(len(p) for p in runs))
+    then = tuple(sum(p[i] for p in runs) / len(runs) for i in range(depth))
+    return then, tuple(now[:depth])
+
+
+def _largest_drop(then: Sequence[float], now: Sequence[float]) -> int:
+    """The draft position (1-based) whose acceptance fell the most."""
+    return max(range(len(then)), key=lambda i: then[i] - now[i]) + 1
 
 
 def speedup_shortfall(tonight: Measurement, reference: Measurement) -> str | None:

@@ -120,3 +120,26 @@ def test_a_speedup_short_of_its_minimum_says_how_tau_stands_against_the_break_ev
     assert above is not None and re.match(
         r"τ 3\.\d\d is above the break-even [12]\.\d\d .*, so decoding pays by 1\.", above
     )
+
+
+def with_histogram(m: Measurement, histogram: tuple[int, ...]) -> Measurement:
+    """The measurement with every response reporting `histogram` (verify steps by drafts accepted)."""
+    from dataclasses import replace
+
+    m.rounds = [replace(r, records=[replace(rec, accept_histogram=histogram) for rec in r.records]) for r in m.rounds]
+    return m
+
+
+def test_a_fall_in_accept_length_names_the_draft_positions_that_fell() -> None:
+    tonight, level, reference, plain_level = night(random.Random(4), tau=TAU * 0.85)
+    level = [with_histogram(m, (10, 10, 20, 40, 10, 10)) for m in level]  # shares 0.9 0.8 0.6 0.2 0.1
+    tonight = with_histogram(tonight, (10, 10, 50, 10, 10, 10))  # position 3: 0.6 -> 0.3
+    found = explain(tonight, level, reference=reference, reference_level=plain_level)
+    assert found is not None and found.part == "accept_length"
+    assert found.sentence().endswith(
+        "; by draft position: 0.90 → 0.90, 0.80 → 0.80, 0.60 → 0.30, 0.20 → 0.20, 0.10 → 0.10 "
+        "(the largest drop at position 3)"
+    )
+    positions = found.to_dict()["positions"]
+    assert positions["level"] == pytest.approx([0.9, 0.8, 0.6, 0.2, 0.1])
+    assert positions["tonight"] == pytest.approx([0.9, 0.8, 0.3, 0.2, 0.1])
