@@ -18,6 +18,8 @@
     specperf schema                               the JSON Schema (draft 2020-12) of JSON reports
     specperf tune [--dry-run] [--json PATH]       find the best speculative config in a few server starts
                                                   ([specperf.tune] in the config file; see its --help)
+    specperf bisect SERVER/WORKLOAD/cN            find the difference between a good and a bad run that made
+                    [--good RUN] [--bad RUN]      the key slower, by starting its server with subsets of them
 
 Exit codes:
     0  done (diff: no measurement credibly regressed)
@@ -35,12 +37,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_specperf.cli import accept, backtest, dashboard, diff, history, merge, schema, show, store, tune
+from pytest_specperf.cli import accept, backtest, bisect, dashboard, diff, history, merge, schema, show, store, tune
 from pytest_specperf.cli.common import EXIT_CODES, FAILED
 from pytest_specperf.errors import SpecperfError
 
 #: The subcommands, in the order `specperf --help` lists them.
-COMMANDS = (show, history, accept, diff, merge, store, backtest, dashboard, schema, tune)
+COMMANDS = (show, history, accept, diff, merge, store, backtest, dashboard, schema, tune, bisect)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

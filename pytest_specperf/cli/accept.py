@@ -94,26 +94,26 @@ def in_force_run(entry: StoredBaseline, limits: Limits) -> int | None:
     return min(runs) if runs else None
 
 
-def since_run(entry: StoredBaseline, since: str) -> int:
+def since_run(entry: StoredBaseline, since: str, option: str = "--since") -> int:
     """The run `since` names in a history (position, oldest 0): its number, or the first run of the one
     night (session) whose date or commit it is; an error naming the candidates otherwise."""
     label = entry.measurement.key.label
     if since.isdigit():
         if not 1 <= int(since) <= len(entry.runs):
-            raise SpecperfError(f"{label}: --since {since}: the history holds runs 1 to {len(entry.runs)}")
+            raise SpecperfError(f"{label}: {option} {since}: the history holds runs 1 to {len(entry.runs)}")
         return int(since) - 1
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", since):
         matches = [i for i, r in enumerate(entry.runs) if r.provenance.created.startswith(since)]
     elif re.fullmatch(r"[0-9a-fA-F]{4,40}", since):
         matches = [i for i, r in enumerate(entry.runs) if (r.provenance.git_commit or "").startswith(since.lower())]
     else:
-        raise SpecperfError(f"--since {since!r}: name a run by its number, its date (YYYY-MM-DD) or its commit")
+        raise SpecperfError(f"{option} {since!r}: name a run by its number, its date (YYYY-MM-DD) or its commit")
     if not matches:
-        raise SpecperfError(f"{label}: --since {since}: no run of that date or commit in the history")
+        raise SpecperfError(f"{label}: {option} {since}: no run of that date or commit in the history")
     nights = {entry.runs[i].provenance.session or i for i in matches}
     if len(nights) > 1:
         listed = ", ".join(str(i + 1) for i in matches)
-        raise SpecperfError(f"{label}: --since {since} matches runs of {len(nights)} nights ({listed}); "
+        raise SpecperfError(f"{label}: {option} {since} matches runs of {len(nights)} nights ({listed}); "
                             "name one by its number (specperf history)")  # fmt: skip
     return matches[0]
 

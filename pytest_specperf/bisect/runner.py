@@ -1,0 +1,153 @@
+"""Real starts of a bisection: the key's server with some differences at their bad values, measured
+as a test measures it, judged against the good setup measured on the same node tonight.
+
+Each start is judged by the verdict engine's threshold rule on the start-to-start ratio interval a
+speedup uses (`verdict/history.speedup_estimate`, with the config's `run_to_run_cv`): credibly below
+1 - `max_regression` is bad, at or above it good; a start in between is repeated once on a new server,
+as a night is confirmed, and then decided by where its estimate lies (and said to be uncertain).
+Every server is stopped when its start is judged, and by every exit path (SIGTERM included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_specperf.bisect.differences import Difference, apply_flags
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.measure.fingerprint import UNSET
+from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.measure.rounds import Measurer
+from pytest_specperf.servers.pool import ServerPool
+from pytest_specperf.verdict.history import speedup_estimate
+from pytest_specperf.verdict.stats import Decision, Direction, Estimate, decide_threshold
+
+
+@dataclass(frozen=True)
+class Start:
+    """One judged start: which differences were at their bad values, and what it measured."""
+
+    applied: frozenset[int]
+    verdict: str  # "good", "bad", or "bad (uncertain)" / "good (uncertain)" after a repeat
+    ratio: Estimate  # its throughput over the good setup's tonight
+    starts: int  # server starts it took (2 when repeated)
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict.startswith("bad")
+
+
+@dataclass
+class BisectRunner:
+    """Starts and judges setups of one key; `anchor` is the good setup's measurement tonight."""
+
+    config: SpecperfConfig
+    key: MeasurementKey
+    found: Sequence[Difference]
+    run_dir: Path
+    say: Callable[[str], None]
+    anchor: Measurement | None = None
+    starts: list[Start] = field(default_factory=list)
+
+    @property
+    def server_starts(self) -> int:
+        return sum(s.starts for s in self.starts) + (1 if self.anchor is not None else 0)
+
+    def measure_good_setup(self) -> Measurement:
+        self.say(f"start 1: the good setup ({self._describe(frozenset())})")
+        self.anchor = self._measure(frozenset())
+        return self.anchor
+
+    def is_bad(self, applied: frozenset[int]) -> bool:
+        """Start the server with `applied` at their bad values; judged, repeated once when unclear."""
+        number = self.server_starts + 1
+        self.say(f"start {number}: {self._describe(applied)}")
+        runs = [self._measure(applied)]
+        decision, ratio = self._judge(runs)
+        if decision is Decision.SUSPECT:
+            self.say(f"  {ratio.value - 1:+.1%} of the good setup: not clearly either; once more on a new server")
+            runs.append(self._measure(applied))
+            decision, ratio = self._judge(runs)
+            verdict = ("bad" if ratio.value < 1 - self.config.max_regression else "good") + (
+                " (uncertain)" if decision is Decision.SUSPECT else ""
+            )
+        else:
+            verdict = "bad" if decision is Decision.MISSED else "good"
+        self.starts.append(Start(applied, verdict, ratio, len(runs)))
+        self.say(f"  {verdict}: throughput {_pct(ratio)} of the good setup")
+        return verdict.startswith("bad")
+
+    def _judge(self, runs: Sequence[Measurement]) -> tuple[Decision, Estimate]:
+        assert self.anchor is not None
+        current = [m.samples("output_throughput") for m in runs]
+        ratio = speedup_estimate(current, [self.anchor.samples("output_throughput")], self.config.run_to_run_cv)
+        return decide_threshold(ratio, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER), ratio
+
+    def _describe(self, applied: frozenset[int]) -> str:
+        bad = [self.found[i].setting(bad=True) for i in sorted(applied)]
+        return "bad values: " + "; ".join(bad) if bad else "every difference at its good value"
+
+    def _measure(self, applied: frozenset[int]) -> Measurement:
+        """One server start of the setup, measured; the server is stopped before this returns."""
+        config, environment = setup(self.config, self.key.server, self.found, applied)
+        with _environment(environment):
+            pool = ServerPool(config, self.run_dir, progress=lambda line: self.say(f"  {line}"))
+            try:
+                server = pool.acquire(self.key.server)
+                workload = config.workloads[self.key.workload]
+                return Measurer(config).measure(
+                    server, workload, self.key.concurrency, is_reference=self.key.server == config.reference
+                )
+            finally:
+                pool.shutdown()
+
+
+def setup(
+    config: SpecperfConfig, server: str, found: Sequence[Difference], applied: frozenset[int]
+) -> tuple[SpecperfConfig, dict[str, str | None]]:
+    """The suite's config with every applicable difference at its good value, those in `applied` at
+    their bad one: flags written into the server's arguments, variables returned to be set (None:
+    unset) in the environment the server starts from, and taken out of the config's own `env`."""
+    values = {i: (d.bad if i in applied else d.good) for i, d in enumerate(found) if d.applicable}
+    flags = {found[i].flag: v for i, v in values.items() if found[i].kind == "flag"}
+    variables = {found[i].name: (None if v == UNSET else v) for i, v in values.items() if found[i].kind == "env"}
+    target = config.servers[server]
+    target = dataclasses.replace(
+        target,
+        args=apply_flags(target.args, flags),
+        env={k: v for k, v in target.env.items() if k not in variables},
+    )
+    config = dataclasses.replace(
+        config,
+        servers={**config.servers, server: target},
+        env={k: v for k, v in config.env.items() if k not in variables},
+    )
+    return config, variables
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str | None]) -> Iterator[None]:
+    """This process's environment (which a server inherits) with `variables` set or unset, then restored."""
+    saved = {name: os.environ.get(name) for name in variables}
+    try:
+        for name, value in variables.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _pct(ratio: Estimate) -> str:
+    bounds = f" [{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]" if ratio.bounded else ""
+    return f"{ratio.value - 1:+.1%}{bounds}"

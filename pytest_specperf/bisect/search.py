@@ -1,0 +1,59 @@
+"""The order of starts of a bisection, pure: which differences to apply next, given what the last
+start said.
+
+One start per level of a binary search: the first half of the candidates is applied at its bad
+values; a bad start keeps that half, a good one the other half (all of them together are bad, so
+the other half holds the cause when this one does not). A single cause among N differences takes
+⌈log₂ N⌉ starts, one more when the last half was kept untested. When that last check finds the
+difference harmless on its own, some differences only act together: the search starts again,
+trying both halves at every level, and finds them as a pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+#: Starts a server with the differences of the set at their bad values (the rest at their good
+#: values); True when the start is bad.
+IsBad = Callable[[frozenset[int]], bool]
+
+
+def find_causes(count: int, is_bad: IsBad) -> tuple[int, ...]:
+    """The differences (indices) whose bad values make a start bad; all `count` together are known bad."""
+    everything = list(range(count))
+    found, confirmed = narrow(everything, frozenset(), is_bad)
+    if confirmed or is_bad(frozenset(found)):
+        return tuple(found)
+    return tuple(sorted(together(everything, frozenset(), is_bad)))
+
+
+def together(candidates: Sequence[int], base: frozenset[int], is_bad: IsBad) -> list[int]:
+    """The smallest part of `candidates` that makes `base` bad, both halves tried at every level: when
+    neither half does it alone, one part of each acts only with the other (Zeller's delta debugging)."""
+    if len(candidates) == 1:
+        return list(candidates)
+    half, rest = list(candidates[: len(candidates) // 2]), list(candidates[len(candidates) // 2 :])
+    if is_bad(base | frozenset(half)):
+        return together(half, base, is_bad)
+    if is_bad(base | frozenset(rest)):
+        return together(rest, base, is_bad)
+    first = together(half, base | frozenset(rest), is_bad)
+    return first + together(rest, base | frozenset(first), is_bad)
+
+
+def narrow(candidates: Sequence[int], base: frozenset[int], is_bad: IsBad) -> tuple[list[int], bool]:
+    """Halve `candidates` (with `base`, known bad together) to the one that makes `base` bad; and
+    whether that one was seen bad by a start of its own (else it was kept because its sibling was good)."""
+    left, confirmed = list(candidates), False
+    while len(left) > 1:
+        half, rest = left[: len(left) // 2], left[len(left) // 2 :]
+        if is_bad(base | frozenset(half)):
+            left, confirmed = half, True
+        else:
+            left, confirmed = rest, False
+    return left, confirmed
+
+
+def most_starts(count: int) -> int:
+    """The starts `find_causes` takes for one cause among `count`: ⌈log₂ count⌉, plus one check."""
+    return max(0, (count - 1).bit_length()) + 1

@@ -1,0 +1,207 @@
+"""`specperf bisect SERVER/WORKLOAD/cN [--good RUN] [--bad RUN]`: find the difference that made a key slower.
+
+The good and the bad run are two runs of the key's stored history (by default the last run before
+the change in force, and the newest). Every difference between their fingerprints is listed; those
+a start can apply (environment variables, launch flags) are bisected: the good setup is measured on
+this node first (if it is slow too, no difference explains the regression: the node, the driver,
+the hardware), then one start per level of a binary search. Everything wrong with the input is
+refused before any server starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pytest_specperf.bisect.differences import Difference, differences
+from pytest_specperf.bisect.runner import BisectRunner, Start
+from pytest_specperf.bisect.search import find_causes, most_starts
+from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
+from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
+from pytest_specperf.config.loading import apply_overrides, find_config_file
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
+from pytest_specperf.errors import SpecperfError
+from pytest_specperf.jsonfile import atomic_write
+from pytest_specperf.measure.records import MeasurementKey
+from pytest_specperf.servers.launch import check_command_templates
+from pytest_specperf.store.records import StoredBaseline
+from pytest_specperf.verdict.checks import Limits
+from pytest_specperf.verdict.history import speedup_estimate
+from pytest_specperf.verdict.stats import Decision, Direction, decide_threshold
+
+NOT_EXPLAINED, INTERRUPTED = 1, 130
+
+
+def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
+    bisect = commands.add_parser(
+        "bisect", help="find the difference between a good and a bad run that made a key slower",
+        epilog=epilog + "\n  1  bisect: no difference explains the regression\n  130  interrupted",
+        formatter_class=formatter, description=__doc__.split("\n\n")[1],
+    )  # fmt: skip
+    bisect.add_argument("key", metavar="SERVER/WORKLOAD/cN", help="the key whose runs to compare")
+    bisect.add_argument("--good", metavar="RUN", help="the good run: its number, date or commit (default: the last "
+                        "run before the change in force)")  # fmt: skip
+    bisect.add_argument("--bad", metavar="RUN", help="the bad run (default: the newest)")
+    bisect.add_argument("--store", default=".specperf", help=STORE_HELP)
+    bisect.add_argument("--config", metavar="PATH", help="config file (default: specperf.toml, or pyproject.toml here)")
+    bisect.add_argument("--launcher", choices=launchers(), help="override `launcher` (sim: rehearse on the simulator)")
+    bisect.add_argument("--sim-time-scale", type=float, metavar="F", help="override `sim_time_scale`")
+    bisect.add_argument("--run-dir", type=Path, metavar="DIR", help="server logs (default: a new temporary folder)")
+    bisect.add_argument("--dry-run", action="store_true", help="print the differences and the plan; start nothing")
+    bisect.add_argument("--json", metavar="PATH", type=Path, help="write the result as JSON")
+    bisect.set_defaults(run=run_bisect)
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    config = _config(args)
+    key, good, bad, found = _plan_inputs(args, config)
+    applicable = [d for d in found if d.applicable]
+    print(f"bisect {key.label}: good run {good[0] + 1} ({good[1]}), bad run {bad[0] + 1} ({bad[1]})")
+    for d in found:
+        print(f"  {d}" + ("" if d.applicable else "  (cannot be set by a start: listed, not tried)"))
+    print(
+        f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
+        f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated)"
+    )
+    if args.dry_run:
+        return OK
+    check_command_templates(config)
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="specperf-bisect-"))
+    print(f"server logs: {run_dir}", flush=True)
+    runner = BisectRunner(config, key, applicable, run_dir, say=lambda line: print(line, flush=True))
+    previous = _sigterm_as_interrupt()
+    try:
+        result = _bisect(runner, good[2], config)
+    except KeyboardInterrupt:
+        print("specperf bisect: interrupted; every server it started is stopped", file=sys.stderr, flush=True)
+        return INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    for line in result["lines"]:
+        print(line)
+    if args.json is not None:
+        atomic_write(args.json, json.dumps(_document(key, good, bad, found, runner, result), indent=2))
+        print(f"wrote {args.json}")
+    return OK if result["causes"] else NOT_EXPLAINED
+
+
+def _config(args: argparse.Namespace) -> SpecperfConfig:
+    found = find_config_file(Path.cwd(), args.config)
+    if found is None:
+        raise SpecperfError(
+            "specperf bisect: no specperf.toml (or [tool.specperf] in pyproject.toml) here; use --config"
+        )
+    config = apply_overrides(load_suite(*found), launcher=args.launcher, sim_time_scale=args.sim_time_scale)
+    if args.launcher is not None:
+        check_launcher(config, "--launcher")
+    return config
+
+
+def _plan_inputs(
+    args: argparse.Namespace, config: SpecperfConfig
+) -> tuple[MeasurementKey, tuple[int, str, Any], tuple[int, str, Any], list[Difference]]:
+    """The key, the two runs (index, name, measurement) and their differences; every bad input refused."""
+    parts = args.key.strip("/").split("/")
+    if len(parts) != 3 or not parts[2].startswith("c") or not parts[2][1:].isdigit():
+        raise SpecperfError(f"{args.key!r}: name one key as SERVER/WORKLOAD/cN (e.g. eagle3/chat/c1)")
+    key = MeasurementKey(parts[0], parts[1], int(parts[2][1:]))
+    if key.server not in config.servers or key.workload not in config.workloads:
+        servers, workloads = ", ".join(sorted(config.servers)), ", ".join(sorted(config.workloads))
+        raise SpecperfError(f"{key.label}: the config defines servers {servers} and workloads {workloads}")
+    with opened_store(args.store) as store:
+        matching = [e for e in selected(store.entries(), key.label) if e.measurement.key == key]
+    if not matching:
+        raise SpecperfError(f"{key.label}: no stored history of this key in {args.store}")
+    entry = matching[0]
+    bad = since_run(entry, args.bad, "--bad") if args.bad is not None else len(entry.runs) - 1
+    good = since_run(entry, args.good, "--good") if args.good is not None else _before_change(entry, config)
+    if good == bad:
+        raise SpecperfError(f"{key.label}: the good and the bad run are the same run ({good + 1})")
+    old, new = entry.runs[good].measurement.fingerprint, entry.runs[bad].measurement.fingerprint
+    if old is None or new is None:
+        raise SpecperfError(f"{key.label}: run {(good if old is None else bad) + 1} has no fingerprint to compare")
+    found = differences(old, new)
+    if not found:
+        raise SpecperfError(
+            f"{key.label}: runs {good + 1} and {bad + 1} have the same fingerprint: there is no difference to "
+            "bisect (if the bad run is slower, it is the node, the driver or noise)"
+        )
+    if not any(d.applicable for d in found):
+        listed = "; ".join(str(d) for d in found)
+        raise SpecperfError(f"{key.label}: no difference can be set by a start (only {listed}): nothing to bisect")
+    return key, _run(entry, good), _run(entry, bad), found
+
+
+def _before_change(entry: StoredBaseline, config: SpecperfConfig) -> int:
+    first = in_force_run(entry, Limits.tolerating(config.max_regression, config.max_regression_accept_length))
+    if first is None or first == 0:
+        raise SpecperfError(f"{entry.measurement.key.label}: no change in force in its history; name the good run "
+                            "with --good (its number in `specperf history`, its date or its commit)")  # fmt: skip
+    return first - 1
+
+
+def _run(entry: StoredBaseline, index: int) -> tuple[int, str, Any]:
+    return index, run_name(entry, index), entry.runs[index].measurement
+
+
+def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
+    """The good setup on this node, then the search; the result's lines and causes."""
+    anchor = runner.measure_good_setup()
+    here = speedup_estimate([anchor.samples("output_throughput")], [good_run.samples("output_throughput")],
+                            config.run_to_run_cv)  # fmt: skip
+    if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
+        return {"causes": [], "lines": [
+            f"no difference in the fingerprint explains it: the good setup is {here.value - 1:+.1%} of the good run "
+            "here too (the node, the driver, the hardware)"]}  # fmt: skip
+    causes = [runner.found[i] for i in find_causes(len(runner.found), runner.is_bad)]
+    both = " (only together)" if len(causes) > 1 else ""
+    lines = [f"cause{'s' if len(causes) > 1 else ''}{both}: " + "; ".join(str(c) for c in causes)]
+    lines.append("restore: " + "; ".join(c.setting(bad=False) for c in causes))
+    variables = [c for c in causes if c.kind == "env"]
+    if variables:
+        settings = " ".join(c.setting(bad=False).replace("unset ", "-u ") for c in variables)
+        lines.append(f"check: env {settings} pytest  (with the good values the key should be back at its level)")
+    lines.append(f"{runner.server_starts} server starts")
+    return {"causes": causes, "lines": lines}
+
+
+def _document(key: MeasurementKey, good: tuple[int, str, Any], bad: tuple[int, str, Any],
+              found: list[Difference], runner: BisectRunner, result: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    return {
+        "key": key.label,
+        "good_run": {"number": good[0] + 1, "name": good[1]},
+        "bad_run": {"number": bad[0] + 1, "name": bad[1]},
+        "differences": [{"name": d.name, "good": d.good, "bad": d.bad, "applicable": d.applicable} for d in found],
+        "starts": [_start_json(s, runner) for s in runner.starts],
+        "causes": [
+            {"name": c.name, "good": c.good, "bad": c.bad, "restore": c.setting(bad=False)} for c in result["causes"]
+        ],
+        "server_starts": runner.server_starts,
+        "lines": result["lines"],
+    }
+
+
+def _start_json(start: Start, runner: BisectRunner) -> dict[str, Any]:
+    return {
+        "bad_values": [runner.found[i].name for i in sorted(start.applied)],
+        "verdict": start.verdict,
+        "ratio": start.ratio.value,
+        "server_starts": start.starts,
+    }
+
+
+def _sigterm_as_interrupt() -> Any:
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        return None
