@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from pytest_specperf.config.loading import apply_overrides, find_config_file
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
 from pytest_specperf.errors import SpecperfError
+from pytest_specperf.interrupts import sigterm_as_interrupt
 from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.servers.launch import check_command_templates
@@ -75,15 +75,12 @@ def run_bisect(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="specperf-bisect-"))
     print(f"server logs: {run_dir}", flush=True)
     runner = BisectRunner(config, key, applicable, run_dir, say=lambda line: print(line, flush=True))
-    previous = _sigterm_as_interrupt()
     try:
-        result = _bisect(runner, good[2], config)
+        with sigterm_as_interrupt():
+            result = _bisect(runner, good[2], config)
     except KeyboardInterrupt:
         print("specperf bisect: interrupted; every server it started is stopped", file=sys.stderr, flush=True)
         return INTERRUPTED
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     for line in result["lines"]:
         print(line)
     if args.json is not None:
@@ -195,13 +192,3 @@ def _start_json(start: Start, runner: BisectRunner) -> dict[str, Any]:
         "ratio": start.ratio.value,
         "server_starts": start.starts,
     }
-
-
-def _sigterm_as_interrupt() -> Any:
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        return None

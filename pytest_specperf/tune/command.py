@@ -9,7 +9,6 @@ Everything the table or the options get wrong is refused before any server start
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from pytest_specperf.config.loading import apply_overrides, find_config_file
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
 from pytest_specperf.errors import ConfigError
+from pytest_specperf.interrupts import sigterm_as_interrupt
 from pytest_specperf.servers.launch import check_command_templates
 
 TUNE_EPILOG = """exit codes:
@@ -107,24 +107,12 @@ def _search(config: SpecperfConfig, space: Any, run_dir: Path, settings: Any) ->
     from pytest_specperf.tune.search import run_search
 
     runner = ServerRunner(config, space, run_dir, progress=lambda line: say(f"  {line}"))
-    previous = _sigterm_as_interrupt()
-    try:
-        result = run_search(space, runner, settings, say)
-    finally:
-        runner.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt():
+        try:
+            result = run_search(space, runner, settings, say)
+        finally:
+            runner.close()
     return result, runner.report_lines
-
-
-def _sigterm_as_interrupt() -> Any:
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: whoever embeds us handles signals
-        return None
 
 
 def say(line: str) -> None:
