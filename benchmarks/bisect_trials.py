@@ -72,8 +72,13 @@ def trial(seed: int) -> dict[str, object]:
         document = json.loads((here / "out.json").read_text())
     causes = [c["name"] for c in document["causes"]]
     applicable = sum(1 for d in document["differences"] if d["applicable"])
-    return {"seed": seed, "causes": causes, "starts": document["server_starts"], "differences": applicable,
-            "found": len(causes) == 1 and causes[0].startswith("NCCL_")}  # fmt: skip
+    return {
+        "seed": seed,
+        "causes": causes,
+        "starts": document["server_starts"],
+        "differences": applicable,
+        "found": len(causes) == 1 and causes[0].startswith("NCCL_"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     count = int(results[0]["differences"])  # type: ignore[call-overload]
     bound = math.ceil(math.log2(count)) + 2
     within = sum(1 for r in results if r["found"] and int(r["starts"]) <= bound)  # type: ignore[call-overload]
-    print(f"NCCL variable named in {found} of {len(results)} trials; in at most {bound} starts "
-          f"(⌈log₂ {count}⌉ + 2) in {within}; {time.perf_counter() - started:.0f} s")  # fmt: skip
+    print(
+        f"NCCL variable named in {found} of {len(results)} trials; in at most {bound} starts "
+        f"(⌈log₂ {count}⌉ + 2) in {within}; {time.perf_counter() - started:.0f} s"
+    )
     return 0
 
 

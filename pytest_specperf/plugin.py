@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import signal
 import sys
 import uuid
 import warnings
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specperf import __version__, fixtures, hookspec
+from pytest_specperf import __version__, fixtures, hookspec, interrupts
 from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.fixtures import RESULT_KEY, SESSION_KEY, TARGET_PARAM, SpecperfResult, fail, item_case
@@ -173,10 +172,7 @@ class SpecperfPlugin:
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM (a CI job cancelled) becomes KeyboardInterrupt, so teardown stops servers."""
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-        except ValueError:  # not the main thread (embedded runs)
-            self._previous_sigterm = None
+        self._previous_sigterm = interrupts.install()
 
     def _shutdown(self) -> None:
         if self.session is None:
@@ -359,9 +355,7 @@ class SpecperfPlugin:
         if self.session is not None:
             self._say_store_failure()
             self.session.close_store()  # after the terminal summary, which may read the histories
-        if self._previous_sigterm is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
+        interrupts.uninstall(self._previous_sigterm)
 
     def _say_store_failure(self) -> None:
         """A store that failed is the session's last line, after pytest's `1 passed in 2.0s`: the tests
@@ -390,10 +384,6 @@ def _own_line(reporter: Any) -> None:
     reporter.ensure_newline()
     if reporter._tw.width_of_current_line:
         reporter._tw.line()
-
-
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _user_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:

@@ -69,8 +69,10 @@ def differences(good: Fingerprint, bad: Fingerprint) -> list[Difference]:
     for name in _DIFFERENT_SERVERS:
         old, new = good.identity.get(name, UNSET), bad.identity.get(name, UNSET)
         if old != new:
-            raise SpecperfError(f"the two runs are of different servers ({name}: {old} → {new}); bisect compares "
-                                "two runs of one server config")  # fmt: skip
+            raise SpecperfError(
+                f"the two runs are of different servers ({name}: {old} → {new}); bisect compares "
+                "two runs of one server config"
+            )
     then, now = _flat(good), _flat(bad)
     names = sorted(set(then) | set(now), key=_order)
     return [

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_specperf import interrupts
 from pytest_specperf.bisect.differences import Difference, apply_flags
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.fingerprint import UNSET
@@ -87,6 +88,9 @@ class BisectRunner:
         ratio = speedup_estimate(current, [self.anchor.samples("output_throughput")], self.config.run_to_run_cv)
         return decide_threshold(ratio, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER), ratio
 
+    def _progress(self, line: str) -> None:
+        self.say(f"  {line}")
+
     def _describe(self, applied: frozenset[int]) -> str:
         bad = [self.found[i].setting(bad=True) for i in sorted(applied)]
         return "bad values: " + "; ".join(bad) if bad else "every difference at its good value"
@@ -95,7 +99,7 @@ class BisectRunner:
         """One server start of the setup, measured; the server is stopped before this returns."""
         config, environment = setup(self.config, self.key.server, self.found, applied)
         with _environment(environment):
-            pool = ServerPool(config, self.run_dir, progress=lambda line: self.say(f"  {line}"))
+            pool = ServerPool(config, self.run_dir, progress=self._progress, after_fork=interrupts.check)
             try:
                 server = pool.acquire(self.key.server)
                 workload = config.workloads[self.key.workload]

@@ -40,13 +40,18 @@ NOT_EXPLAINED, INTERRUPTED = 1, 130
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     bisect = commands.add_parser(
-        "bisect", help="find the difference between a good and a bad run that made a key slower",
+        "bisect",
+        help="find the difference between a good and a bad run that made a key slower",
         epilog=epilog + "\n  1  bisect: no difference explains the regression\n  130  interrupted",
-        formatter_class=formatter, description=__doc__.split("\n\n")[1],
-    )  # fmt: skip
+        formatter_class=formatter,
+        description=__doc__.split("\n\n")[1],
+    )
     bisect.add_argument("key", metavar="SERVER/WORKLOAD/cN", help="the key whose runs to compare")
-    bisect.add_argument("--good", metavar="RUN", help="the good run: its number, date or commit (default: the last "
-                        "run before the change in force)")  # fmt: skip
+    bisect.add_argument(
+        "--good",
+        metavar="RUN",
+        help="the good run: its number, date or commit (default: the last run before the change in force)",
+    )
     bisect.add_argument("--bad", metavar="RUN", help="the bad run (default: the newest)")
     bisect.add_argument("--store", default=".specperf", help=STORE_HELP)
     bisect.add_argument("--config", metavar="PATH", help="config file (default: specperf.toml, or pyproject.toml here)")
@@ -139,8 +144,10 @@ def _plan_inputs(
 def _before_change(entry: StoredBaseline, config: SpecperfConfig) -> int:
     first = in_force_run(entry, Limits.tolerating(config.max_regression, config.max_regression_accept_length))
     if first is None or first == 0:
-        raise SpecperfError(f"{entry.measurement.key.label}: no change in force in its history; name the good run "
-                            "with --good (its number in `specperf history`, its date or its commit)")  # fmt: skip
+        raise SpecperfError(
+            f"{entry.measurement.key.label}: no change in force in its history; name the good run "
+            "with --good (its number in `specperf history`, its date or its commit)"
+        )
     return first - 1
 
 
@@ -151,12 +158,15 @@ def _run(entry: StoredBaseline, index: int) -> tuple[int, str, Any]:
 def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
     """The good setup on this node, then the search; the result's lines and causes."""
     anchor = runner.measure_good_setup()
-    here = speedup_estimate([anchor.samples("output_throughput")], [good_run.samples("output_throughput")],
-                            config.run_to_run_cv)  # fmt: skip
+    here = speedup_estimate(
+        [anchor.samples("output_throughput")], [good_run.samples("output_throughput")], config.run_to_run_cv
+    )
     if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
-        return {"causes": [], "lines": [
-            f"no difference in the fingerprint explains it: the good setup is {here.value - 1:+.1%} of the good run "
-            "here too (the node, the driver, the hardware)"]}  # fmt: skip
+        line = (
+            f"no difference in the fingerprint explains it: with every difference at its good value this node "
+            f"measures {here.value - 1:+.1%} against the good run (the node, the driver, the hardware)"
+        )
+        return {"causes": [], "lines": [line]}
     causes = [runner.found[i] for i in find_causes(len(runner.found), runner.is_bad)]
     both = " (only together)" if len(causes) > 1 else ""
     lines = [f"cause{'s' if len(causes) > 1 else ''}{both}: " + "; ".join(str(c) for c in causes)]
@@ -169,8 +179,14 @@ def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict
     return {"causes": causes, "lines": lines}
 
 
-def _document(key: MeasurementKey, good: tuple[int, str, Any], bad: tuple[int, str, Any],
-              found: list[Difference], runner: BisectRunner, result: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _document(
+    key: MeasurementKey,
+    good: tuple[int, str, Any],
+    bad: tuple[int, str, Any],
+    found: list[Difference],
+    runner: BisectRunner,
+    result: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "key": key.label,
         "good_run": {"number": good[0] + 1, "name": good[1]},

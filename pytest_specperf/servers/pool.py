@@ -97,6 +97,7 @@ class ServerPool:
         max_concurrency: Callable[[str], int] = lambda name: 1,
         registry: SharedRegistry | None = None,
         still_needed: Callable[[str], bool] = lambda name: True,
+        after_fork: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self.run_dir = run_dir
@@ -105,6 +106,9 @@ class ServerPool:
         self.max_concurrency = max_concurrency
         self.registry = registry
         self.still_needed = still_needed
+        #: called right after each server process is started: where a signal the fork swallowed is
+        #: raised again (`interrupts.check`), so the start is stopped like any interrupted one
+        self.after_fork = after_fork
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self._started: dict[str, int] = {}
@@ -284,6 +288,7 @@ class ServerPool:
         if self.registry is not None and process.pid is not None:
             self.registry.started(server.name, process.pid)
         try:
+            self.after_fork()
             seconds = process.wait_ready(self.progress)
         except ServerError:
             self._record(process.stop(timeout=self.config.stop_timeout))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_specperf import interrupts
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.cache import MeasurementCache
@@ -83,6 +84,7 @@ class SpecperfSession:
         self.pool = ServerPool(
             config, run_dir, keep_servers=options.keep_servers, progress=progress,
             max_concurrency=self.plan.max_concurrency, registry=self.registry, still_needed=self.usage.still_needed,
+            after_fork=interrupts.check,
         )  # fmt: skip
         self.store = open_store(config.store, work_dir=run_dir / f"history-{self.session_id}", follower=bool(worker))
         self.measurements = Measurements(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_specperf import interrupts
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.machinelock import MachineLock
 from pytest_specperf.measure.records import Measurement
@@ -36,7 +37,11 @@ class ServerRunner:
         self.space = space
         self.config = replace(space.run_config(config), rounds=space.rounds)
         self.pool = ServerPool(
-            self.config, run_dir, progress=progress, max_concurrency=lambda name: space.max_concurrency
+            self.config,
+            run_dir,
+            progress=progress,
+            max_concurrency=lambda name: space.max_concurrency,
+            after_fork=interrupts.check,
         )
         self.measurer = Measurer(self.config, progress)
         self.lock = MachineLock(f"tune-{uuid.uuid4().hex[:12]}")

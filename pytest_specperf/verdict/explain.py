@@ -32,13 +32,22 @@ from pytest_specperf.verdict.stats import Estimate, ratio_estimate
 ACTS_ON = {
     "accept_length": ("*draft*", "*speculative*", "sampling*"),
     "target": (
-        "NCCL_*", "*nccl*", "NVSHMEM_*", "CUDA_*", "NVIDIA_*", "TORCH_*", "PYTORCH_*", "OMP_*", "gpu.*", "*.version",
+        "NCCL_*",
+        "*nccl*",
+        "NVSHMEM_*",
+        "CUDA_*",
+        "NVIDIA_*",
+        "TORCH_*",
+        "PYTORCH_*",
+        "OMP_*",
+        "gpu.*",
+        "*.version",
         "server.*",
     ),
     "drafting": ("*draft*", "*speculative*", "server.*", "*.version"),
     "prefill": ("server.*", "*.version", "*chunked*", "*prefill*"),
     "unclear": ("*",),  # no part stands out: any difference may be the one
-}  # fmt: skip
+}
 #: Acceptance by draft position: the share of verify steps that accepted a draft at position 1, 2, ...
 Shares = tuple[float, ...]
 #: Runs a level needs before its runs' means (not their rounds) are what tonight is held against.
@@ -82,8 +91,11 @@ class Explanation:
             if estimate is None:
                 return None
             bounded = estimate.bounded
-            return {"value": estimate.value, "low": estimate.low if bounded else None,
-                    "high": estimate.high if bounded else None}  # fmt: skip
+            return {
+                "value": estimate.value,
+                "low": estimate.low if bounded else None,
+                "high": estimate.high if bounded else None,
+            }
 
         return {
             "sentence": self.sentence(),

@@ -62,14 +62,27 @@ def collapse(kinds: list[str]) -> list[str]:
 def test_the_simulators_chat_stream_has_the_shape_of_sglangs(spec_sim: SimServer) -> None:
     captured = events(CAPTURED.read_text())
     body = {
-        "messages": [dict(m) for m in CHAT.messages or ()], "max_tokens": 24, "temperature": 0, "stream": True,
-        "stream_options": {"include_usage": True}, "return_spec_tokens_details": True,
-    }  # fmt: skip
+        "messages": [dict(m) for m in CHAT.messages or ()],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_spec_tokens_details": True,
+    }
     reply = requests.post(f"{spec_sim.url}/v1/chat/completions", json=body, timeout=30)
     simulated = events(reply.text)
-    assert collapse([kind(e) for e in simulated]) == collapse([kind(e) for e in captured]) == [
-        "role", "content", "finish", "sglext", "usage", "done",
-    ]  # fmt: skip
+    assert (
+        collapse([kind(e) for e in simulated])
+        == collapse([kind(e) for e in captured])
+        == [
+            "role",
+            "content",
+            "finish",
+            "sglext",
+            "usage",
+            "done",
+        ]
+    )
     by_kind = {kind(e): shape(e) for e in captured if e != "[DONE]"}
     for event in simulated[:-1]:
         assert shape(event) == by_kind[kind(event)], kind(event)
@@ -117,19 +130,36 @@ def test_the_client_reads_sglangs_chat_stream(replay: Callable[[str], str]) -> N
     assert record.num_chunks == 5  # content chunks only: the role, finish, sglext and usage events carry no tokens
 
 
-MERGED_GENERATE = "".join(
-    "data: " + json.dumps(e) + "\n\n"
-    for e in (
-        {"text": "The", "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 1}},
-        # a busy server: three decode steps in one event (the tokenizer manager keeps only its newest output)
-        {"text": "The capital of France is Paris", "meta_info": {"id": "r", "finish_reason": None,
-                                                                  "prompt_tokens": 7, "completion_tokens": 9}},
-        {"text": "The capital of France is Paris, on the Seine.", "meta_info": {
-            "id": "r", "finish_reason": {"type": "length", "length": 14}, "prompt_tokens": 7,
-            "completion_tokens": 14, "cached_tokens": 0, "spec_verify_ct": 5, "spec_num_correct_drafts": 9,
-            "spec_num_proposed_drafts": 20}},
+MERGED_GENERATE = (
+    "".join(
+        "data: " + json.dumps(e) + "\n\n"
+        for e in (
+            {
+                "text": "The",
+                "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 1},
+            },
+            # a busy server: three decode steps in one event (the tokenizer manager keeps only its newest output)
+            {
+                "text": "The capital of France is Paris",
+                "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 9},
+            },
+            {
+                "text": "The capital of France is Paris, on the Seine.",
+                "meta_info": {
+                    "id": "r",
+                    "finish_reason": {"type": "length", "length": 14},
+                    "prompt_tokens": 7,
+                    "completion_tokens": 14,
+                    "cached_tokens": 0,
+                    "spec_verify_ct": 5,
+                    "spec_num_correct_drafts": 9,
+                    "spec_num_proposed_drafts": 20,
+                },
+            },
+        )
     )
-) + "data: [DONE]\n\n"  # fmt: skip
+    + "data: [DONE]\n\n"
+)
 
 
 def test_the_client_reads_merged_generate_events(replay: Callable[[str], str]) -> None:
@@ -144,11 +174,12 @@ def test_the_client_reads_merged_generate_events(replay: Callable[[str], str]) -
 EMPTY_FIRST = MERGED_GENERATE.replace(
     "data: ",
     "data: "
-    + json.dumps({"text": "", "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7,
-                                             "completion_tokens": 0}})
+    + json.dumps(
+        {"text": "", "meta_info": {"id": "r", "finish_reason": None, "prompt_tokens": 7, "completion_tokens": 0}}
+    )
     + "\n\ndata: ",
     1,
-)  # fmt: skip
+)
 
 
 def test_an_empty_first_event_is_not_the_first_token(replay: Callable[[str], str]) -> None:

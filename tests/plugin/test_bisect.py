@@ -76,15 +76,21 @@ def test_the_dry_run_lists_the_differences_and_the_plan_and_starts_nothing(lost_
 
 def test_sigterm_stops_every_server_bisect_started(lost_tuning) -> None:
     command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1"]
-    proc = subprocess.Popen(command, cwd=lost_tuning.pytester.path, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, cwd=lost_tuning.pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen: list[str] = []
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # the second start's server is up and measuring
-            if "start 2:" in line:
+            seen.append(line)
+            if "eagle3-5step~2.log" in line:
                 break
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 130
+        code = proc.wait(timeout=120)
+        seen += proc.stdout.readlines()
+        assert code == 130, "".join(seen)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert lost_tuning.processes() == []
+    assert lost_tuning.processes() == [], "".join(seen)

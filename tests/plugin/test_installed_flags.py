@@ -114,12 +114,18 @@ def test_a_newer_sglang_decides_the_dry_run(make_suite, tmp_path: Path, private_
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        ('["--stream-outptu"]', "unrecognized argument --stream-outptu: the installed SGLang 0.6.0 does not have it "
-                                "(did you mean '--stream-output'?)"),
-        ('["--attention-backend", "fa4"]', "--attention-backend 'fa4': the installed SGLang 0.6.0 allows fa3, "
-                                           "flashinfer, triton (did you mean 'fa3'?)"),
+        (
+            '["--stream-outptu"]',
+            "unrecognized argument --stream-outptu: the installed SGLang 0.6.0 does not have it "
+            "(did you mean '--stream-output'?)",
+        ),
+        (
+            '["--attention-backend", "fa4"]',
+            "--attention-backend 'fa4': the installed SGLang 0.6.0 allows fa3, "
+            "flashinfer, triton (did you mean 'fa3'?)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_newer_sglang_still_refuses_a_typo(make_suite, tmp_path: Path, private_cache: Path, args: str, error: str):
     python = newer_sglang(tmp_path / "site")
     suite = make_suite(
@@ -135,8 +141,11 @@ def test_an_algorithm_the_installed_sglang_lacks_is_refused(tmp_path: Path, priv
     python = newer_sglang(tmp_path / "site")
     toml = tmp_path / "specperf.toml"
     toml.write_text(f'[specperf]\npython = "{python}"\n[specperf.servers.x]\nalgorithm = "DFLASH"\ndraft_model = "d"\n')
-    with pytest.raises(Exception, match=r"unknown speculative algorithm 'DFLASH'; the installed SGLang 0.6.0 knows "
-                                        r"EAGLE, EAGLE3, STANDALONE, NGRAM, SUPERDRAFT, NEXTN"):  # fmt: skip
+    with pytest.raises(
+        Exception,
+        match=r"unknown speculative algorithm 'DFLASH'; the installed SGLang 0.6.0 knows "
+        r"EAGLE, EAGLE3, STANDALONE, NGRAM, SUPERDRAFT, NEXTN",
+    ):
         load_suite(toml, "specperf")
 
 
@@ -169,8 +178,11 @@ def test_a_dev_build_without_an_importable_enum_is_judged_by_its_parsers_choices
     load_suite(toml, "specperf")  # an algorithm newer than the shipped list, which this build's parser lists
     assert [p.name.split("-")[1] for p in (private_cache / "engine-flags").glob("sglang-*.json")] == ["0.6.1.dev42"]
     toml.write_text(toml.read_text().replace("DFLASH", "SUPERDRAFT"))
-    with pytest.raises(Exception, match=r"unknown speculative algorithm 'SUPERDRAFT'; .* knows EAGLE, EAGLE3, NGRAM, "
-                                        r"DFLASH"):  # fmt: skip
+    with pytest.raises(
+        Exception,
+        match=r"unknown speculative algorithm 'SUPERDRAFT'; .* knows EAGLE, EAGLE3, NGRAM, "
+        r"DFLASH",
+    ):
         load_suite(toml, "specperf")
 
 

@@ -73,9 +73,13 @@ def pool(tmp_path: Path, script: str, startup_timeout: float = 600) -> ServerPoo
     path = tmp_path / "standin_launcher.py"
     path.write_text(script)
     config = SpecperfConfig(
-        launcher="sglang", python=f"{sys.executable} {path}", model="m", stop_timeout=10,
-        startup_timeout=startup_timeout, servers={"plain": ServerConfig(name="plain")},
-    )  # fmt: skip
+        launcher="sglang",
+        python=f"{sys.executable} {path}",
+        model="m",
+        stop_timeout=10,
+        startup_timeout=startup_timeout,
+        servers={"plain": ServerConfig(name="plain")},
+    )
     return ServerPool(config, tmp_path / "run")
 
 

@@ -37,8 +37,9 @@ def test_two_differences_that_only_act_together_are_found_as_a_pair(count: int, 
 
 
 def fingerprint(env: dict[str, str], args: str = "--tp-size 8", **identity: str) -> Fingerprint:
-    return Fingerprint({"model": "m", "launcher": "sglang", "args": args, **identity},
-                       {"sglang.version": "0.5.23", **env})  # fmt: skip
+    return Fingerprint(
+        {"model": "m", "launcher": "sglang", "args": args, **identity}, {"sglang.version": "0.5.23", **env}
+    )
 
 
 def test_differences_are_variables_then_flags_then_the_rest() -> None:
@@ -46,14 +47,19 @@ def test_differences_are_variables_then_flags_then_the_rest() -> None:
     bad = fingerprint({"SGLANG_X": "2", "sglang.version": "0.5.24"}, "--tp-size 8 --enable-torch-compile")
     found = differences(good, bad)
     assert [str(d) for d in found] == [
-        "NCCL_ALGO: Ring → unset", "SGLANG_X: 1 → 2",
-        "server.flag --attention-backend: fa3 → unset", "server.flag --enable-torch-compile: unset → set",
+        "NCCL_ALGO: Ring → unset",
+        "SGLANG_X: 1 → 2",
+        "server.flag --attention-backend: fa3 → unset",
+        "server.flag --enable-torch-compile: unset → set",
         "sglang.version: 0.5.23 → 0.5.24",
-    ]  # fmt: skip
+    ]
     assert [d.kind for d in found] == ["env", "env", "flag", "flag", "other"]
     assert [d.setting(bad=False) for d in found[:4]] == [
-        "NCCL_ALGO=Ring", "SGLANG_X=1", "--attention-backend fa3", "no --enable-torch-compile",
-    ]  # fmt: skip
+        "NCCL_ALGO=Ring",
+        "SGLANG_X=1",
+        "--attention-backend fa3",
+        "no --enable-torch-compile",
+    ]
 
 
 def test_runs_of_different_servers_are_refused() -> None:
@@ -69,6 +75,10 @@ def test_a_redacted_value_is_listed_not_applied() -> None:
 def test_flags_are_written_into_and_taken_out_of_the_arguments() -> None:
     args = ("--tp-size", "8", "--attention-backend=fa3", "--enable-metrics")
     assert apply_flags(args, {"--attention-backend": "unset", "--tp-size": "4", "--cuda-graph-max-bs": "16"}) == (
-        "--enable-metrics", "--tp-size", "4", "--cuda-graph-max-bs", "16",
-    )  # fmt: skip
+        "--enable-metrics",
+        "--tp-size",
+        "4",
+        "--cuda-graph-max-bs",
+        "16",
+    )
     assert apply_flags(args, {"--enable-torch-compile": "set"})[-1] == "--enable-torch-compile"

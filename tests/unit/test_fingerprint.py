@@ -276,9 +276,10 @@ def test_a_cpu_server_is_fingerprinted_by_its_cpu_not_as_an_unknown_gpu(info: di
     from pytest_specperf.measure.fingerprint import local_cpu_model
 
     fp = take(
-        launch_identity={**LAUNCH, "args": args}, server_info={**SERVER_INFO, **info},
+        launch_identity={**LAUNCH, "args": args},
+        server_info={**SERVER_INFO, **info},
         loads={"accelerator": None, "num_accelerators": 1},
-    )  # fmt: skip
+    )
     assert fp.identity["device"] == "cpu"
     assert fp.identity["cpu"] == local_cpu_model() != "unknown"
     assert "gpu" not in fp.identity and "gpu_count" not in fp.identity
@@ -351,17 +352,31 @@ def test_a_speedups_servers_differ_besides_speculation() -> None:
     from pytest_specperf.verdict.drift import speedup_differences
 
     reference = take(
-        launch_identity={**LAUNCH, "algorithm": None, "draft_model": None, "num_steps": None, "eagle_topk": None,
-                         "num_draft_tokens": None},
-        server_info={**SERVER_INFO, "attention_backend": "torch_native", "speculative_algorithm": None,
-                     "launch_command": "--model-path m --attention-backend torch_native --tp-size 8"},
+        launch_identity={
+            **LAUNCH,
+            "algorithm": None,
+            "draft_model": None,
+            "num_steps": None,
+            "eagle_topk": None,
+            "num_draft_tokens": None,
+        },
+        server_info={
+            **SERVER_INFO,
+            "attention_backend": "torch_native",
+            "speculative_algorithm": None,
+            "launch_command": "--model-path m --attention-backend torch_native --tp-size 8",
+        },
         server_env={**SERVER_ENV, "NCCL_ALGO": "Tree"},
-    )  # fmt: skip
+    )
     speculative = take(
-        server_info={**SERVER_INFO, "attention_backend": "intel_amx", "max_running_requests": 48,
-                     "launch_command": "--model-path m --attention-backend intel_amx --tp-size 8 "
-                                       "--speculative-algorithm EAGLE3 --max-running-requests 48"},
-    )  # fmt: skip
+        server_info={
+            **SERVER_INFO,
+            "attention_backend": "intel_amx",
+            "max_running_requests": 48,
+            "launch_command": "--model-path m --attention-backend intel_amx --tp-size 8 "
+            "--speculative-algorithm EAGLE3 --max-running-requests 48",
+        },
+    )
     names = {c.name: (c.old, c.new) for c in speedup_differences(reference, speculative)}
     assert names == {"server.attention_backend": ("torch_native", "intel_amx"), "NCCL_ALGO": ("Tree", "Ring")}
     assert speedup_differences(speculative, speculative) == []
