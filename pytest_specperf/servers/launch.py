@@ -295,6 +295,11 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped by `stop` already (a process that exited on its own is not, until then)."""
+        return self._teardown is not None
+
     def start(self) -> None:
         self.plan.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.plan.log_path.open("wb") as log:

@@ -112,6 +112,9 @@ class ServerPool:
         self._alive: OrderedDict[str, RunningServer] = OrderedDict()
         self._failed: dict[str, ServerError] = {}
         self._started: dict[str, int] = {}
+        #: processes launched and not handed out yet: an interrupt between a server's start and its
+        #: hand-over must not leave it running (shutdown stops these too)
+        self._launched: list[ServerProcess] = []
         self.starts: list[str] = []
         self.teardowns: list[Teardown] = []
         self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
@@ -139,6 +142,7 @@ class ServerPool:
         self._started[name] = self._started.get(name, 0) + 1
         server.start = self._started[name]
         self._alive[name] = server
+        self._launched = [p for p in self._launched if p is not server.process]  # handed out: _alive has it
         return server
 
     def current_start(self, name: str) -> int | None:
@@ -191,6 +195,10 @@ class ServerPool:
             elif self.registry is None or not self.still_needed(server.name):
                 self._stop(server)
             # else: another xdist worker still needs it; its last user (or the controller) stops it
+        while self._launched:  # started, but interrupted before it was handed out
+            process = self._launched.pop()
+            if not process.stopped:
+                self._record(process.stop(timeout=self.config.stop_timeout))
         return kept
 
     @property
@@ -285,6 +293,7 @@ class ServerPool:
         process = ServerProcess(plan, parent_death_signal=self.registry is None and not self.keep_servers)
         self.starts.append(server.name)
         process.start()
+        self._launched.append(process)
         if self.registry is not None and process.pid is not None:
             self.registry.started(server.name, process.pid)
         try:

@@ -147,3 +147,20 @@ def _processes_of(script: Path) -> list[psutil.Process]:
         if str(script) in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found
+
+
+def test_an_interrupt_between_a_start_and_its_hand_over_leaves_no_server(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM right after a server became ready, before the pool handed it out: shutdown still
+    stops it (it used to know only the servers it had handed out)."""
+    servers = pool(tmp_path, HANGING_BIND.replace("if first:", "if False:"))
+
+    def interrupted(line: str) -> None:
+        if "ready after" in line:
+            raise KeyboardInterrupt("signal 15")
+
+    servers.progress = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        servers.acquire("plain")
+    assert _processes_of(tmp_path / "standin_launcher.py") != []  # running, and handed to nobody
+    servers.shutdown()
+    assert _processes_of(tmp_path / "standin_launcher.py") == []
