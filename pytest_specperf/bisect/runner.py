@@ -138,18 +138,19 @@ def _environment(variables: dict[str, str | None]) -> Iterator[None]:
     """This process's environment (which a server inherits) with `variables` set or unset, then restored."""
     saved = {name: os.environ.get(name) for name in variables}
     try:
-        for name, value in variables.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set(variables)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set(saved)
+
+
+def _set(variables: dict[str, str | None]) -> None:
+    """Set each variable in this process's environment (None: unset it)."""
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _pct(ratio: Estimate) -> str:
