@@ -47,16 +47,32 @@ class Series:
 
 ROCKSDB = "rocksdb_2023-09_ops_per_s.csv"
 SERIES = (
-    Series("TigerBeetle load_accepted", "tigerbeetle_load_accepted.csv", "load_accepted_tx_per_s",
-           events=(10, 15, 61, 71, 95), updates=(16, 62, 72, 96)),
+    Series(
+        "TigerBeetle load_accepted",
+        "tigerbeetle_load_accepted.csv",
+        "load_accepted_tx_per_s",
+        events=(10, 15, 61, 71, 95),
+        updates=(16, 62, 72, 96),
+    ),
     Series("MongoDB", "mongodb_real_series.csv", "value", events=(4, 90)),
     *(Series(f"RocksDB {test}", ROCKSDB, test) for test in next(csv.reader((DATA / ROCKSDB).open()))[3:]),
-    Series("hyper http1_consecutive_x1_empty", "hyper_http1_consecutive_x1_empty_ns.csv", "ns_per_iter",
-           lower_is_better=True, events=(11,), updates=(12,)),
+    Series(
+        "hyper http1_consecutive_x1_empty",
+        "hyper_http1_consecutive_x1_empty_ns.csv",
+        "ns_per_iter",
+        lower_is_better=True,
+        events=(11,),
+        updates=(12,),
+    ),
     Series("hyper http2_get", "hyper_http2_get_ns.csv", "ns_per_iter", lower_is_better=True),
-    Series("safetensors test_pt_sf_load_cpu", "safetensors_pt_sf_load_cpu_iter_per_s.csv", "iter_per_s",
-           events=(8, 16, 84, 164, 166), updates=(9, 17, 85, 165, 167)),
-)  # fmt: skip
+    Series(
+        "safetensors test_pt_sf_load_cpu",
+        "safetensors_pt_sf_load_cpu_iter_per_s.csv",
+        "iter_per_s",
+        events=(8, 16, 84, 164, 166),
+        updates=(9, 17, 85, 165, 167),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +122,13 @@ def table() -> list[str]:
     for series in SERIES:
         found = figures(series)
         lines.append(found.row(series.name))
-        total = Figures(total.stable + found.stable, total.regression + found.regression,
-                        total.suspect + found.suspect, total.ttest + found.ttest, {})  # fmt: skip
+        total = Figures(
+            total.stable + found.stable,
+            total.regression + found.regression,
+            total.suspect + found.suspect,
+            total.ttest + found.ttest,
+            {},
+        )
     lines.append(total.row("all six"))
     return lines
 

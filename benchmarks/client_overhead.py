@@ -51,10 +51,23 @@ def start_simulator(max_running: int) -> tuple[subprocess.Popen[bytes], str, Pat
         port = sock.getsockname()[1]
     log = Path(tempfile.mkstemp(prefix="specperf-bench-sim-", suffix=".log")[1])
     argv = [
-        sys.executable, "-m", "pytest_specperf.sim", "--model-path", "sim/bench-model", "--host", "127.0.0.1",
-        "--port", str(port), "--sim-time-scale", "0", "--enable-metrics",
-        "--max-running-requests", str(max_running), "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest_specperf.sim",
+        "--model-path",
+        "sim/bench-model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sim-time-scale",
+        "0",
+        "--enable-metrics",
+        "--max-running-requests",
+        str(max_running),
+        "--log-level",
+        "warning",
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

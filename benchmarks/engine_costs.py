@@ -67,10 +67,14 @@ def main() -> int:
         if not vllm_models.is_built(root):
             subprocess.run([vllm, vllm_models.__file__, str(root)], check=True, cwd="/")
         config = SpecperfConfig(
-            engine="vllm", launcher="vllm", python=vllm, model=str(vllm_models.model_paths(root)["target"]),
-            stop_timeout=20, startup_timeout=300,
+            engine="vllm",
+            launcher="vllm",
+            python=vllm,
+            model=str(vllm_models.model_paths(root)["target"]),
+            stop_timeout=20,
+            startup_timeout=300,
             env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"},
-        )  # fmt: skip
+        )
         stop("vllm", config, ServerConfig(name="plain", engine="vllm", args=("--enforce-eager",)))
     return 0
 

@@ -106,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         report = suite / "report.json"
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--specperf-json={report}"],
-            cwd=suite, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            cwd=suite,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             print(done.stdout[-3000:], file=sys.stderr)
             return 1

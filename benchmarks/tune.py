@@ -179,8 +179,10 @@ def check_grid(
             for objective, level in data.items():
                 out[(label, objective)] = level.level
             ref = grid.reference.label
-            say(f"  checked {number}/{len(labels)}: {label} " + ", ".join(
-                f"{o.label} {out[(label, o)] / out[(ref, o)]:.3f}x" for o in grid.objectives))  # fmt: skip
+            say(
+                f"  checked {number}/{len(labels)}: {label} "
+                + ", ".join(f"{o.label} {out[(label, o)] / out[(ref, o)]:.3f}x" for o in grid.objectives)
+            )
     finally:
         runner.close()
     return out
@@ -224,15 +226,19 @@ def main_sim(args: argparse.Namespace) -> int:
     space = load_space(config)
     truth = profile_speedups(config, space)
     labels = [space.reference.label, *(c.label for c in space.candidates)]
-    say(f"space: {len(space.candidates)} configs, objectives {', '.join(o.label for o in space.objectives)}, "
-        f"budget {space.budget}, time scale {args.time_scale}, start jitter {args.jitter:.0%}")  # fmt: skip
+    say(
+        f"space: {len(space.candidates)} configs, objectives {', '.join(o.label for o in space.objectives)}, "
+        f"budget {space.budget}, time scale {args.time_scale}, start jitter {args.jitter:.0%}"
+    )
     for o in space.objectives:
         best = max(labels, key=lambda label: truth[(label, o)])
         say(f"  true best at {o.label}: {best} {truth[(best, o)]:.3f}x (the profile's prediction)")
     (folder / "spread").mkdir()
     machine = machine_spread(args, folder)
-    say("the machine's own start-to-start CV (no simulated jitter, 4 pairs of starts): " + ", ".join(
-        f"{o.label} {cv:.1%}" for o, cv in machine.items()))  # fmt: skip
+    say(
+        "the machine's own start-to-start CV (no simulated jitter, 4 pairs of starts): "
+        + ", ".join(f"{o.label} {cv:.1%}" for o, cv in machine.items())
+    )
     say(f"  tune is told run_to_run_cv = {args.spread:.0%} (the simulated {args.jitter:.0%} and the machine's)")
     checked: dict[tuple[str, Objective], float] = {}
     if args.check:
@@ -245,8 +251,10 @@ def main_sim(args: argparse.Namespace) -> int:
             for o in space.objectives
         }
         for o, errs in fidelity.items():
-            say(f"  fidelity {o.label}: measured / profile speedup: mean {math.exp(statistics.fmean(errs)):.3f}, "
-                f"sd {statistics.pstdev(errs):.1%}")  # fmt: skip
+            say(
+                f"  fidelity {o.label}: measured / profile speedup: mean {math.exp(statistics.fmean(errs)):.3f}, "
+                f"sd {statistics.pstdev(errs):.1%}"
+            )
     rows, covered, checks, story = [], 0, 0, []
     for trial in range(args.seed, args.seed + args.trials):
         started = time.monotonic()
@@ -269,25 +277,35 @@ def main_sim(args: argparse.Namespace) -> int:
                 checks += 1
                 covered += hit
                 if not hit and p is not None and args.misses:
-                    say(f"    not covered: {label} {o.label} measured {measured:.3f}x, predicted {p.value:.3f}x "
-                        f"[{p.low:.3f}, {p.high:.3f}]")  # fmt: skip
+                    say(
+                        f"    not covered: {label} {o.label} measured {measured:.3f}x, predicted {p.value:.3f}x "
+                        f"[{p.low:.3f}, {p.high:.3f}]"
+                    )
         write_document(folder / f"trial-{trial}.json", result, launcher="sim")
         story.append(result.ruled_out_after(STORY))
         rows.append((len(result.starts), ok))
-        say(f"trial {trial}: {len(result.starts)} starts, {'OK' if ok else 'MISS'}: {'; '.join(picks)} "
-            f"({time.monotonic() - started:.0f} s; {result.stopped})")  # fmt: skip
+        say(
+            f"trial {trial}: {len(result.starts)} starts, {'OK' if ok else 'MISS'}: {'; '.join(picks)} "
+            f"({time.monotonic() - started:.0f} s; {result.stopped})"
+        )
     hits = sum(ok for _, ok in rows)
     starts = [n for n, _ in rows]
     say("")
-    say(f"picked the true best or within 2% at every level: {hits}/{len(rows)} trials ({hits / len(rows):.0%}); "
-        f"starts: median {statistics.median(starts):g}, max {max(starts)} (full grid: {len(labels)})")  # fmt: skip
+    say(
+        f"picked the true best or within 2% at every level: {hits}/{len(rows)} trials ({hits / len(rows):.0%}); "
+        f"starts: median {statistics.median(starts):g}, max {max(starts)} (full grid: {len(labels)})"
+    )
     if checks:
-        say(f"predicted speedup interval covers the measured one: {covered}/{checks} ({covered / checks:.0%}) "
-            f"of the checked configs the trials did not start")  # fmt: skip
+        say(
+            f"predicted speedup interval covers the measured one: {covered}/{checks} ({covered / checks:.0%}) "
+            f"of the checked configs the trials did not start"
+        )
     known = [s for s in story if s is not None]
     if known:
-        say(f"{STORY} (2 steps, 3 draft tokens) ruled out after {statistics.median(known):g} starts (median; "
-            f"{len(known)}/{len(story)} trials rule it out)")  # fmt: skip
+        say(
+            f"{STORY} (2 steps, 3 draft tokens) ruled out after {statistics.median(known):g} starts (median; "
+            f"{len(known)}/{len(story)} trials rule it out)"
+        )
     _story_fit(config, space, folder)
     return 0
 
@@ -315,8 +333,10 @@ def _story_fit(config: SpecperfConfig, space: TuneSpace, folder: Path) -> None:
     p = o.predicted_speedup
     say(f"after the {len(observed)} starts of the initial design, the cost fit at {c1.label} (modelled ms): {text}")
     if p is not None:
-        say(f"  {STORY} predicted at {p.value:.2f}x [{p.low:.2f}, {p.high:.2f}], chance to beat the leader "
-            f"{o.chance:.1%}; leader {fc.leaders[c1]}")  # fmt: skip
+        say(
+            f"  {STORY} predicted at {p.value:.2f}x [{p.low:.2f}, {p.high:.2f}], chance to beat the leader "
+            f"{o.chance:.1%}; leader {fc.leaders[c1]}"
+        )
 
 
 # --- vLLM ----------------------------------------------------------------------------------------
@@ -385,8 +405,7 @@ def main_vllm(args: argparse.Namespace) -> int:
             measured[cand.label] = dict(grid.measure(cand, config.rounds))
             grid.release(cand)
             o = space.objectives[0]
-            say(f"  {cand.label}: {measured[cand.label][o].level:.1f} tok/s "
-                f"({time.monotonic() - started:.0f} s)")  # fmt: skip
+            say(f"  {cand.label}: {measured[cand.label][o].level:.1f} tok/s ({time.monotonic() - started:.0f} s)")
     finally:
         grid.close()
     o = space.objectives[0]
@@ -405,8 +424,10 @@ def main_vllm(args: argparse.Namespace) -> int:
         cand, _ = winner(result, o)
         ok = cand.label == grid_best or cand.label in tied
         hits += ok
-        say(f"trial {trial}: {len(result.starts)} starts, picked {cand.label} ({'OK' if ok else 'MISS'}; grid best "
-            f"{grid_best}); {result.stopped}")  # fmt: skip
+        say(
+            f"trial {trial}: {len(result.starts)} starts, picked {cand.label} ({'OK' if ok else 'MISS'}; grid best "
+            f"{grid_best}); {result.stopped}"
+        )
     say(f"picked the grid's best (or one it cannot tell apart): {hits}/{args.trials}")
     return 0
 

@@ -93,8 +93,9 @@ class Night:
         return True
 
 
-def one_night(key: Key, rng: np.random.Generator, level: float, server: list[int], restarts: Restarts,
-              searches: int = 1) -> Night:  # fmt: skip
+def one_night(
+    key: Key, rng: np.random.Generator, level: float, server: list[int], restarts: Restarts, searches: int = 1
+) -> Night:
     """A key's night through the session's looks; `server` is [the current start number], shared by the
     keys of one server, so a restart made for one key is the second start of the others."""
     night = Night(key, level, rng, on_start=server[0])
@@ -110,9 +111,12 @@ def one_night(key: Key, rng: np.random.Generator, level: float, server: list[int
         return True
 
     looked(
-        lambda: night.look(searches), settled=lambda v: v.decision is Decision.MET, extend=night.extend,
-        confirmable=lambda v: v.decision in (Decision.SUSPECT, Decision.MISSED), second_start=second_start,
-    )  # fmt: skip
+        lambda: night.look(searches),
+        settled=lambda v: v.decision is Decision.MET,
+        extend=night.extend,
+        confirmable=lambda v: v.decision in (Decision.SUSPECT, Decision.MISSED),
+        second_start=second_start,
+    )
     return night
 
 
@@ -160,8 +164,15 @@ def restarted(night: Night) -> bool:
 def unchanged(noise: NightNoise, trials: int, rng: np.random.Generator) -> dict[str, float]:
     """One unchanged night after 10 recorded runs, then 30 more: false REGRESSIONs (per night checked),
     SUSPECT nights and second starts."""
-    counts = dict.fromkeys(("false REGRESSION (first night)", "SUSPECT (first night)", "second start (first night)",
-                            "REGRESSION within 30 more"), 0.0)  # fmt: skip
+    counts = dict.fromkeys(
+        (
+            "false REGRESSION (first night)",
+            "SUSPECT (first night)",
+            "second start (first night)",
+            "REGRESSION within 30 more",
+        ),
+        0.0,
+    )
     checks = red = 0
     for _ in range(trials):
         key = grown(noise, rng)
@@ -233,16 +244,21 @@ def shared_start(noise: NightNoise, trials: int, rng: np.random.Generator, keys:
 
 NORMAL, HEAVY = NightNoise(cv=0.02), NightNoise(cv=0.02, df=3.0)
 SCENARIOS: dict[str, tuple[Callable[..., dict[str, float]], list[tuple[str, NightNoise]]]] = {
-    "unchanged": (unchanged, [
-        ("normal", NORMAL), ("t3", HEAVY), ("normal, night SD 3%", NightNoise(cv=0.03)),
-        ("AR(1) 0.6", NightNoise(cv=0.02, rho=0.6)),
-    ]),
+    "unchanged": (
+        unchanged,
+        [
+            ("normal", NORMAL),
+            ("t3", HEAVY),
+            ("normal, night SD 3%", NightNoise(cv=0.03)),
+            ("AR(1) 0.6", NightNoise(cv=0.02, rho=0.6)),
+        ],
+    ),
     "pool": (pool, [("normal", NORMAL)]),
     "-10%": (persistent(0.10), [("normal", NORMAL), ("t3", HEAVY)]),
     "-8%": (persistent(0.08), [("normal", NORMAL)]),
     "+15% then back": (improvement_lost, [("normal", NORMAL)]),
     "20 keys": (shared_start, [("normal", NORMAL), ("normal, night SD 3%", NightNoise(cv=0.03))]),
-}  # fmt: skip
+}
 
 
 def run_cell(args: tuple[str, str, NightNoise, int, int]) -> tuple[str, str, dict[str, float], float]:

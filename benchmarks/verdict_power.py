@@ -76,8 +76,9 @@ def simulate(cell: Cell) -> CellResult:
         first_alarms += decision is Decision.MISSED
         if decision is not Decision.MET:  # the second look: the extension's rounds
             n = cell.max_rounds
-            decision = decide_regression(c[:n], b, cell.max_regression, cell.direction,
-                                         confidence=cell.confidence).decision  # fmt: skip
+            decision = decide_regression(
+                c[:n], b, cell.max_regression, cell.direction, confidence=cell.confidence
+            ).decision
         alarms += decision is Decision.MISSED
         suspect += decision is Decision.SUSPECT
         rounds_used += n
@@ -137,11 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seeds = np.random.SeedSequence(args.seed).generate_state(len(CVS) * len(CHANGES))
     cells = [
-        Cell(cv, ch, int(seeds[i * len(CHANGES) + j]), args.trials, args.rounds, args.max_rounds,
-             args.max_regression, args.confidence, args.direction)
+        Cell(
+            cv,
+            ch,
+            int(seeds[i * len(CHANGES) + j]),
+            args.trials,
+            args.rounds,
+            args.max_rounds,
+            args.max_regression,
+            args.confidence,
+            args.direction,
+        )
         for i, cv in enumerate(CVS)
         for j, ch in enumerate(CHANGES)
-    ]  # fmt: skip
+    ]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(simulate, cells))

@@ -113,8 +113,14 @@ def read_series(
         raise BacktestError(f"{path}: cannot read it as CSV ({exc})") from None
     if not header:
         raise BacktestError(f"{path}: no header row; the first line must name the columns")
-    for option, column in (("--value", value), ("--commit", commit), ("--time", time), ("--rounds", rounds),
-                           ("--update", update), ("--run", run)):  # fmt: skip
+    for option, column in (
+        ("--value", value),
+        ("--commit", commit),
+        ("--time", time),
+        ("--rounds", rounds),
+        ("--update", update),
+        ("--run", run),
+    ):
         if column is not None and column not in header:
             raise BacktestError(f"{path}: no column {column!r} ({option}); the columns are {', '.join(header)}")
     if len(records) < 2:
@@ -124,10 +130,15 @@ def read_series(
     named = {c for c in (commit, time, rounds, update, run) if c is not None}
     column = value if value is not None else _value_column(path, header, records, named)
     rows = [
-        Row(number, _samples(path, i, record, column, rounds), _cell(record, time), _cell(record, commit),
-            _flag(path, i, record, update))
+        Row(
+            number,
+            _samples(path, i, record, column, rounds),
+            _cell(record, time),
+            _cell(record, commit),
+            _flag(path, i, record, update),
+        )
         for i, (number, record) in enumerate(zip(numbers, records, strict=True))
-    ]  # fmt: skip
+    ]
     return column, rows
 
 
@@ -169,8 +180,10 @@ def _value_column(path: Path, header: list[str], records: list[dict[str, str]], 
     if len(values) == 1:
         return values[0]
     if not values:
-        raise BacktestError(f"{path}: no numeric column to replay besides {', '.join(sorted(named)) or 'a run counter'}"
-                            f"; the columns are {', '.join(header)} (choose one with --value)")  # fmt: skip
+        raise BacktestError(
+            f"{path}: no numeric column to replay besides {', '.join(sorted(named)) or 'a run counter'}"
+            f"; the columns are {', '.join(header)} (choose one with --value)"
+        )
     raise BacktestError(f"{path}: several numeric columns ({', '.join(values)}); choose one with --value")
 
 
@@ -233,10 +246,13 @@ def replay(rows: Sequence[Row], tolerance: Tolerance, *, history: int = 90, comp
             continue
         verdict = judge_night([row.samples], [p for _, p in past], tolerance, rounds=len(row.samples))
         outcome = verdict_of(
-            missed=verdict.decision is Decision.MISSED, incomparable=False,
-            suspect=verdict.decision is Decision.SUSPECT, inconclusive=verdict.decision is Decision.INCONCLUSIVE,
-            improved=verdict.improved, new=False,
-        )  # fmt: skip
+            missed=verdict.decision is Decision.MISSED,
+            incomparable=False,
+            suspect=verdict.decision is Decision.SUSPECT,
+            inconclusive=verdict.decision is Decision.INCONCLUSIVE,
+            improved=verdict.improved,
+            new=False,
+        )
         status = stored_status(verdict.decision)
         point = verdict.since if verdict.since is not None else verdict.change
         rows_in_series = [r.index for r, _ in past] + [row.index]
@@ -247,8 +263,12 @@ def replay(rows: Sequence[Row], tolerance: Tolerance, *, history: int = 90, comp
         spread = len(level.spread_runs) if level is not None else 0
         plain = plain_gates([_mean(r.samples) for r, _ in past], _mean(row.samples), tolerance) if compare else {}
         result.nights.append(Night(row, outcome, verdict, at, restart, status, level_runs, spread, plain))
-        past = kept_runs([*past, (row, PastRun(row.samples, status, str(row.index)))], history,
-                         night_of=lambda p: p[1].night, counted=lambda p: p[1].status.counted)  # fmt: skip
+        past = kept_runs(
+            [*past, (row, PastRun(row.samples, status, str(row.index)))],
+            history,
+            night_of=lambda p: p[1].night,
+            counted=lambda p: p[1].status.counted,
+        )
     return result
 
 
@@ -311,8 +331,10 @@ def compared_with(night: Night) -> str:
         return ""
     c = v.comparison
     first, last = night.level_runs[0], night.level_runs[-1]
-    return (f"against level {c.level:.6g} of runs {first}-{last} ({c.runs} runs), "
-            f"run-to-run CV {c.run_cv:.1%} from {night.spread_runs} runs")  # fmt: skip
+    return (
+        f"against level {c.level:.6g} of runs {first}-{last} ({c.runs} runs), "
+        f"run-to-run CV {c.run_cv:.1%} from {night.spread_runs} runs"
+    )
 
 
 def _size(change: ChangePoint) -> str:
@@ -326,9 +348,11 @@ def summary(result: Replay, tolerance: Tolerance) -> dict[str, Any]:
     comparison = last.comparison if last is not None else None
     low = spread_lower_bound(comparison) if comparison is not None else None
     groups = bimodal(list(last.values[:-1]), share=0.15) if last is not None else None
-    plain = {
-        name: sum(n.plain.get(name, False) for n in result.nights) for name in ("t-test", "band")
-    } if any(n.plain for n in result.nights) else None  # fmt: skip
+    plain = (
+        {name: sum(n.plain.get(name, False) for n in result.nights) for name in ("t-test", "band")}
+        if any(n.plain for n in result.nights)
+        else None
+    )
     return {
         "nights": len(result.nights),
         "outcomes": dict(sorted(result.counts().items())),
@@ -347,8 +371,10 @@ def describe_summary(data: dict[str, Any], tolerance: Tolerance) -> list[str]:
     lines = [f"{data['nights']} nights: {counts}; {data['restarts']} second starts would have been asked for"]
     if data.get("plain_red") is not None:
         red = data["plain_red"]
-        lines.append(f"the plain gates on the same nights: a t-test (99%, newest {TTEST_RUNS} runs) red on "
-                     f"{red['t-test']}, a fixed ±{tolerance.max_regression:.0%} band red on {red['band']}")  # fmt: skip
+        lines.append(
+            f"the plain gates on the same nights: a t-test (99%, newest {TTEST_RUNS} runs) red on "
+            f"{red['t-test']}, a fixed ±{tolerance.max_regression:.0%} band red on {red['band']}"
+        )
     if data["run_to_run_cv"] is not None:
         sees = data["detectable_change"]
         seen = f"; the smallest change one night flags (80%): {sees:+.1%}" if sees is not None else ""
@@ -371,25 +397,31 @@ def to_json(result: Replay, column: str, path: Path, tolerance: Tolerance) -> di
     for night in result.nights:
         v = night.verdict
         ratio = v.comparison.ratio if v is not None and v.comparison is not None else None
-        nights.append({
-            "run": night.row.index,
-            "time": night.row.time,
-            "commit": night.row.commit,
-            "value": statistics.fmean(night.row.samples),
-            "outcome": night.outcome.value,
-            "ratio": None if ratio is None else {"value": ratio.value, "low": ratio.low, "high": ratio.high},
-            "change_point": night.change_point,
-            "change": None if v is None or v.change is None else _size(v.change),
-            "back_to_level": v is not None and v.back_since is not None,
-            "level": None if v is None or v.comparison is None else {
-                "value": v.comparison.level, "runs": list(night.level_runs), "spread_runs": night.spread_runs,
-                "run_to_run_cv": v.comparison.run_cv,
-            },
-            "restart": night.restart,
-            "stored": None if night.status is None else night.status.value,
-            "rejected": [r.ratio for r in v.comparison.rejected] if v is not None and v.comparison else [],
-            "plain": night.plain or None,
-        })  # fmt: skip
+        nights.append(
+            {
+                "run": night.row.index,
+                "time": night.row.time,
+                "commit": night.row.commit,
+                "value": statistics.fmean(night.row.samples),
+                "outcome": night.outcome.value,
+                "ratio": None if ratio is None else {"value": ratio.value, "low": ratio.low, "high": ratio.high},
+                "change_point": night.change_point,
+                "change": None if v is None or v.change is None else _size(v.change),
+                "back_to_level": v is not None and v.back_since is not None,
+                "level": None
+                if v is None or v.comparison is None
+                else {
+                    "value": v.comparison.level,
+                    "runs": list(night.level_runs),
+                    "spread_runs": night.spread_runs,
+                    "run_to_run_cv": v.comparison.run_cv,
+                },
+                "restart": night.restart,
+                "stored": None if night.status is None else night.status.value,
+                "rejected": [r.ratio for r in v.comparison.rejected] if v is not None and v.comparison else [],
+                "plain": night.plain or None,
+            }
+        )
     return {
         "file": str(path),
         "value": column,

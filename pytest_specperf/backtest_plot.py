@@ -43,14 +43,24 @@ def plot_replay(result: Replay, path: Path, *, title: str, tolerance: Tolerance)
     runs = [n.row.index for n in result.nights]
     values = [statistics.fmean(n.row.samples) for n in result.nights]
     ax.plot(runs, values, color="#34495e", linewidth=0.8, marker=".", markersize=3, label="value")
-    judged = [(n.row.index, n.verdict.comparison.level) for n in result.nights
-              if n.verdict is not None and n.verdict.comparison is not None]  # fmt: skip
+    judged = [
+        (n.row.index, n.verdict.comparison.level)
+        for n in result.nights
+        if n.verdict is not None and n.verdict.comparison is not None
+    ]
     if judged:
         x, level = zip(*judged, strict=True)
         m = tolerance.max_regression
         ax.plot(x, level, color="#2980b9", linewidth=1.2, drawstyle="steps-mid", label="accepted level")
-        ax.fill_between(x, [v * (1 - m) for v in level], [v * (1 + m) for v in level], step="mid",
-                        color="#2980b9", alpha=0.12, label=f"level ±{m:.0%}")  # fmt: skip
+        ax.fill_between(
+            x,
+            [v * (1 - m) for v in level],
+            [v * (1 + m) for v in level],
+            step="mid",
+            color="#2980b9",
+            alpha=0.12,
+            label=f"level ±{m:.0%}",
+        )
     for outcome, (marker, colour) in MARKS.items():
         picked = [(n.row.index, v) for n, v in zip(result.nights, values, strict=True) if n.outcome.value == outcome]
         if picked:

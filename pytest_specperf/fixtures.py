@@ -19,6 +19,7 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.servers.pool import RunningServer
 from pytest_specperf.session import SpecperfSession
 from pytest_specperf.verdict.checks import CheckResult
+from pytest_specperf.verdict.history import speedup_estimate
 from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker
 
 #: The parameter the plugin parametrizes a marked test with (indirect: the fixture of that name).
@@ -42,14 +43,16 @@ class SpecperfResult:
 
     @property
     def speedup(self) -> float | None:
-        """Ratio of mean throughputs, this server over the reference, same workload and session."""
+        """This server's throughput over the reference's, same workload and session: the point value of
+        the interval `min_speedup` decides on and the table shows (verdict/history.py `speedup_estimate`,
+        the ratio of the starts' log-mean levels), so a test body and the report never disagree."""
         if self.reference is None:
             return None
-        ref = self.reference.samples("output_throughput")
-        cur = self.result.samples("output_throughput")
-        if not ref or not cur or sum(ref) == 0:
+        current = self.result.start_samples("output_throughput")
+        reference = self.reference.start_samples("output_throughput")
+        if not current or not reference or min(min(s) for s in (*current, *reference)) <= 0.0:
             return None
-        return (sum(cur) / len(cur)) / (sum(ref) / len(ref))
+        return speedup_estimate(current, reference, 0.0).value
 
 
 def fail(message: str) -> NoReturn:
@@ -115,9 +118,12 @@ def specperf(request: pytest.FixtureRequest, specperf_server: RunningServer) -> 
         session.record_error(key, str(exc))
         fail(str(exc))
     value = SpecperfResult(
-        server=specperf_server, key=key, result=result, reference=reference,
+        server=specperf_server,
+        key=key,
+        result=result,
+        reference=reference,
         marker=session.plan.marker(request.node.nodeid),
-    )  # fmt: skip
+    )
     request.node.stash[RESULT_KEY] = value
     return value
 

@@ -99,11 +99,16 @@ class SpecperfPlugin:
         if self.config is None:
             return
         self.session = SpecperfSession(
-            self.config, self.options, self.run_dir, progress=self.progress, detail=self.detail,
+            self.config,
+            self.options,
+            self.run_dir,
+            progress=self.progress,
+            detail=self.detail,
             shared_dir=self.shared_dir,
-            worker=self.workerinput["workerid"] if self.workerinput else None, session_id=self.session_id,
+            worker=self.workerinput["workerid"] if self.workerinput else None,
+            session_id=self.session_id,
             update_fingerprint=self._update_fingerprint,
-        )  # fmt: skip
+        )
         self.pytest_config.stash[SESSION_KEY] = self.session
         try:  # a shared store's remote must answer before any server starts
             self.session.prepare_store()
@@ -332,9 +337,11 @@ class SpecperfPlugin:
                 from pytest_specperf.report.outputs import write_outputs
 
                 self.written = write_outputs(
-                    self.session.report(), self.options.outputs, store=self.session.config.store,
+                    self.session.report(),
+                    self.options.outputs,
+                    store=self.session.config.store,
                     update_json=self._update_json,
-                )  # fmt: skip
+                )
 
     def _kill_worker_leftovers(self) -> None:
         """Controller's safety net: servers xdist workers left (still shared at their end, or a crash).

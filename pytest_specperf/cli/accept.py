@@ -29,15 +29,19 @@ NOTHING_ACCEPTED = 1
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     accept = commands.add_parser(
-        "accept", help="make a change the accepted level, from the run it began with", epilog=epilog,
-        formatter_class=formatter, description=__doc__.split("\n\n")[1],
-    )  # fmt: skip
+        "accept",
+        help="make a change the accepted level, from the run it began with",
+        epilog=epilog,
+        formatter_class=formatter,
+        description=__doc__.split("\n\n")[1],
+    )
     accept.add_argument("select", metavar="SERVER[/WORKLOAD[/cN]]", help="the key(s) whose change to accept")
     accept.add_argument(
-        "--since", metavar="RUN",
+        "--since",
+        metavar="RUN",
         help="the run the new level begins with: its number in `specperf history`, its date (YYYY-MM-DD) or its "
         "commit; default: the run the newest night's change began with",
-    )  # fmt: skip
+    )
     accept.add_argument("--note", default="", help="why the change is accepted (kept in the history)")
     accept.add_argument("--store", default=".specperf", help=STORE_HELP)
     add_tolerance_arguments(accept)
@@ -55,20 +59,26 @@ def run_accept(args: argparse.Namespace) -> int:
         entries = selected(store.entries(), args.select)
         if args.since is not None and args.since.isdigit() and len(entries) > 1:
             keys = ", ".join(e.measurement.key.label for e in entries)
-            raise SpecperfError(f"--since {args.since}: a run number names a run of one history, and "
-                                f"{args.select} selects {len(entries)} ({keys}); name a date or a commit")  # fmt: skip
+            raise SpecperfError(
+                f"--since {args.since}: a run number names a run of one history, and "
+                f"{args.select} selects {len(entries)} ({keys}); name a date or a commit"
+            )
         for entry in entries:
             label = entry.measurement.key.label
             first = since_run(entry, args.since) if args.since is not None else in_force_run(entry, limits)
             if first is None:
-                print(f"{label}: no change in force (the newest night is within the tolerance of the accepted "
-                      "level); name a run with --since to accept one anyway")  # fmt: skip
+                print(
+                    f"{label}: no change in force (the newest night is within the tolerance of the accepted "
+                    "level); name a run with --since to accept one anyway"
+                )
                 continue
             run = entry.runs[first]
             lines = store.accept(entry.path, run.provenance, acceptance)
             joined = len(entry.runs) - first
-            print(f"{label}: the accepted level is now the {joined} run{'s' if joined != 1 else ''} from "
-                  f"run {first + 1} on ({run_name(entry, first)}); the runs before stay in the history")  # fmt: skip
+            print(
+                f"{label}: the accepted level is now the {joined} run{'s' if joined != 1 else ''} from "
+                f"run {first + 1} on ({run_name(entry, first)}); the runs before stay in the history"
+            )
             for line in lines:
                 print(line)
             accepted += 1
@@ -89,8 +99,11 @@ def selected(entries: list[StoredBaseline], select: str) -> list[StoredBaseline]
 
 def in_force_run(entry: StoredBaseline, limits: Limits) -> int | None:
     """The run the change in force began with, the earliest of the judged metrics' (None: no change)."""
-    runs = [found.run for metric in JUDGED_METRICS
-            if (found := change_in_force(entry, metric, judge_newest(entry, metric, limits))) is not None]  # fmt: skip
+    runs = [
+        found.run
+        for metric in JUDGED_METRICS
+        if (found := change_in_force(entry, metric, judge_newest(entry, metric, limits))) is not None
+    ]
     return min(runs) if runs else None
 
 
@@ -113,8 +126,10 @@ def since_run(entry: StoredBaseline, since: str, option: str = "--since") -> int
     nights = {entry.runs[i].provenance.session or i for i in matches}
     if len(nights) > 1:
         listed = ", ".join(str(i + 1) for i in matches)
-        raise SpecperfError(f"{label}: {option} {since} matches runs of {len(nights)} nights ({listed}); "
-                            "name one by its number (specperf history)")  # fmt: skip
+        raise SpecperfError(
+            f"{label}: {option} {since} matches runs of {len(nights)} nights ({listed}); "
+            "name one by its number (specperf history)"
+        )
     return matches[0]
 
 

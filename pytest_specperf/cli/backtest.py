@@ -29,9 +29,12 @@ from pytest_specperf.verdict.verdicts import Verdict
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     parser = commands.add_parser(
-        "backtest", help="replay a nightly series (CSV) through the verdict engine", epilog=epilog,
-        formatter_class=formatter, description=(BACKTEST_DOC or "").split("\n\n")[0],
-    )  # fmt: skip
+        "backtest",
+        help="replay a nightly series (CSV) through the verdict engine",
+        epilog=epilog,
+        formatter_class=formatter,
+        description=(BACKTEST_DOC or "").split("\n\n")[0],
+    )
     parser.add_argument("file", type=Path, help="CSV with a header, one row per run, oldest first")
     parser.add_argument("--value", metavar="COLUMN", help="the values (default: the only numeric column)")
     parser.add_argument("--commit", metavar="COLUMN", help="each run's commit")
@@ -43,26 +46,35 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
     )
     parser.add_argument("--allow-gaps", action="store_true", help="accept missing run numbers (not duplicates)")
     parser.add_argument(
-        "--tolerance", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
+        "--tolerance",
+        type=check.from_command_line,
+        default=SpecperfConfig.max_regression,
+        metavar="F",
         help=f"tolerated change (default: max_regression, {SpecperfConfig.max_regression:g})",
-    )  # fmt: skip
+    )
     parser.add_argument("--lower-is-better", action="store_true", help="the values are latencies (lower is better)")
     parser.add_argument(
-        "--prior-cv", type=check.from_command_line, default=SpecperfConfig.run_to_run_cv, metavar="F",
+        "--prior-cv",
+        type=check.from_command_line,
+        default=SpecperfConfig.run_to_run_cv,
+        metavar="F",
         help=f"run-to-run CV while a segment has under 3 runs (default {SpecperfConfig.run_to_run_cv:g})",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--history", type=check.from_command_line, default=SpecperfConfig.history, metavar="N", help="nights kept"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
     parser.add_argument(
-        "--compare", action="store_true",
+        "--compare",
+        action="store_true",
         help=f"beside each night, a plain t-test's (99%%, newest {TTEST_RUNS} runs) and a fixed band's verdicts",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--plot", type=Path, metavar="FILE.png",
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
         help="draw the series, the level and its band, the verdicts and the changes (needs matplotlib: the plot extra)",
-    )  # fmt: skip
+    )
     parser.set_defaults(run=run_backtest)
 
 
@@ -73,9 +85,15 @@ def run_backtest(args: argparse.Namespace) -> int:
     if args.plot is not None:
         require_matplotlib("--plot")  # before a long replay, not after
     column, rows = read_series(
-        args.file, value=args.value, commit=args.commit, time=args.time, rounds=args.rounds, update=args.update,
-        run=args.run_column, allow_gaps=args.allow_gaps,
-    )  # fmt: skip
+        args.file,
+        value=args.value,
+        commit=args.commit,
+        time=args.time,
+        rounds=args.rounds,
+        update=args.update,
+        run=args.run_column,
+        allow_gaps=args.allow_gaps,
+    )
     direction = Direction.LOWER_IS_BETTER if args.lower_is_better else Direction.HIGHER_IS_BETTER
     tolerance = Tolerance(args.tolerance, direction, args.prior_cv)
     result = replay(rows, tolerance, history=args.history, compare=args.compare)

@@ -31,14 +31,19 @@ STORE_HELP = "store directory, or git:<branch> / git:<url>#<branch> (default: .s
 def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
     """The tolerances a night was judged with: commands that judge a history's newest night take them."""
     parser.add_argument(
-        "--max-regression", type=check.from_command_line, default=SpecperfConfig.max_regression, metavar="F",
+        "--max-regression",
+        type=check.from_command_line,
+        default=SpecperfConfig.max_regression,
+        metavar="F",
         help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--max-regression-accept-length", type=check.from_command_line,
-        default=SpecperfConfig.max_regression_accept_length, metavar="F",
+        "--max-regression-accept-length",
+        type=check.from_command_line,
+        default=SpecperfConfig.max_regression_accept_length,
+        metavar="F",
         help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
-    )  # fmt: skip
+    )
 
 
 def check_tolerances(args: argparse.Namespace) -> None:

@@ -106,13 +106,17 @@ def run_diff(args: argparse.Namespace) -> int:
     ]
     print(f"old: {old.path}\nnew: {new.path}")
     basis = "the new run against the old history, as the tests judge it" if old.histories else "rounds of both sides"
-    print(f"ratios new/old with 90% intervals ({basis}); regression = credibly worse than "
-          f"-{args.max_regression:.0%} tok/s or -{args.max_regression_accept_length:.0%} τ")  # fmt: skip
+    print(
+        f"ratios new/old with 90% intervals ({basis}); regression = credibly worse than "
+        f"-{args.max_regression:.0%} tok/s or -{args.max_regression_accept_length:.0%} τ"
+    )
     print()
     for line in text_table(DIFF_HEADERS, [diff_cells(c) for c in comparisons], (32,)):
         print(line)
-    for title, labels in (("only in old", old.measurements.keys() - new.measurements.keys()),
-                          ("only in new", new.measurements.keys() - old.measurements.keys())):  # fmt: skip
+    for title, labels in (
+        ("only in old", old.measurements.keys() - new.measurements.keys()),
+        ("only in new", new.measurements.keys() - old.measurements.keys()),
+    ):
         if labels and not (len(old.measurements) == 1 and len(new.measurements) == 1):
             print(f"\n{title}: {', '.join(sorted(labels))}")
     drifted = [c for c in comparisons if c.drift]
@@ -177,9 +181,13 @@ def pair_up(old: Side, new: Side) -> list[tuple[str, Measurement, Measurement]]:
 
 
 def compare(
-    label: str, old: Measurement, new: Measurement, limits: Limits,
-    history: StoredBaseline | None = None, new_history: StoredBaseline | None = None,
-) -> Comparison:  # fmt: skip
+    label: str,
+    old: Measurement,
+    new: Measurement,
+    limits: Limits,
+    history: StoredBaseline | None = None,
+    new_history: StoredBaseline | None = None,
+) -> Comparison:
     """New against old: against old's history with the tests' own history check when old is a
     store or a stored baseline file (the runs new shares with it left out), else round against round."""
     drift = None
@@ -201,8 +209,9 @@ def _decide(
         check = check_regression(new, history, metric, tolerance)
         if check is None or check.estimate is None:
             return None
-        return RegressionResult(check.decision, check.improved, check.estimate, tolerance.max_regression,
-                                tolerance.direction)  # fmt: skip
+        return RegressionResult(
+            check.decision, check.improved, check.estimate, tolerance.max_regression, tolerance.direction
+        )
     current, stored = new.samples(metric), old.samples(metric)
     if not current or not stored:
         return None

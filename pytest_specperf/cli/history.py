@@ -31,9 +31,11 @@ from pytest_specperf.verdict.trends import paired_runs
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     history = commands.add_parser(
-        "history", help="stored run histories with segments and change points", epilog=epilog,
+        "history",
+        help="stored run histories with segments and change points",
+        epilog=epilog,
         formatter_class=formatter,
-    )  # fmt: skip
+    )
     history.add_argument("select", nargs="?", default="", metavar="SERVER[/WORKLOAD]", help="default: every key")
     history.add_argument("--store", default=".specperf", help=STORE_HELP)
     add_tolerance_arguments(history)
@@ -41,8 +43,18 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
 
 
 HISTORY_HEADERS = (
-    "run", "stored", "commit", "segment", "status", "tok/s", "TPOT ms", "τ", "speedup", "rounds", "change",
-)  # fmt: skip
+    "run",
+    "stored",
+    "commit",
+    "segment",
+    "status",
+    "tok/s",
+    "TPOT ms",
+    "τ",
+    "speedup",
+    "rounds",
+    "change",
+)
 #: the change column wraps, so a run with changes in several series keeps the table within 120 columns
 HISTORY_WIDTHS = (None,) * 10 + (25,)
 #: series searched for change points, with the short name the change column uses
@@ -63,9 +75,8 @@ def run_history(args: argparse.Namespace) -> int:
         stored = store.entries()
         where = {entry.path: _where(store, entry.path) for entry in stored}
     entries = [
-        e for e in stored
-        if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)
-    ]  # fmt: skip
+        e for e in stored if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)
+    ]
     if not entries:
         print(f"no stored history{f' for {args.select}' if args.select else ''} in {root}")
         return OK
@@ -145,11 +156,19 @@ def history_rows(
     rows = []
     for index, run in enumerate(runs):
         m = run.measurement
-        rows.append([
-            str(index + 1), run.provenance.created[:10], (run.provenance.git_commit or "-")[:7], str(run.segment),
-            run.status,
-            mean_pm(m, "output_throughput", 1), mean_pm(m, "mean_tpot_ms", 2), mean_pm(m, "accept_length", 2),
-            pm(speedups[id(run)], 3) if id(run) in speedups else "-", str(len(m.rounds)),
-            "; ".join(marks.get(index, [])),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(index + 1),
+                run.provenance.created[:10],
+                (run.provenance.git_commit or "-")[:7],
+                str(run.segment),
+                run.status,
+                mean_pm(m, "output_throughput", 1),
+                mean_pm(m, "mean_tpot_ms", 2),
+                mean_pm(m, "accept_length", 2),
+                pm(speedups[id(run)], 3) if id(run) in speedups else "-",
+                str(len(m.rounds)),
+                "; ".join(marks.get(index, [])),
+            ]
+        )
     return rows

@@ -124,10 +124,12 @@ def _sources(loaded: Sequence[LoadedReport]) -> list[dict[str, object]]:
         if nested:
             sources += [dict(s) for s in nested]
             continue
-        sources.append({
-            "path": str(part.path),
-            "host": part.document.get("host"),
-            "created": part.document.get("created"),
-            "measurements": [row.key.label for row in part.report.rows],
-        })  # fmt: skip
+        sources.append(
+            {
+                "path": str(part.path),
+                "host": part.document.get("host"),
+                "created": part.document.get("created"),
+                "measurements": [row.key.label for row in part.report.rows],
+            }
+        )
     return sources

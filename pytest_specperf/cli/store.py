@@ -18,9 +18,11 @@ from pytest_specperf.store.unstored import read_unstored
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     store = commands.add_parser(
-        "store", help="store the runs a session kept when its store could not be written",
-        epilog=epilog, formatter_class=formatter,
-    )  # fmt: skip
+        "store",
+        help="store the runs a session kept when its store could not be written",
+        epilog=epilog,
+        formatter_class=formatter,
+    )
     store.add_argument("file", type=Path, help="the specperf-unstored-*.json file the session's last line named")
     store.add_argument("--store", help=f"{STORE_HELP}; default: the store the session meant")
     store.set_defaults(run=run_store)

@@ -90,11 +90,36 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 GLOBAL_KEYS = {
-    "engine", "launcher", "python", "model", "reference", "store", "offline_store", "startup_timeout", "stop_timeout",
-    "max_servers", "rounds", "max_rounds", "max_regression", "max_regression_accept_length", "history",
-    "run_to_run_cv", "run_to_run_cv_accept_length", "confirm", "max_restarts", "strict", "env", "env_patterns",
-    "api_key", "sim_profile", "sim_time_scale", "sim_args", "servers", "workloads", "tune",
-}  # fmt: skip
+    "engine",
+    "launcher",
+    "python",
+    "model",
+    "reference",
+    "store",
+    "offline_store",
+    "startup_timeout",
+    "stop_timeout",
+    "max_servers",
+    "rounds",
+    "max_rounds",
+    "max_regression",
+    "max_regression_accept_length",
+    "history",
+    "run_to_run_cv",
+    "run_to_run_cv_accept_length",
+    "confirm",
+    "max_restarts",
+    "strict",
+    "env",
+    "env_patterns",
+    "api_key",
+    "sim_profile",
+    "sim_time_scale",
+    "sim_args",
+    "servers",
+    "workloads",
+    "tune",
+}
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
 
@@ -111,7 +136,7 @@ class _Parser:
         self.where = blank.where
 
     def parse(self, table: dict[str, Any]) -> SpecperfConfig:
-        check_keys(table, GLOBAL_KEYS, self.where(""))
+        check.known_keys(table, GLOBAL_KEYS, self.where(""))
         get = _Getter(table, self.where(""))
         self.engine = get.string("engine", DEFAULT_ENGINE)
         base = self.path.parent
@@ -205,7 +230,7 @@ def check_reference(config: SpecperfConfig) -> None:
 def parse_server(name: str, table: dict[str, Any], where: str, engine: str = DEFAULT_ENGINE) -> ServerConfig:
     """One `[specperf.servers.NAME]` table (`where` names it), running its own `engine` or the
     suite's; its engine's rules are applied once the whole file is read (engines/suite.py)."""
-    check_keys(table, SERVER_KEYS, where)
+    check.known_keys(table, SERVER_KEYS, where)
     get = _Getter(table, where)
     algorithm = get.string("algorithm", None)
     own_engine = get.string("engine", engine)
@@ -272,14 +297,6 @@ def check_command(server: ServerConfig, where: str) -> None:
         raise ConfigError(f"{where} command", "must contain {args} (the launch arguments the plugin builds)")
 
 
-def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
-            )
-
-
 def check_name(name: str, where: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError(where, "names may use letters, digits, '-', '_' and '.' only")
@@ -316,9 +333,13 @@ class _Getter:
         return None if value is None else check.integer(value, where, minimum=minimum)
 
     def number(
-        self, key: str, default: float | None, minimum: float | None = None, maximum: float | None = None,
+        self,
+        key: str,
+        default: float | None,
+        minimum: float | None = None,
+        maximum: float | None = None,
         exclusive: bool = False,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         value, where = self._read(key, default)
         if value is None:
             return None

@@ -7,6 +7,7 @@ file is read (engines/suite.py). Reading and validating the file is config/loadi
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,8 +32,16 @@ DEFAULT_STARTUP_TIMEOUT = 3600.0
 #: Environment variables recorded in every fingerprint (`env_patterns`): the tuning and runtime
 #: variables of the engines and their libraries, which change numbers without changing the config.
 DEFAULT_ENV_PATTERNS: tuple[str, ...] = (
-    "NCCL_*", "SGLANG_*", "VLLM_*", "CUDA_*", "TORCH_*", "NVIDIA_*", "PYTORCH_*", "NVSHMEM_*", "OMP_*",
-)  # fmt: skip
+    "NCCL_*",
+    "SGLANG_*",
+    "VLLM_*",
+    "CUDA_*",
+    "TORCH_*",
+    "NVIDIA_*",
+    "PYTORCH_*",
+    "NVSHMEM_*",
+    "OMP_*",
+)
 
 HTTP_URL = re.compile(r"^https?://[^/]+")
 
@@ -150,6 +159,10 @@ class SpecperfConfig:
 
     def model_of(self, server: ServerConfig) -> str | None:
         return server.model or self.model
+
+    def api_key_for(self, server: ServerConfig) -> str | None:
+        """The key a server wants: its own, the global one, or $SPECPERF_API_KEY (never in a report)."""
+        return server.api_key or self.api_key or os.environ.get("SPECPERF_API_KEY") or None
 
     def engine_name(self, server: ServerConfig) -> str:
         """The engine a server runs, by name: its own `engine`, else the suite's."""

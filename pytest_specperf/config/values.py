@@ -19,10 +19,20 @@ count, a rate or a size.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pytest_specperf.errors import ConfigError
+from pytest_specperf.errors import ConfigError, did_you_mean
+
+
+def known_keys(table: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
+    """Refuse a key not in `allowed`, in one sentence for config tables, markers and tune tables alike:
+    `<where> <key>: unknown key (did you mean 'rounds'?); allowed: ...`."""
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
+            )
 
 
 def type_name(value: Any) -> str:

@@ -219,11 +219,9 @@ def parse_workload(name: str, table: Mapping[str, Any], where: str, base_dir: Pa
     if not name or not isinstance(name, str):
         raise ConfigError(table_where, "a workload needs a non-empty name")
     values: dict[str, Any] = {}
+    check.known_keys(table, _KEYS, table_where)
     for key, raw in table.items():
-        key_where = f"{table_where} {key}"
-        if key not in _KEYS:
-            raise ConfigError(key_where, f"unknown key{did_you_mean(key, _KEYS)}")
-        values[key] = _KEYS[key](raw, key_where)
+        values[key] = _KEYS[key](raw, f"{table_where} {key}")
     if "prompts" in values:
         values["prompts"] = _check_prompts_spec(values["prompts"], base_dir, f"{table_where} prompts")
     return WorkloadConfig(name=name, **values)

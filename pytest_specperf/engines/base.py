@@ -176,8 +176,13 @@ class Engine(ABC):
     run_from_run_dir: ClassVar[bool] = False
     #: fingerprint keys (fnmatch patterns) that belong to speculation: a speedup compares the rest
     speculation_keys: ClassVar[tuple[str, ...]] = (
-        "algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens", "speculative_config",
-    )  # fmt: skip
+        "algorithm",
+        "draft_model",
+        "num_steps",
+        "eagle_topk",
+        "num_draft_tokens",
+        "speculative_config",
+    )
     #: log lines that echo the launch (its arguments, its command line): never the cause of a failure
     launch_echo: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: known causes of a failed start: (log pattern, one-line diagnosis with the usual fix)

@@ -109,12 +109,16 @@ class EngineFlags:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "engine": self.engine, "version": self.version, "source": self.source,
-            "options": dict(self.options), "switches": sorted(self.switches),
+            "engine": self.engine,
+            "version": self.version,
+            "source": self.source,
+            "options": dict(self.options),
+            "switches": sorted(self.switches),
             "choices": {k: list(v) for k, v in self.choices.items()},
             "algorithms": list(self.algorithms) if self.algorithms is not None else None,
-            "allow_abbrev": self.allow_abbrev, "extras": dict(self.extras),
-        }  # fmt: skip
+            "allow_abbrev": self.allow_abbrev,
+            "extras": dict(self.extras),
+        }
 
     @classmethod
     def from_probe(cls, engine: str, data: Mapping[str, Any]) -> EngineFlags:
@@ -268,8 +272,12 @@ def _installed_flags(
 ) -> EngineFlags:
     child_env = {**os.environ, **dict(env)}
     try:
-        found = _run(python, [_VERSION_PROBE, probe.package, ",".join(probe.distributions),
-                              ",".join(probe.stamp_globs)], child_env, VERSION_PROBE_TIMEOUT_S)  # fmt: skip
+        found = _run(
+            python,
+            [_VERSION_PROBE, probe.package, ",".join(probe.distributions), ",".join(probe.stamp_globs)],
+            child_env,
+            VERSION_PROBE_TIMEOUT_S,
+        )
     except ProbeFailed as exc:
         return shipped(f"`{python}` could not be asked ({exc})")
     if "error" in found:
@@ -318,9 +326,15 @@ def _run(python: str, argv: list[str], env: Mapping[str, str], timeout: float) -
         raise ProbeFailed(f"not a command line: {exc}") from None
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, cwd="/", env=dict(env), check=False,
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd="/",
+            env=dict(env),
+            check=False,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ProbeFailed(str(exc) or type(exc).__name__) from None
     for line in reversed(done.stdout.splitlines()):

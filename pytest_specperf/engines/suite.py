@@ -39,8 +39,10 @@ def check_config(config: SpecperfConfig) -> SpecperfConfig:
     check.choice(config.engine, config.where("", "engine"), engine_names())
     check.choice(config.launcher, config.where("", "launcher"), launchers())
     flags = EngineFlagsOf(config.python, config.env)
-    servers = {name: check_server(server, config.where(f"servers.{name}"), flags, config.engine)
-               for name, server in config.servers.items()}  # fmt: skip
+    servers = {
+        name: check_server(server, config.where(f"servers.{name}"), flags, config.engine)
+        for name, server in config.servers.items()
+    }
     config = replace(config, servers=MappingProxyType(servers), engine_flags=MappingProxyType(dict(flags.found)))
     check_launcher(config, config.where("", "launcher"))
     return replace(config, notes=flag_notes(config), warnings=engine_warnings(config))

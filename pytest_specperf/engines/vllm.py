@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -147,8 +146,11 @@ class VLLM(Engine):
     module = "vllm.entrypoints.openai.api_server"  # deprecated in 0.33 for `vllm serve`, which the CPU wheel breaks
     run_from_run_dir = True  # `python -m` puts the cwd on sys.path; a stray `concurrent.py` there broke torch
     reserved_flags: ClassVar[Mapping[str, str]] = RESERVED_FLAGS
-    speculation_keys = (*Engine.speculation_keys, "server.flag --speculative-config",
-                        "server.flag --per-request-spec-decode-metrics")  # fmt: skip
+    speculation_keys = (
+        *Engine.speculation_keys,
+        "server.flag --speculative-config",
+        "server.flag --per-request-spec-decode-metrics",
+    )
     launch_echo = LAUNCH_ECHO
     startup_failures = STARTUP_FAILURES
     fatal_startup = FATAL_STARTUP
@@ -201,9 +203,10 @@ class VLLM(Engine):
         trees = supports_trees(flags)
         if server.speculative_config is not None:
             extra = [
-                k for k in ("algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens")
+                k
+                for k in ("algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens")
                 if getattr(server, k)
-            ]  # fmt: skip
+            ]
             if extra:
                 raise ConfigError(
                     f"{where} {extra[0]}", "give either the portable keys or a raw `speculative_config`, not both"
@@ -276,7 +279,7 @@ class VLLM(Engine):
             # per-request accept length; a startup error on a server without speculation
             args += ["--per-request-spec-decode-metrics", "summary"]
         args += list(server.args)
-        api_key = server.api_key or config.api_key or os.environ.get("SPECPERF_API_KEY")
+        api_key = config.api_key_for(server)
         if api_key:
             args += ["--api-key", api_key]
         return args

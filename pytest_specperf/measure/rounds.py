@@ -127,9 +127,12 @@ def _stalled(
 
 def _client(server: MeasuredServer, workload: WorkloadConfig, config: SpecperfConfig) -> ServerClient:
     return ServerClient(
-        server.url, server.api_key, request_timeout=workload.effective_request_timeout,
-        engine=server.engine, model=config.model_of(server.config),
-    )  # fmt: skip
+        server.url,
+        server.api_key,
+        request_timeout=workload.effective_request_timeout,
+        engine=server.engine,
+        model=config.model_of(server.config),
+    )
 
 
 def acceptance_rate(
@@ -326,9 +329,14 @@ class Measurer:
         sampling = SamplingParams.from_workload(workload)
         try:
             result = run_requests(
-                client, plan, sampling, concurrency=concurrency, request_rate=workload.request_rate,
-                seed=workload.seed, stall_timeout=workload.stall_timeout,
-            )  # fmt: skip
+                client,
+                plan,
+                sampling,
+                concurrency=concurrency,
+                request_rate=workload.request_rate,
+                seed=workload.seed,
+                stall_timeout=workload.stall_timeout,
+            )
         except StalledServer as exc:
             raise _stalled(exc, server, workload, client, concurrency) from None
         server.check_alive()

@@ -17,7 +17,7 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
-from pytest_specperf.verdict.checks import Evaluation, Limits, drift, evaluate, past_runs, rejected_runs
+from pytest_specperf.verdict.checks import Evaluation, Limits, comparable, drift, evaluate, past_runs, rejected_runs
 from pytest_specperf.verdict.drift import Change, speedup_differences
 from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict
@@ -150,9 +150,15 @@ def build_report(
         baseline = baselines.get(key)
         reference_baseline = baselines.get(reference.key) if reference is not None else None
         evaluation = evaluate(
-            measurement, reference, None, Limits.of(config, key.workload), baseline, updating=updating,
-            reference_baseline=reference_baseline, searches=searches,
-        )  # fmt: skip
+            measurement,
+            reference,
+            None,
+            Limits.of(config, key.workload),
+            baseline,
+            updating=updating,
+            reference_baseline=reference_baseline,
+            searches=searches,
+        )
         verdict = worst(verdicts.get(key) or [evaluation.verdict])
         row = _row(measurement, reference, baseline, evaluation, verdict, updating, reference_baseline)
         row = dataclasses.replace(
@@ -275,9 +281,9 @@ def _row(
         cost = _cost(measurement, reference)
         unlike = tuple(speedup_differences(reference.fingerprint, measurement.fingerprint))
     history: dict[str, tuple[Point, ...]] = {}
-    if baseline is not None and not updating and _comparable(baseline, measurement):
+    if baseline is not None and not updating and comparable(baseline, measurement):
         ref_history = (
-            reference_baseline if reference is not None and _comparable(reference_baseline, reference) else None
+            reference_baseline if reference is not None and comparable(reference_baseline, reference) else None
         )
         for metric in KEY_METRICS:
             points = series(
@@ -310,14 +316,6 @@ def _row(
     )
 
 
-def _comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
-    """A stored history of the same setup (environment drift allowed): its runs belong in a trend."""
-    if baseline is None:
-        return False
-    found = drift(baseline, measurement)
-    return found is None or found.comparable
-
-
 def _cost(measurement: Measurement, reference: Measurement) -> CostModel | None:
     tau, tpot = _estimate(measurement, "accept_length"), _estimate(measurement, "mean_tpot_ms")
     ref_tpot = _estimate(reference, "mean_tpot_ms")
@@ -348,9 +346,16 @@ def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
         # everything but the draft-token count: a difference in env (NCCL tuning) or simulator flags
         # changes the cycle for reasons a line through draft tokens cannot explain
         group = (
-            config.model_of(server), server.draft_model, server.algorithm, server.eagle_topk, server.args,
-            tuple(sorted(server.env.items())), server.sim_args, m.key.workload, m.key.concurrency,
-        )  # fmt: skip
+            config.model_of(server),
+            server.draft_model,
+            server.algorithm,
+            server.eagle_topk,
+            server.args,
+            tuple(sorted(server.env.items())),
+            server.sim_args,
+            m.key.workload,
+            m.key.concurrency,
+        )
         entries.append((group, m.num_draft_tokens, row.cost.cycle_ms.value))
         members.setdefault(group, []).append((m.key.server, row.cost.cycle_ms.value))
     fits = []

@@ -93,9 +93,13 @@ def write_json(path: Path, document: Mapping[str, Any]) -> None:
 def error_entry(key: MeasurementKey, reason: str) -> dict[str, Any]:
     """A measurement that could not be made, or whose test errored: ERROR and the one line of why."""
     return {
-        "label": key.label, "server": key.server, "workload": key.workload, "concurrency": key.concurrency,
-        "verdict": Verdict.ERROR.value, "reason": reason,
-    }  # fmt: skip
+        "label": key.label,
+        "server": key.server,
+        "workload": key.workload,
+        "concurrency": key.concurrency,
+        "verdict": Verdict.ERROR.value,
+        "reason": reason,
+    }
 
 
 def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None = None) -> dict[str, Any]:
@@ -179,7 +183,7 @@ def gate_json(row: Row) -> dict[str, Any] | None:
         "change_runs": len(night.level.change_runs) if night.level is not None and night.change is not None else 0,
         "by_change": night.by_change,
         "back_to_level": night.back_since is not None,
-    }  # fmt: skip
+    }
 
 
 def change_point_json(change: HistoryChange) -> dict[str, Any]:
@@ -446,8 +450,14 @@ def decode_point(data: Mapping[str, Any]) -> Point:
     if value is None:
         raise ValueError("history point without a value")
     segment = data.get("segment")
-    return Point(value, data.get("created"), data.get("commit"), None if segment is None else int(segment),
-                 bool(data.get("tonight")), data.get("status"))  # fmt: skip
+    return Point(
+        value,
+        data.get("created"),
+        data.get("commit"),
+        None if segment is None else int(segment),
+        bool(data.get("tonight")),
+        data.get("status"),
+    )
 
 
 def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> HistoryChange:
@@ -455,9 +465,17 @@ def decode_change_point(key: MeasurementKey, data: Mapping[str, Any]) -> History
     if ratio is None:
         raise ValueError("change point without a ratio")
     return HistoryChange(
-        key, str(data["metric"]), int(data["index"]), int(data["runs"]), data.get("since"), data.get("commit"),
-        ratio, _float_or_nan(data.get("p_value")), str(data.get("kind", "step")), data.get("per_run"),
-    )  # fmt: skip
+        key,
+        str(data["metric"]),
+        int(data["index"]),
+        int(data["runs"]),
+        data.get("since"),
+        data.get("commit"),
+        ratio,
+        _float_or_nan(data.get("p_value")),
+        str(data.get("kind", "step")),
+        data.get("per_run"),
+    )
 
 
 def decode_estimate(data: Mapping[str, Any] | None) -> Estimate | None:
@@ -509,11 +527,15 @@ def decode_saved(data: Mapping[str, Any]) -> tuple[MeasurementKey, SaveResult]:
     old = Summary(**data["old"]) if data.get("old") else None
     kept = data.get("kept_as")
     result = SaveResult(
-        Path(data["path"]), old, Summary(**data["new"]), data.get("replaced_error"), Path(kept) if kept else None,
+        Path(data["path"]),
+        old,
+        Summary(**data["new"]),
+        data.get("replaced_error"),
+        Path(kept) if kept else None,
         segment=int(data.get("segment", 0)),
         runs=int(data.get("runs", 1)),
         new_segment=bool(data.get("new_segment", True)),
-    )  # fmt: skip
+    )
     return MeasurementKey(data["server"], data["workload"], int(data["concurrency"])), result
 
 

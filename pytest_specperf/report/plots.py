@@ -156,9 +156,16 @@ def _bars(ax: Any, groups: Groups, rows: Sequence[Row], value: Any, all_servers:
             continue
         name = row.key.server
         ax.bar(
-            groups.x(row), estimate.value, groups.width * 0.9, yerr=_err(estimate), capsize=4,
-            color=_color(all_servers, name), label=None if name in seen else name, edgecolor="black", linewidth=0.5,
-        )  # fmt: skip
+            groups.x(row),
+            estimate.value,
+            groups.width * 0.9,
+            yerr=_err(estimate),
+            capsize=4,
+            color=_color(all_servers, name),
+            label=None if name in seen else name,
+            edgecolor="black",
+            linewidth=0.5,
+        )
         seen.add(name)
     ax.set_xticks(range(len(groups.keys)), groups.labels())
     ax.set_xlabel(groups.xlabel())
@@ -220,9 +227,18 @@ def accept_figure(report: Report, suffix: str) -> Any:
         star = row.cost.break_even_accept_length
         x = groups.x(row)
         ax.errorbar(
-            x, star.value, yerr=_err(star), fmt="_", markersize=22, markeredgewidth=2.5, color="black",
-            capsize=3, elinewidth=1, label=None if labelled else "break-even τ* (must stay below the bar)", zorder=4,
-        )  # fmt: skip
+            x,
+            star.value,
+            yerr=_err(star),
+            fmt="_",
+            markersize=22,
+            markeredgewidth=2.5,
+            color="black",
+            capsize=3,
+            elinewidth=1,
+            label=None if labelled else "break-even τ* (must stay below the bar)",
+            zorder=4,
+        )
         labelled = True
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="τ = 1 (plain decoding)")
     ax.set_ylabel("accept length τ (tokens per verify step)")
@@ -246,15 +262,29 @@ def cycle_figure(report: Report, suffix: str) -> Any:
         parts = _cycle_parts(cost.cycle_ms.value, fit, row.measurement.num_draft_tokens)
         bottom = 0.0
         for name, value, color in parts:
-            ax.bar(i, value, 0.6, bottom=bottom, color=color, edgecolor="black", linewidth=0.5,
-                   label=None if name in labelled else name)  # fmt: skip
+            ax.bar(
+                i,
+                value,
+                0.6,
+                bottom=bottom,
+                color=color,
+                edgecolor="black",
+                linewidth=0.5,
+                label=None if name in labelled else name,
+            )
             labelled.add(name)
             bottom += value
         ax.errorbar(i, cost.cycle_ms.value, yerr=_err(cost.cycle_ms), fmt="none", ecolor="black", capsize=4)
         budget = cost.reference_tpot_ms.value * cost.accept_length.value
         name = "plain decoding time for the same τ tokens (ref TPOT × τ)"  # noqa: RUF001
-        ax.plot([i - 0.38, i + 0.38], [budget, budget], color="#d62728", linewidth=2.5,
-                label=None if name in labelled else name, zorder=4)  # fmt: skip
+        ax.plot(
+            [i - 0.38, i + 0.38],
+            [budget, budget],
+            color="#d62728",
+            linewidth=2.5,
+            label=None if name in labelled else name,
+            zorder=4,
+        )
         labelled.add(name)
         labels.append(f"{row.key.server}\n{row.key.workload} c{row.key.concurrency}")
     ax.set_xticks(range(len(rows)), labels, fontsize=9)
@@ -290,8 +320,14 @@ def sweep_figure(sweep: SweepSummary, suffix: str) -> Any:
         ax.plot(xs, [e.value for _, e in curve], marker="o", color=color, label=name, linewidth=2)
         bounded = [(c, e) for c, e in curve if e.bounded]
         if len(bounded) > 1:
-            ax.fill_between([c for c, _ in bounded], [e.low for _, e in bounded], [e.high for _, e in bounded],
-                            color=color, alpha=0.18, linewidth=0)  # fmt: skip
+            ax.fill_between(
+                [c for c, _ in bounded],
+                [e.low for _, e in bounded],
+                [e.high for _, e in bounded],
+                color=color,
+                alpha=0.18,
+                linewidth=0,
+            )
         _crossover_mark(ax, sweep.crossovers.get(name), color)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label="1.0 = as fast as the reference")
     ax.set_xscale("log", base=2)
@@ -353,17 +389,25 @@ def _history_panel(ax: Any, metric: str, points: Sequence[Point]) -> None:
             continue
         values = [p.value for _, p in group]
         bounded = all(v.bounded for v in values)
-        yerr = (
-            [[v.value - v.low for v in values], [v.high - v.value for v in values]] if bounded else None
-        )  # fmt: skip
-        ax.errorbar([x for x, _ in group], [v.value for v in values], yerr=yerr, fmt=marker, color=color,
-                    capsize=3, markersize=6 if marker == "D" else 4, label=label, zorder=3)  # fmt: skip
+        yerr = [[v.value - v.low for v in values], [v.high - v.value for v in values]] if bounded else None
+        ax.errorbar(
+            [x for x, _ in group],
+            [v.value for v in values],
+            yerr=yerr,
+            fmt=marker,
+            color=color,
+            capsize=3,
+            markersize=6 if marker == "D" else 4,
+            label=label,
+            zorder=3,
+        )
     for x in range(1, len(points)):
         before, after = points[x - 1].segment, points[x].segment
         if after is not None and before is not None and after != before:
             ax.axvline(x - 0.5, color="grey", linestyle="--", linewidth=1)
-            ax.annotate("new segment", (x - 0.45, 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7,
-                        color="grey")  # fmt: skip
+            ax.annotate(
+                "new segment", (x - 0.45, 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7, color="grey"
+            )
     ax.set_ylabel(HISTORY_UNITS.get(metric, metric), fontsize=9)
     ax.grid(axis="y", alpha=0.3)
 
@@ -383,16 +427,26 @@ def _crossover_mark(ax: Any, crossover: Any, color: Any) -> None:
     low = crossover.low if math.isfinite(crossover.low) else crossover.levels[0]
     high = crossover.high if math.isfinite(crossover.high) else crossover.levels[-1]
     ax.plot([low, high], [1.0, 1.0], color=color, linewidth=5, alpha=0.45, solid_capstyle="butt")
-    ax.plot([c], [1.0], marker="D", color=color, markeredgecolor="black", markersize=7, zorder=5, linestyle="none",
-            label=f"crossover ~{c:.3g} (band: its interval)")  # fmt: skip
+    ax.plot(
+        [c],
+        [1.0],
+        marker="D",
+        color=color,
+        markeredgecolor="black",
+        markersize=7,
+        zorder=5,
+        linestyle="none",
+        label=f"crossover ~{c:.3g} (band: its interval)",
+    )
 
 
 def _legend(figure: Any, ax: Any, columns: int = 3) -> None:
     """Below the plot, never over the data."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        figure.legend(handles, labels, loc="outside lower center", ncol=min(columns, len(handles)), fontsize=9,
-                      frameon=False)  # fmt: skip
+        figure.legend(
+            handles, labels, loc="outside lower center", ncol=min(columns, len(handles)), fontsize=9, frameon=False
+        )
 
 
 def _save(figure: Any, path: Path) -> Path:

@@ -410,11 +410,19 @@ def percentile_cells(report: Report) -> list[list[str]]:
             values = [v for v in values if v is not None]
             return f"{sum(values) / len(values):.2f}" if values else "-"
 
-        cells.append([
-            row.key.server, row.key.workload, str(row.key.concurrency),
-            mean_of("ttft_ms", "p50"), mean_of("ttft_ms", "p99"), mean_of("tpot_ms", "p50"),
-            mean_of("tpot_ms", "p99"), mean_of("chunk_gap_ms", "p50"), str(len(rounds)),
-        ])  # fmt: skip
+        cells.append(
+            [
+                row.key.server,
+                row.key.workload,
+                str(row.key.concurrency),
+                mean_of("ttft_ms", "p50"),
+                mean_of("ttft_ms", "p99"),
+                mean_of("tpot_ms", "p50"),
+                mean_of("tpot_ms", "p99"),
+                mean_of("chunk_gap_ms", "p50"),
+                str(len(rounds)),
+            ]
+        )
     return cells
 
 

@@ -31,8 +31,11 @@ def gpu_memory_used() -> dict[int, int] | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=15, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     used = {}

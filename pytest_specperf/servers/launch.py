@@ -121,11 +121,6 @@ def server_args(server: ServerConfig, config: SpecperfConfig, port: int, max_con
     return engine_for(config.engine_name(server)).launch_args(server, config, port, max_concurrency)
 
 
-def api_key_for(server: ServerConfig, config: SpecperfConfig) -> str | None:
-    """The key a server wants: its own, the global one, or $SPECPERF_API_KEY."""
-    return server.api_key or config.api_key or os.environ.get("SPECPERF_API_KEY") or None
-
-
 def build_launch(
     server: ServerConfig,
     config: SpecperfConfig,
@@ -155,7 +150,7 @@ def build_launch(
         port=port,
         log_path=reserve_log_path(run_dir, server.name),
         startup_timeout=server.startup_timeout or config.startup_timeout,
-        api_key=api_key_for(server, config),
+        api_key=config.api_key_for(server),
         cwd=run_dir if engine.run_from_run_dir and not simulated and not server.command else None,
         launcher=config.launcher,
         remote=not simulated and server.command is not None and server.host not in LOCAL_HOSTS,
@@ -188,9 +183,13 @@ def render_command(server: ServerConfig, config: SpecperfConfig, args: list[str]
     where = f"server {server.name!r} command"
     try:
         text = server.command.format(
-            python=config.python, args=shlex.join(args), host=server.host, port=port,
-            model=shlex.quote(config.model_of(server) or ""), name=server.name,
-        )  # fmt: skip
+            python=config.python,
+            args=shlex.join(args),
+            host=server.host,
+            port=port,
+            model=shlex.quote(config.model_of(server) or ""),
+            name=server.name,
+        )
     except (KeyError, IndexError, AttributeError, ValueError) as exc:
         raise ConfigError(where, f"cannot be rendered: {exc!r}") from None
     try:
@@ -316,9 +315,15 @@ class ServerProcess:
             self.relay = self._start_relay(read_end, hook)
             try:
                 self.proc = subprocess.Popen(
-                    self.plan.argv, stdin=subprocess.DEVNULL, stdout=write_end, stderr=subprocess.STDOUT,
-                    env=self.env, cwd=self.plan.cwd, start_new_session=True, preexec_fn=hook,
-                )  # fmt: skip
+                    self.plan.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_end,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    cwd=self.plan.cwd,
+                    start_new_session=True,
+                    preexec_fn=hook,
+                )
             except OSError as exc:
                 raise ServerError(
                     f"server {self.plan.server!r}: could not run {self.plan.argv[0]!r}: {exc}\n"
@@ -336,9 +341,13 @@ class ServerProcess:
             with self.plan.log_path.open("ab") as errors:
                 relay = subprocess.Popen(
                     [*RELAY_PROGRAM, str(self.plan.log_path), "--secrets-fd", str(secrets_read)],
-                    stdin=read_end, stdout=subprocess.DEVNULL, stderr=errors, pass_fds=(secrets_read,),
-                    start_new_session=True, preexec_fn=hook,
-                )  # fmt: skip
+                    stdin=read_end,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    pass_fds=(secrets_read,),
+                    start_new_session=True,
+                    preexec_fn=hook,
+                )
             os.write(secrets_write, "\0".join(self.plan.secrets(self.env)).encode())
         finally:
             os.close(secrets_read)

@@ -25,7 +25,7 @@ from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.diagnosis import describe_exit
 from pytest_specperf.servers.gpus import GpuWatch
-from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, api_key_for, build_launch
+from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, build_launch
 from pytest_specperf.servers.registry import SharedRegistry
 from pytest_specperf.servers.teardown import Teardown, pid_alive, terminate_tree
 
@@ -214,7 +214,7 @@ class ServerPool:
                 server.url.rstrip("/"),
                 server,
                 engine_for(self.config.engine_name(server)),
-                api_key=api_key_for(server, self.config),
+                api_key=self.config.api_key_for(server),
             )
         if self.registry is None:
             self._make_room(self.config.max_servers - 1)
@@ -224,11 +224,15 @@ class ServerPool:
         if not claim.start:
             assert claim.url is not None
             return RunningServer(
-                server.name, claim.url, server, engine_for(self.config.engine_name(server)),
+                server.name,
+                claim.url,
+                server,
+                engine_for(self.config.engine_name(server)),
                 log_path=Path(claim.log_path) if claim.log_path else None,
-                api_key=api_key_for(server, self.config), pid=claim.pid,
+                api_key=self.config.api_key_for(server),
+                pid=claim.pid,
                 launch_env={**os.environ, **self.config.env, **server.env},  # as the other worker started it
-            )  # fmt: skip
+            )
         try:
             running = self._start(server)
         except ServerError as exc:
@@ -318,9 +322,16 @@ class ServerPool:
         if self.progress:
             self.progress(f"{server.name} ready after {seconds:.1f} s at {plan.url} (log: {plan.log_path})")
         return RunningServer(
-            server.name, plan.url, server, plan.engine, log_path=plan.log_path, api_key=plan.api_key,
-            process=process, startup_seconds=seconds, launch_env=process.env,
-        )  # fmt: skip
+            server.name,
+            plan.url,
+            server,
+            plan.engine,
+            log_path=plan.log_path,
+            api_key=plan.api_key,
+            process=process,
+            startup_seconds=seconds,
+            launch_env=process.env,
+        )
 
     def _wait_for_release(self, name: str, plan: LaunchPlan) -> bool:
         """After an out-of-memory start: if the GPUs still hold the previous server's memory, wait

@@ -74,9 +74,13 @@ class SharedRegistry:
                 live = [e for e in servers.values() if e["status"] in ("starting", "ready")]
                 if entry is None and len(live) < max_servers:
                     servers[name] = {
-                        "status": "starting", "worker": self.worker, "worker_pid": os.getpid(), "pid": None,
-                        "since": time.time(), "users": [self.worker],
-                    }  # fmt: skip
+                        "status": "starting",
+                        "worker": self.worker,
+                        "worker_pid": os.getpid(),
+                        "pid": None,
+                        "since": time.time(),
+                        "users": [self.worker],
+                    }
                     return Claim(True)
             if not waited and self.progress is not None:
                 self.progress(f"{name}: waiting for a free server slot (max_servers = {max_servers})")

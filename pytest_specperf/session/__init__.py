@@ -82,28 +82,47 @@ class SpecperfSession:
         self.plan = Plan(config)
         self.usage = ServerUse(self.plan, self.registry)
         self.pool = ServerPool(
-            config, run_dir, keep_servers=options.keep_servers, progress=progress,
-            max_concurrency=self.plan.max_concurrency, registry=self.registry, still_needed=self.usage.still_needed,
+            config,
+            run_dir,
+            keep_servers=options.keep_servers,
+            progress=progress,
+            max_concurrency=self.plan.max_concurrency,
+            registry=self.registry,
+            still_needed=self.usage.still_needed,
             after_fork=interrupts.check,
-        )  # fmt: skip
+        )
         self.store = open_store(config.store, work_dir=run_dir / f"history-{self.session_id}", follower=bool(worker))
         self.measurements = Measurements(
-            config, self.plan, self.pool, Measurer(config, progress, update_fingerprint, detail=detail),
-            machine_lock=MachineLock(self.session_id), cache=MeasurementCache(shared) if shared else None,
-            release=self.release_if_unused, progress=progress,
-        )  # fmt: skip
+            config,
+            self.plan,
+            self.pool,
+            Measurer(config, progress, update_fingerprint, detail=detail),
+            machine_lock=MachineLock(self.session_id),
+            cache=MeasurementCache(shared) if shared else None,
+            release=self.release_if_unused,
+            progress=progress,
+        )
         self.outcomes = Outcomes()
         self.baselines = Baselines(config, self.store, self.measurements.done)
         self.looks = Looks(
-            config, self.plan, self.measurements, self.baselines, self.outcomes,
-            updating=options.update, strict=self.strict,
-        )  # fmt: skip
+            config,
+            self.plan,
+            self.measurements,
+            self.baselines,
+            self.outcomes,
+            updating=options.update,
+            strict=self.strict,
+        )
         self.recorder = Recorder(
-            self.store, session_id=self.session_id, history=config.history,
-            suite_dir=config.source.parent if config.source else None, updating=options.update,
-            forced=options.update_force, progress=progress,
+            self.store,
+            session_id=self.session_id,
+            history=config.history,
+            suite_dir=config.source.parent if config.source else None,
+            updating=options.update,
+            forced=options.update_force,
+            progress=progress,
             unstored_path=run_dir.parent / f"specperf-unstored-{self.session_id}.json",
-        )  # fmt: skip
+        )
         self._worker_pool_warnings: list[str] = []
 
     @property
@@ -197,9 +216,16 @@ class SpecperfSession:
         done, recorder = self.measurements.done, self.recorder
         baselines = {} if updating else {k: self.baselines.readable(k) for k in done}
         report = build_report(
-            self.config, done, self.outcomes.verdicts, baselines, recorder.saved, updating=updating,
-            not_stored=recorder.not_stored, confirmations=self.looks.confirmations, searches=self.plan.searches,
-        )  # fmt: skip
+            self.config,
+            done,
+            self.outcomes.verdicts,
+            baselines,
+            recorder.saved,
+            updating=updating,
+            not_stored=recorder.not_stored,
+            confirmations=self.looks.confirmations,
+            searches=self.plan.searches,
+        )
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
         report.warnings += second_start_events(report.rows, self.looks.second_starts)
@@ -216,8 +242,9 @@ class SpecperfSession:
             report.rows = [dataclasses.replace(r, update_accepts=accepts.get(r.key)) for r in report.rows]
             report.warnings += [
                 f"--specperf-update accepts {key.label} as the new level, though against the level it replaces "
-                f"tonight is {text}" for key, text in sorted(accepts.items(), key=lambda kv: kv[0].label)
-            ]  # fmt: skip
+                f"tonight is {text}"
+                for key, text in sorted(accepts.items(), key=lambda kv: kv[0].label)
+            ]
         return report
 
     def _update_accepts(self) -> dict[MeasurementKey, str]:
@@ -231,9 +258,14 @@ class SpecperfSession:
             if baseline is None:
                 continue
             evaluation = evaluate(
-                measurement, None, None, Limits.of(self.config, key.workload), baseline, updating=False,
+                measurement,
+                None,
+                None,
+                Limits.of(self.config, key.workload),
+                baseline,
+                updating=False,
                 searches=self.plan.searches,
-            )  # fmt: skip
+            )
             judged = [c for c in evaluation.checks if c.name.startswith("regression:") and c.beyond]
             if judged:
                 worst_check = min(judged, key=lambda c: c.decision is not Decision.MISSED)

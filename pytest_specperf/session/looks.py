@@ -78,14 +78,24 @@ class Looks:
 
         def look() -> Evaluation:
             return evaluate(
-                result, reference, marker, limits, baseline, updating=self.updating,
-                reference_baseline=reference_baseline, strict=self.strict, searches=self.plan.searches,
-            )  # fmt: skip
+                result,
+                reference,
+                marker,
+                limits,
+                baseline,
+                updating=self.updating,
+                reference_baseline=reference_baseline,
+                strict=self.strict,
+                searches=self.plan.searches,
+            )
 
         evaluation = looked(
-            look, settled=lambda e: e.settled, extend=lambda: self._extend(result),
-            confirmable=lambda e: e.confirmable, second_start=lambda e: self._second_start(result, e),
-        )  # fmt: skip
+            look,
+            settled=lambda e: e.settled,
+            extend=lambda: self._extend(result),
+            confirmable=lambda e: e.confirmable,
+            second_start=lambda e: self._second_start(result, e),
+        )
         self.outcomes.add(key, evaluation.verdict)
         return evaluation
 
@@ -96,8 +106,9 @@ class Looks:
         missing = self.config.effective_max_rounds - len(result.rounds)
         if missing <= 0 or result.starts > 1 or not self.measurements.measured_on_current_start(key):
             return False
-        self.measurements.more(result, lambda server: self.measurer.extend(
-            result, server, self.config.workloads[key.workload], missing))  # fmt: skip
+        self.measurements.more(
+            result, lambda server: self.measurer.extend(result, server, self.config.workloads[key.workload], missing)
+        )
         return True
 
     def _second_start(self, result: Measurement, evaluation: Evaluation) -> bool:
@@ -117,8 +128,9 @@ class Looks:
             return False
         if restart:
             self.pool.restart(key.server, f"to confirm {key.label} ({beyond}) on a second start")
-        self.measurements.more(result, lambda server: self.measurer.add_start(
-            result, server, self.config.workloads[key.workload]))  # fmt: skip
+        self.measurements.more(
+            result, lambda server: self.measurer.add_start(result, server, self.config.workloads[key.workload])
+        )
         self.second_starts.setdefault(key.server, []).append(key)
         return True
 
@@ -130,8 +142,14 @@ class Looks:
         failure = self.measurements.failures.get(self.plan.reference_key(key)) if reference is None else None
         if failure is None or marker is None:
             return
-        needs = [name for name, on in (("min_speedup", marker.min_speedup_at(key.concurrency) is not None),
-                                       ("lossless", marker.lossless is not None)) if on]  # fmt: skip
+        needs = [
+            name
+            for name, on in (
+                ("min_speedup", marker.min_speedup_at(key.concurrency) is not None),
+                ("lossless", marker.lossless is not None),
+            )
+            if on
+        ]
         if needs:
             raise SpecperfError(
                 f"{', '.join(needs)} of {key.label} cannot be checked: the reference server "

@@ -41,14 +41,18 @@ class WorkerPayload:
     second_starts: tuple[MeasurementKey, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({
-            "measurements": [m.to_dict() for m in self.measurements],
-            "verdicts": [{"key": key_dict(k), "verdicts": [v.value for v in vs]} for k, vs in self.verdicts.items()],
-            "errors": [{"key": key_dict(k), "reason": why} for k, why in self.errors.items()],
-            "pool_warnings": list(self.pool_warnings),
-            "confirmations": [{"key": key_dict(k), "why": why} for k, why in self.confirmations.items()],
-            "second_starts": [key_dict(k) for k in self.second_starts],
-        })  # fmt: skip
+        return json.dumps(
+            {
+                "measurements": [m.to_dict() for m in self.measurements],
+                "verdicts": [
+                    {"key": key_dict(k), "verdicts": [v.value for v in vs]} for k, vs in self.verdicts.items()
+                ],
+                "errors": [{"key": key_dict(k), "reason": why} for k, why in self.errors.items()],
+                "pool_warnings": list(self.pool_warnings),
+                "confirmations": [{"key": key_dict(k), "why": why} for k, why in self.confirmations.items()],
+                "second_starts": [key_dict(k) for k in self.second_starts],
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> WorkerPayload:

@@ -109,11 +109,17 @@ class Recorder:
                 continue
             status = status_of(verdicts, updating=self.updating)
             runs = [
-                PendingRun(new_run(measurement.of_start(start) if measurement.starts > 1 else measurement,
-                                   suite_dir=self.suite_dir, session=self.session_id, status=status),
-                           new_segment=self.updating and start == 0)
+                PendingRun(
+                    new_run(
+                        measurement.of_start(start) if measurement.starts > 1 else measurement,
+                        suite_dir=self.suite_dir,
+                        session=self.session_id,
+                        status=status,
+                    ),
+                    new_segment=self.updating and start == 0,
+                )
                 for start in range(measurement.starts)  # a stored run is one server start
-            ]  # fmt: skip
+            ]
             self.pending += runs
             try:
                 results = [
@@ -165,8 +171,10 @@ class Recorder:
             return None
         line = f"pytest-specperf: tonight's runs were NOT stored: {self.failure}"
         if self.kept_in is not None:
-            line += (f"; the {runs_word(self.pending)} are kept in {self.kept_in}: once the store is fixed, "
-                     f"`specperf store {self.kept_in}` stores them")  # fmt: skip
+            line += (
+                f"; the {runs_word(self.pending)} are kept in {self.kept_in}: once the store is fixed, "
+                f"`specperf store {self.kept_in}` stores them"
+            )
         return line
 
     def interrupted(self, measurements: Mapping[MeasurementKey, Measurement]) -> None:

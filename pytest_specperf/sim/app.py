@@ -77,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if config.sim.run_jitter or config.sim.round_jitter or config.sim.night is not None:
         log.info(
             "sim: run speed factor %.4f (--sim-run-jitter %g, night %s), per-round CV %g",
-            engine.run_factor, config.sim.run_jitter, config.sim.night, config.sim.round_jitter,
-        )  # fmt: skip
+            engine.run_factor,
+            config.sim.run_jitter,
+            config.sim.night,
+            config.sim.round_jitter,
+        )
     if config.sim.batch_acceptance:
         log.info(
             "sim: acceptance depends on which prompts share a decode step (--sim-batch-acceptance %g)",
@@ -90,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # uvicorn's words, as SGLang's log shows them
         log.error(
             "ERROR:    [Errno %d] error while attempting to bind on address (%r, %d): %s",
-            exc.errno or 0, config.host, config.port, (exc.strerror or str(exc)).lower(),
-        )  # fmt: skip
+            exc.errno or 0,
+            config.host,
+            config.port,
+            (exc.strerror or str(exc)).lower(),
+        )
         return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -139,14 +145,24 @@ def server_args_echo(cfg: SimServerConfig) -> dict:
     text, as in the real line; a diagnosis must never take it for an error."""
     spec = cfg.spec
     return {
-        "model_path": cfg.model_path, "tp_size": cfg.tp_size, "host": cfg.host, "port": cfg.port,
-        "speculative_algorithm": cfg.speculative_algorithm, "speculative_num_steps": spec and spec.steps,
-        "speculative_eagle_topk": spec and spec.topk, "speculative_num_draft_tokens": spec and spec.draft_tokens,
-        "max_running_requests": cfg.max_running_requests, "cuda_graph_max_bs_decode": cfg.cuda_graph_max_bs_given,
-        "remote_instance_weight_loader_backend": "nccl", "weight_cache_timeout": 300, "dist_timeout": None,
-        "watchdog_timeout": 300, "enable_nccl_nvls": False, "api_key": cfg.api_key,
+        "model_path": cfg.model_path,
+        "tp_size": cfg.tp_size,
+        "host": cfg.host,
+        "port": cfg.port,
+        "speculative_algorithm": cfg.speculative_algorithm,
+        "speculative_num_steps": spec and spec.steps,
+        "speculative_eagle_topk": spec and spec.topk,
+        "speculative_num_draft_tokens": spec and spec.draft_tokens,
+        "max_running_requests": cfg.max_running_requests,
+        "cuda_graph_max_bs_decode": cfg.cuda_graph_max_bs_given,
+        "remote_instance_weight_loader_backend": "nccl",
+        "weight_cache_timeout": 300,
+        "dist_timeout": None,
+        "watchdog_timeout": 300,
+        "enable_nccl_nvls": False,
+        "api_key": cfg.api_key,
         "enable_deterministic_inference": cfg.deterministic,
-    }  # fmt: skip
+    }
 
 
 def _startup(cfg: SimServerConfig, state: ServerState, stop: threading.Event) -> bool:

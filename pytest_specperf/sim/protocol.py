@@ -353,9 +353,13 @@ class OpenAIRenderer:
     def _spec_details(self) -> dict | None:
         if self.job.spec_details and self.spec is not None and self.req.verify_ct > 0:
             return {
-                "spec_accept_rate": 0.0, "spec_accept_length": 0.0, "spec_cap_length": 0.0,
-                "spec_block_accept_length": 0.0, **spec_fields(self.req, self.spec), "spec_cap_lens_histogram": [],
-            }  # fmt: skip
+                "spec_accept_rate": 0.0,
+                "spec_accept_length": 0.0,
+                "spec_cap_length": 0.0,
+                "spec_block_accept_length": 0.0,
+                **spec_fields(self.req, self.spec),
+                "spec_cap_lens_histogram": [],
+            }
         return None
 
     def full(self) -> dict:
@@ -383,8 +387,13 @@ class OpenAIRenderer:
 
     def _chat_chunk(self, delta: dict, reason: str | None = None, matched: object = None) -> dict:
         out = self._base("chat.completion.chunk")
-        choice = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
-                  "finish_reason": reason, "matched_stop": matched}  # fmt: skip
+        choice = {
+            "index": 0,
+            "delta": {"reasoning_content": None, **delta},
+            "logprobs": None,
+            "finish_reason": reason,
+            "matched_stop": matched,
+        }
         out["choices"] = [choice]
         return out
 

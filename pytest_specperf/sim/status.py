@@ -78,9 +78,15 @@ def cuda_graph_config(cfg: SimServerConfig) -> dict:
 
     def phase(backend: str, max_bs: int | None) -> dict:
         return {
-            "backend": backend, "max_bs": max_bs, "bs": None, "tc_compiler": "eager", "max_context_size": None,
-            "full_prefill_max_req": None, "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None,
-        }  # fmt: skip
+            "backend": backend,
+            "max_bs": max_bs,
+            "bs": None,
+            "tc_compiler": "eager",
+            "max_context_size": None,
+            "full_prefill_max_req": None,
+            "full_prefill_prefix_chunk_tokens": None,
+            "max_seq_len": None,
+        }
 
     return {
         "decode": phase("full", cfg.cuda_graph_max_bs_decode),
@@ -264,9 +270,12 @@ def metrics_text(st: ServerStatus) -> str:
     if cfg.spec is not None:
         accept = avg_accept_length(st) or 0.0
         metric(
-            "spec_accept_length", "gauge", "The average acceptance length of speculative decoding.", [("", accept)],
+            "spec_accept_length",
+            "gauge",
+            "The average acceptance length of speculative decoding.",
+            [("", accept)],
             scheduler,
-        )  # fmt: skip
+        )
         tokens = cfg.spec.draft_tokens
         metric("spec_num_draft_tokens", "gauge", "Number of draft tokens per verify.", [("", tokens)], scheduler)
     return "\n".join(out) + "\n"

@@ -14,6 +14,7 @@ a local directory, `root`, once prepared: pytest-xdist workers read that directo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -28,6 +29,11 @@ class Store(Protocol):
     @property
     def location(self) -> str:
         """Where the histories live, as a report names it (credentials never shown)."""
+        ...
+
+    @property
+    def title(self) -> str:
+        """The suite's name, as a page of its histories is headed."""
         ...
 
     @property
@@ -77,6 +83,12 @@ class Store(Protocol):
         """Make the saved runs visible to everyone who reads the store (commit and push); lines that say so.
 
         Called once, after the session's last save; nothing to do when nothing was saved."""
+        ...
+
+    def publish_files(self, write: Callable[[Path], str]) -> list[str]:
+        """Publish files made from the histories beside them (`write(root)` writes them and returns what
+        they are), where every reader of the store sees them; lines that say so. A store that has no such
+        place raises `StoreError` saying where to write them instead."""
         ...
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -68,11 +68,23 @@ class FileStore:
     def location(self) -> str:
         return str(self.root)
 
+    @property
+    def title(self) -> str:
+        """The suite's folder: the parent of a hidden store (`example_suite/.specperf`), else the store's own."""
+        root = self.root.resolve()
+        return (root.parent.name if root.name.startswith(".") else root.name) or str(root)
+
     def prepare(self) -> list[str]:
         return []
 
     def publish(self) -> list[str]:
         return []
+
+    def publish_files(self, write: Callable[[Path], str]) -> list[str]:
+        raise StoreError(
+            f"{self.location} is a folder store: publishing writes onto a git store's branch (git:<branch>); "
+            "write the pages with -o and serve that folder"
+        )
 
     def close(self) -> None:
         return None
@@ -135,8 +147,7 @@ class FileStore:
         session; `suite_dir` is where the suite's git commit is read from. See `append`.
         """
         run = new_run(measurement, suite_dir=suite_dir, session=session, status=status)
-        return self.append(run, new_segment=new_segment,
-                           history=history)  # fmt: skip
+        return self.append(run, new_segment=new_segment, history=history)
 
     def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:
         """Append a built run to the history of its key; a run whose id the history holds is not added again.
@@ -160,8 +171,14 @@ class FileStore:
                 runs = list(previous.runs) if previous else []
                 held = [r for r in runs if run.provenance.run_id and r.provenance.run_id == run.provenance.run_id]
                 if held:  # appended before (a retried publish): kept once
-                    return SaveResult(path, previous.summary if previous else None, run.summary,
-                                      segment=held[0].segment, runs=len(runs), new_segment=new_segment)  # fmt: skip
+                    return SaveResult(
+                        path,
+                        previous.summary if previous else None,
+                        run.summary,
+                        segment=held[0].segment,
+                        runs=len(runs),
+                        new_segment=new_segment,
+                    )
                 kept = _move_aside(path, "unreadable") if error else None
                 segment = (runs[-1].segment + (1 if new_segment else 0)) if runs else 0
                 runs.append(dataclasses.replace(run, segment=segment))
@@ -177,9 +194,15 @@ class FileStore:
             ) from None
         old = previous.summary if previous else None
         return SaveResult(
-            path=path, old=old, new=run.summary, replaced_error=error, kept_as=kept,
-            segment=segment, runs=len(runs), new_segment=new_segment or previous is None,
-        )  # fmt: skip
+            path=path,
+            old=old,
+            new=run.summary,
+            replaced_error=error,
+            kept_as=kept,
+            segment=segment,
+            runs=len(runs),
+            new_segment=new_segment or previous is None,
+        )
 
     def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
         """Make the history at `path` accepted from its run `first` on (`records.accepted_from`), under
@@ -239,8 +262,12 @@ def newest_nights(runs: list[StoredRun], nights: int) -> list[StoredRun]:
     them (`records.kept_runs`): a night is a session (its runs share the session id: a second server
     start adds a run, not a night); a run without a session id is a night of its own."""
     segment = runs[-1].segment if runs else 0
-    return kept_runs(runs, nights, night_of=lambda r: r.provenance.session or None,
-                     counted=lambda r: r.segment == segment and r.status == "accepted")  # fmt: skip
+    return kept_runs(
+        runs,
+        nights,
+        night_of=lambda r: r.provenance.session or None,
+        counted=lambda r: r.segment == segment and r.status == "accepted",
+    )
 
 
 def _move_aside(path: Path, why: str) -> Path:

@@ -96,6 +96,13 @@ class GitStore:
         return str(self.spec)
 
     @property
+    def title(self) -> str:
+        """The repository and the branch: `suite specperf-history`."""
+        url = self.spec.url
+        repository = Path(url.rstrip("/")).name.removesuffix(".git") if url else Path.cwd().name
+        return f"{repository} {self.branch}"
+
+    @property
     def root(self) -> Path:
         return self._files.root
 
@@ -255,8 +262,9 @@ class GitStore:
         subject = f"specperf: accept {relative.as_posix()} from the run of {first.created[:10]}"
         pushed = self._push(
             lambda: self._files.accept(self.root / relative, first, acceptance),
-            lambda: redact_text(f"{subject}\n\n{acceptance}\n"), "acceptance",
-        )  # fmt: skip
+            lambda: redact_text(f"{subject}\n\n{acceptance}\n"),
+            "acceptance",
+        )
         if pushed is None:
             return [f"{self.location}: nothing to push (the branch holds the same files)"]
         commit, attempt = pushed
@@ -296,9 +304,15 @@ class GitStore:
                 return None
             ref = f"{commit}:refs/heads/{self.branch}"
             push = self._git(
-                "push", "--quiet", "--porcelain", "--no-verify", self._remote, ref, timeout=NETWORK_TIMEOUT_S,
+                "push",
+                "--quiet",
+                "--porcelain",
+                "--no-verify",
+                self._remote,
+                ref,
+                timeout=NETWORK_TIMEOUT_S,
                 check=False,
-            )  # fmt: skip
+            )
             if push.returncode == 0:
                 self._base = commit
                 return commit, attempt

@@ -30,14 +30,23 @@ LOCAL_TIMEOUT_S = 120.0
 NETWORK_TIMEOUT_S = 300.0
 #: Variables that point git at a repository other than the one its working directory is in.
 _REPOSITORY_VARIABLES = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_QUARANTINE_PATH",
-)  # fmt: skip
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+)
 #: Who commits a history when git's configuration names no one (a fresh CI runner).
 FALLBACK_IDENTITY = {
-    "GIT_AUTHOR_NAME": "pytest-specperf", "GIT_AUTHOR_EMAIL": "pytest-specperf@localhost",
-    "GIT_COMMITTER_NAME": "pytest-specperf", "GIT_COMMITTER_EMAIL": "pytest-specperf@localhost",
-}  # fmt: skip
+    "GIT_AUTHOR_NAME": "pytest-specperf",
+    "GIT_AUTHOR_EMAIL": "pytest-specperf@localhost",
+    "GIT_COMMITTER_NAME": "pytest-specperf",
+    "GIT_COMMITTER_EMAIL": "pytest-specperf@localhost",
+}
 
 
 class GitError(StoreError):
@@ -67,9 +76,15 @@ class Git:
         command = ["git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", *args]
         try:
             done = subprocess.run(
-                command, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=timeout, check=False,
-            )  # fmt: skip
+                command,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
         except FileNotFoundError:
             raise GitError("the git program was not found on PATH; the git store runs git (install it)") from None
         except subprocess.TimeoutExpired:

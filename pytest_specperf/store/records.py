@@ -284,12 +284,15 @@ def reference_history(entry: StoredBaseline, stored: Sequence[StoredBaseline]) -
     simulated = is_simulated(entry.fingerprint)
     return next(
         (
-            e for e in stored
-            if e.measurement.is_reference and e.measurement.key.workload == key.workload
-            and e.measurement.key.concurrency == key.concurrency and is_simulated(e.fingerprint) == simulated
+            e
+            for e in stored
+            if e.measurement.is_reference
+            and e.measurement.key.workload == key.workload
+            and e.measurement.key.concurrency == key.concurrency
+            and is_simulated(e.fingerprint) == simulated
         ),
         None,
-    )  # fmt: skip
+    )
 
 
 def document(runs: list[StoredRun]) -> dict[str, Any]:

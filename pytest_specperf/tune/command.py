@@ -35,9 +35,12 @@ spent. Reads [specperf.tune] from the same config file as the tests."""
 
 def add_tune_parser(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     tune = commands.add_parser(
-        "tune", help="find the best speculative config in a few server starts", description=DESCRIPTION,
-        epilog=TUNE_EPILOG, formatter_class=formatter,
-    )  # fmt: skip
+        "tune",
+        help="find the best speculative config in a few server starts",
+        description=DESCRIPTION,
+        epilog=TUNE_EPILOG,
+        formatter_class=formatter,
+    )
     tune.add_argument("--config", metavar="PATH", help="config file (default: specperf.toml, or pyproject.toml here)")
     tune.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     tune.add_argument("--json", metavar="PATH", type=Path, help="write the result as JSON")

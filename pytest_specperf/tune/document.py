@@ -49,39 +49,43 @@ def tune_document(result: TuneResult, *, launcher: str) -> dict[str, Any]:
     for objective in space.objectives:
         cand, outlook = winner(result, objective)
         speedup = winner_speedup(result, objective)
-        best.append({
-            "workload": objective.workload,
-            "concurrency": objective.concurrency,
-            "config": cand.label,
-            "server": server_settings(cand),
-            "throughput": outlook.throughput.value if outlook.throughput else outlook.estimated_throughput,
-            "speedup": speedup.value if speedup is not None else None,
-            "speedup_interval": _interval(speedup),
-            "measured": cand.label in result.observed,
-            "confidence": fc.recommended[objective][1],
-        })  # fmt: skip
+        best.append(
+            {
+                "workload": objective.workload,
+                "concurrency": objective.concurrency,
+                "config": cand.label,
+                "server": server_settings(cand),
+                "throughput": outlook.throughput.value if outlook.throughput else outlook.estimated_throughput,
+                "speedup": speedup.value if speedup is not None else None,
+                "speedup_interval": _interval(speedup),
+                "measured": cand.label in result.observed,
+                "confidence": fc.recommended[objective][1],
+            }
+        )
     candidates = [_candidate(result, cand) for cand in (space.reference, *space.candidates)]
-    return clean({
-        "kind": KIND,
-        "schema": SCHEMA,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": space.where,
-        "engine": space.engine,
-        "launcher": launcher,
-        "base": space.base.name,
-        "reference": space.reference.label,
-        "budget": space.budget,
-        "starts": len(result.starts),
-        "grid": len(space.candidates) + 1,
-        "stopped": result.stopped,
-        "settled": result.settled,
-        "best": best,
-        "candidates": candidates,
-        "start_log": [
-            {"config": s.label, "reason": s.reason, "rounds": s.rounds, "error": s.error} for s in result.starts
-        ],
-        "model": _model(result),
-    })  # fmt: skip
+    return clean(
+        {
+            "kind": KIND,
+            "schema": SCHEMA,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "config": space.where,
+            "engine": space.engine,
+            "launcher": launcher,
+            "base": space.base.name,
+            "reference": space.reference.label,
+            "budget": space.budget,
+            "starts": len(result.starts),
+            "grid": len(space.candidates) + 1,
+            "stopped": result.stopped,
+            "settled": result.settled,
+            "best": best,
+            "candidates": candidates,
+            "start_log": [
+                {"config": s.label, "reason": s.reason, "rounds": s.rounds, "error": s.error} for s in result.starts
+            ],
+            "model": _model(result),
+        }
+    )
 
 
 def write_document(path: Path, result: TuneResult, *, launcher: str) -> None:
@@ -93,21 +97,23 @@ def _candidate(result: TuneResult, cand: Candidate) -> dict[str, Any]:
     levels = []
     for objective in result.space.objectives:
         o: Outlook = result.forecast.outlooks[(cand.label, objective)]
-        levels.append({
-            "workload": objective.workload,
-            "concurrency": objective.concurrency,
-            "throughput": _estimate(o.throughput),
-            "speedup": _estimate(o.speedup),
-            "predicted_throughput": _estimate(o.predicted_throughput),
-            "predicted_speedup": _estimate(o.predicted_speedup),
-            "estimate": o.estimated_throughput,
-            "chance": o.chance,
-            "leader": result.forecast.leaders[objective] == cand.label,
-            "misfit": o.misfit,
-            "rounds": o.measured.rounds if o.measured is not None else 0,
-            "cycle_ms": o.measured.mean_cycle_ms if o.measured is not None else None,
-            "accept_histogram": list(o.measured.histogram) if o.measured and o.measured.histogram else None,
-        })  # fmt: skip
+        levels.append(
+            {
+                "workload": objective.workload,
+                "concurrency": objective.concurrency,
+                "throughput": _estimate(o.throughput),
+                "speedup": _estimate(o.speedup),
+                "predicted_throughput": _estimate(o.predicted_throughput),
+                "predicted_speedup": _estimate(o.predicted_speedup),
+                "estimate": o.estimated_throughput,
+                "chance": o.chance,
+                "leader": result.forecast.leaders[objective] == cand.label,
+                "misfit": o.misfit,
+                "rounds": o.measured.rounds if o.measured is not None else 0,
+                "cycle_ms": o.measured.mean_cycle_ms if o.measured is not None else None,
+                "accept_histogram": list(o.measured.histogram) if o.measured and o.measured.histogram else None,
+            }
+        )
     return {
         "config": cand.label,
         "reference": cand.is_reference,
@@ -124,13 +130,25 @@ def _model(result: TuneResult) -> dict[str, Any]:
     cost = []
     for objective, fit in fc.cost.items():
         terms = {t: {"value": c[0], "sd": c[1]} for t in fit.terms if (c := fit.coefficient(t)) is not None}
-        cost.append({"workload": objective.workload, "concurrency": objective.concurrency, "terms": terms,
-                     "configs": len(fit.points), "misfit": fit.misfit})  # fmt: skip
+        cost.append(
+            {
+                "workload": objective.workload,
+                "concurrency": objective.concurrency,
+                "terms": terms,
+                "configs": len(fit.points),
+                "misfit": fit.misfit,
+            }
+        )
     acceptance = [
-        {"group": group, "workload": workload, "configs": acc.observations,
-         "rates": [{"value": v, "low": lo, "high": hi} for v, lo, hi in acc.rate_intervals()], "tree_gain": acc.gain}
+        {
+            "group": group,
+            "workload": workload,
+            "configs": acc.observations,
+            "rates": [{"value": v, "low": lo, "high": hi} for v, lo, hi in acc.rate_intervals()],
+            "tree_gain": acc.gain,
+        }
         for (group, workload), acc in fc.acceptance.items()
-    ]  # fmt: skip
+    ]
     return {"cost": cost, "acceptance": acceptance, "systematic_error": fc.systematic_sd}
 
 

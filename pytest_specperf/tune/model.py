@@ -187,8 +187,10 @@ def forecast(
         if spread[o] > settings.run_cv * 1.05
     ]
     if systematic > 0:
-        notes.append(f"leave-one-out predictions missed by more than their intervals: every prediction widened "
-                     f"by a systematic {systematic:.1%}")  # fmt: skip
+        notes.append(
+            f"leave-one-out predictions missed by more than their intervals: every prediction widened "
+            f"by a systematic {systematic:.1%}"
+        )
     return Forecast(outlooks, leaders, recommended, improvement, fitted.acceptance, fitted.cost, systematic, notes)
 
 
@@ -299,9 +301,14 @@ def _combine(data: LevelData, prediction: tuple[float, float], cv2: float) -> tu
 
 
 def _outlook(
-    label: str, objective: Objective, data: LevelData | None, ref: LevelData, belief: _Belief, chance: float,
+    label: str,
+    objective: Objective,
+    data: LevelData | None,
+    ref: LevelData,
+    belief: _Belief,
+    chance: float,
     run_cv: float,
-) -> Outlook:  # fmt: skip
+) -> Outlook:
     throughput = speedup = predicted_tp = predicted_speedup = None
     if data is not None:
         throughput = (
@@ -321,9 +328,18 @@ def _outlook(
             math.exp(s), math.exp(s - Z90 * spread), math.exp(s + Z90 * spread), 0, DEFAULT_CONFIDENCE
         )
     return Outlook(
-        label, objective, data, throughput, speedup, predicted_tp, predicted_speedup,
-        belief.mean, math.sqrt(belief.variance), chance, belief.misfit,
-    )  # fmt: skip
+        label,
+        objective,
+        data,
+        throughput,
+        speedup,
+        predicted_tp,
+        predicted_speedup,
+        belief.mean,
+        math.sqrt(belief.variance),
+        chance,
+        belief.misfit,
+    )
 
 
 def _fit(

@@ -112,9 +112,16 @@ def level_data(measurement: Measurement, shape: Shape | None) -> LevelData:
     histogram, source = round_histogram(rounds, shape)
     accept = [r.accept_length for r in rounds if r.accept_length is not None]
     return LevelData(
-        data.throughput, data.round_e2e_ms, data.round_verify_steps, data.ttft_ms, data.e2e_ms, data.tokens,
-        histogram, source, _mean(accept) if accept else None,
-    )  # fmt: skip
+        data.throughput,
+        data.round_e2e_ms,
+        data.round_verify_steps,
+        data.ttft_ms,
+        data.e2e_ms,
+        data.tokens,
+        histogram,
+        source,
+        _mean(accept) if accept else None,
+    )
 
 
 def round_histogram(rounds: Sequence[RoundSample], shape: Shape) -> tuple[tuple[float, ...] | None, str | None]:

@@ -53,15 +53,20 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     if rest > 0:
         out.append(f"    then up to {rest} more: each time the config with the largest expected improvement")
     out.append("  model inputs:")
-    out.append("    cycle (ms) = decode time per verify step, per start and objective; fitted as "
-               f"{' + '.join(_terms(space))}")  # fmt: skip
+    out.append(
+        f"    cycle (ms) = decode time per verify step, per start and objective; fitted as {' + '.join(_terms(space))}"
+    )
     source = "spec_correct_drafts_histogram"
     if space.engine == "vllm":
         source = "acceptance_histogram / per-position counters"
-    out.append(f"    acceptance per draft position from the servers' {source} (else their accept lengths), "
-               "per draft model and workload; topk > 1 through a fitted tree gain")  # fmt: skip
-    out.append("    tok/s = efficiency x tokens / (TTFT + (tokens - 1) / tokens per verify step x cycle), with TTFT "
-               "and efficiency from the measured servers (their median rounds)")  # fmt: skip
+    out.append(
+        f"    acceptance per draft position from the servers' {source} (else their accept lengths), "
+        "per draft model and workload; topk > 1 through a fitted tree gain"
+    )
+    out.append(
+        "    tok/s = efficiency x tokens / (TTFT + (tokens - 1) / tokens per verify step x cycle), with TTFT "
+        "and efficiency from the measured servers (their median rounds)"
+    )
     return [wrapped for line in out for wrapped in wrap(line)]
 
 
@@ -107,8 +112,17 @@ def ranking_lines(result: TuneResult, objective: Objective, top: int = DEFAULT_T
         predicted = _ratio(o.predicted_speedup)
         if o.measured is not None and not informative(o.predicted_speedup):
             predicted = "-"  # the other configs alone cannot predict it (e.g. the only deep chain)
-        rows.append([rank, _name(space, label), _status(result, o), pm(o.throughput, 1), _ratio(o.speedup),
-                     predicted, _chance(fc, o)])  # fmt: skip
+        rows.append(
+            [
+                rank,
+                _name(space, label),
+                _status(result, o),
+                pm(o.throughput, 1),
+                _ratio(o.speedup),
+                predicted,
+                _chance(fc, o),
+            ]
+        )
     out = [f"{objective.label}: ranking by best estimate"]
     out += ["  " + line for line in text_table(RANK_HEADERS, rows)]
     skipped = [label for label in ranked if label not in result.observed and label not in shown]
@@ -223,8 +237,9 @@ def model_lines(result: TuneResult) -> list[str]:
             continue
         rates = " ".join(f"{q:.2f}" for q in acc.rates)
         where = f"{group}, {workload}" if len({g for g, _ in fc.acceptance}) > 1 else workload
-        out.append(f"  acceptance by draft position, {where}: {rates}; tree gain {acc.gain:.2f} "
-                   f"({acc.observations} configs)")  # fmt: skip
+        out.append(
+            f"  acceptance by draft position, {where}: {rates}; tree gain {acc.gain:.2f} ({acc.observations} configs)"
+        )
     return out
 
 
@@ -248,8 +263,18 @@ def paste_blocks(result: TuneResult, config: SpecperfConfig) -> list[list[str]]:
 def server_toml(server: ServerConfig) -> list[str]:
     """A server config as the TOML lines of its table (secrets left out or redacted)."""
     out = []
-    for key in ("engine", "model", "algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens",
-                "host", "startup_timeout", "command"):  # fmt: skip
+    for key in (
+        "engine",
+        "model",
+        "algorithm",
+        "draft_model",
+        "num_steps",
+        "eagle_topk",
+        "num_draft_tokens",
+        "host",
+        "startup_timeout",
+        "command",
+    ):
         value = getattr(server, key)
         if value is not None and not (key == "host" and value == "127.0.0.1"):
             out.append(f"{key} = {_toml(redact_text(value) if isinstance(value, str) else value)}")

@@ -75,8 +75,9 @@ def _scatter(ax: Any, result: TuneResult, objective: Any) -> None:
         pad = 0.05 * (high - low or 1.0)
         ax.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", linestyle="--", linewidth=1)
     else:
-        ax.text(0.5, 0.5, "no measured config the others could predict", ha="center", va="center",
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(
+            0.5, 0.5, "no measured config the others could predict", ha="center", va="center", transform=ax.transAxes
+        )
     ax.set_xlabel(f"measured speedup over {result.space.reference.label}")
     ax.set_ylabel("predicted from the other configs (leave one out)")
     ax.set_title(f"{objective.label}: predicted vs measured", fontsize=11)

@@ -184,8 +184,10 @@ class _Search:
                 outlook = self.latest.outlooks[(cand.label, o)]
                 p = outlook.predicted_speedup
                 if p is not None and p.bounded and p.low > 0 and p.high <= 3.0 * p.low:  # says something
-                    self.say(f"  predicted {o.label}: {p.value:.2f}x [{p.low:.2f}, {p.high:.2f}], "
-                             f"chance to beat the leader {outlook.chance:.0%}")  # fmt: skip
+                    self.say(
+                        f"  predicted {o.label}: {p.value:.2f}x [{p.low:.2f}, {p.high:.2f}], "
+                        f"chance to beat the leader {outlook.chance:.0%}"
+                    )
         try:
             self.observed[cand.label] = dict(self.runner.measure(cand, rounds))
         except ServerError as exc:
@@ -202,8 +204,10 @@ class _Search:
         while not cand.is_reference and done < space.max_rounds:
             current = self._forecast()
             if not current.in_contention(cand.label, space.confidence):
-                self.say(f"  {cand.label}: out of contention after {done} rounds (best chance to beat a leader "
-                         f"{current.best_chance(cand.label):.0%})")  # fmt: skip
+                self.say(
+                    f"  {cand.label}: out of contention after {done} rounds (best chance to beat a leader "
+                    f"{current.best_chance(cand.label):.0%})"
+                )
                 break
             more = min(done, space.max_rounds - done)
             self.say(f"  {cand.label}: in contention, {more} more round{'s' if more != 1 else ''}")

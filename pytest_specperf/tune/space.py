@@ -181,9 +181,14 @@ def load_space(config: SpecperfConfig, *, budget: int | None = None) -> TuneSpac
             f"chooses), got {starts}",
         )
     confidence = check.number(
-        table.get("confidence", DEFAULT_CONFIDENCE), f"{where} confidence", minimum=0.5, maximum=1.0,
-        exclusive_min=True, exclusive_max=True, hint="0.9",
-    )  # fmt: skip
+        table.get("confidence", DEFAULT_CONFIDENCE),
+        f"{where} confidence",
+        minimum=0.5,
+        maximum=1.0,
+        exclusive_min=True,
+        exclusive_max=True,
+        hint="0.9",
+    )
     axes = {key: _axis(table[key], key, where) for key in AXES[engine] if key in table}
     build = _sglang_candidates if engine == "sglang" else _vllm_candidates
     # the flags the config's engines were checked against (the installed engine's, or its shipped list)
@@ -193,9 +198,18 @@ def load_space(config: SpecperfConfig, *, budget: int | None = None) -> TuneSpac
         raise ConfigError(where, "the space is empty: no combination of the listed values is a config the engine runs")
     ref = Candidate(reference.name, reference, None, MappingProxyType({}))
     return TuneSpace(
-        where, engine, base, ref, tuple(candidates), MappingProxyType(axes), workloads,
-        starts, rounds, max_rounds, confidence,
-    )  # fmt: skip
+        where,
+        engine,
+        base,
+        ref,
+        tuple(candidates),
+        MappingProxyType(axes),
+        workloads,
+        starts,
+        rounds,
+        max_rounds,
+        confidence,
+    )
 
 
 def _base(config: SpecperfConfig, table: Mapping[str, Any], where: str) -> ServerConfig:
@@ -205,9 +219,9 @@ def _base(config: SpecperfConfig, table: Mapping[str, Any], where: str) -> Serve
     if name not in config.servers:
         known = ", ".join(sorted(config.servers)) or "none"
         raise ConfigError(
-            f"{where} base", f"names server {name!r}, which is not defined{did_you_mean(name, config.servers)}; "
-            f"defined: {known}",
-        )  # fmt: skip
+            f"{where} base",
+            f"names server {name!r}, which is not defined{did_you_mean(name, config.servers)}; defined: {known}",
+        )
     server = config.servers[name]
     if not server.is_speculative:
         raise ConfigError(f"{where} base", f"server {name!r} does not speculate; name a speculative config to vary")
@@ -227,7 +241,7 @@ def _check_table_keys(table: Mapping[str, Any], engine: str, where: str) -> None
                 f"{where} {key}",
                 f"is a {other} key; the base server runs {engine}, whose keys are {', '.join(AXES[engine])}",
             )
-        raise ConfigError(f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(allowed)}")
+    check.known_keys(table, allowed, where)
 
 
 def _workloads(config: SpecperfConfig, table: Mapping[str, Any], where: str) -> tuple[WorkloadConfig, ...]:
@@ -345,8 +359,11 @@ def _vllm_candidates(
     for draft, high, low, k in itertools.product(drafts, maxes, mins, tokens):
         if high is not None and low is not None and low > high:
             continue
-        parts = [f"s{k}"] + [f"{tag}{v}" for tag, v, key in (("lmax", high, "prompt_lookup_max"),
-                              ("lmin", low, "prompt_lookup_min")) if key in axes]  # fmt: skip
+        parts = [f"s{k}"] + [
+            f"{tag}{v}"
+            for tag, v, key in (("lmax", high, "prompt_lookup_max"), ("lmin", low, "prompt_lookup_min"))
+            if key in axes
+        ]
         if len(drafts) > 1:
             parts.append(f"d{drafts.index(draft) + 1}")
         label = "-".join(parts)
@@ -364,9 +381,12 @@ def _vllm_candidates(
                 settings[key] = value
         engine.check_server(server, f"{where} (candidate {label})", flags)
         group = " ".join(
-            [method, *([f"lookup {low}-{high}"] if high is not None or low is not None else []),
-             *([f"draft {draft}"] if draft else [])]
-        )  # fmt: skip
+            [
+                method,
+                *([f"lookup {low}-{high}"] if high is not None or low is not None else []),
+                *([f"draft {draft}"] if draft else []),
+            ]
+        )
         out.append(Candidate(label, server, Shape(k, 1, k + 1), MappingProxyType(settings), group))
     if not out and lookup:
         raise ConfigError(f"{where} prompt_lookup_min", "is above every prompt_lookup_max: the space is empty")

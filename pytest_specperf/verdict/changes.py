@@ -237,8 +237,9 @@ def credible_drift(
     if positions[-1] - positions[0] < DRIFT_NIGHTS - 1:
         return None
     line = _fit_drift(logs, 0.0, positions)
-    line = _fit_drift(logs, _rho_used(logs - _fitted(logs, line, positions), 0, margin=DRIFT_RHO_MARGIN,
-                                      absorbed=ABSORBED), positions)  # fmt: skip
+    line = _fit_drift(
+        logs, _rho_used(logs - _fitted(logs, line, positions), 0, margin=DRIFT_RHO_MARGIN, absorbed=ABSORBED), positions
+    )
     span = float(positions[-1] - positions[0])
     change = _ratio(line.change * span, line.se * span, line.df)
     bound = 1.0 - max_regression if lower else 1.0 + max_regression

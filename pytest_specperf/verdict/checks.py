@@ -232,9 +232,10 @@ def check_positions(result: Measurement, floors: Sequence[float], *, strict: boo
     shares = [s for r in result.rounds if (s := r.position_shares) is not None]
     if not shares:
         return CheckResult(
-            "accept_per_position", Decision.MISSED,
+            "accept_per_position",
+            Decision.MISSED,
             "accept_per_position: the server reported no acceptance by draft position (no histogram, no counters)",
-        )  # fmt: skip
+        )
     parts, decisions = [], []
     for i, floor in enumerate(floors):
         estimate = mean_estimate([s[i] if i < len(s) else 0.0 for s in shares])
@@ -341,12 +342,16 @@ def night_lines(night: NightVerdict, runs: Sequence[StoredRun]) -> list[str]:
     lines = []
     if night.confirmed is not None and night.first_start is not None:
         first = f"the first start alone: {night.first_start - 1:+.1%}"
-        lines.append(f"confirmed on a second server start ({first})" if night.confirmed
-                     else f"not confirmed on a second server start: the first start was slow ({first})")  # fmt: skip
+        lines.append(
+            f"confirmed on a second server start ({first})"
+            if night.confirmed
+            else f"not confirmed on a second server start: the first start was slow ({first})"
+        )
     if night.change is not None and night.decision is not Decision.MET:
         nights = len(night.level.change_runs) + 1 if night.level is not None else 1
-        lines.append(f"a change nobody accepted: {_since(night.change, runs)}, {nights} runs, not acknowledged "
-                     f"({ACKNOWLEDGE})")  # fmt: skip
+        lines.append(
+            f"a change nobody accepted: {_since(night.change, runs)}, {nights} runs, not acknowledged ({ACKNOWLEDGE})"
+        )
     elif night.change is not None and night.improved:
         lines.append(f"IMPROVED: {_since(night.change, runs)}, not acknowledged (the level stays the accepted one)")
     if night.by_change:
@@ -392,8 +397,10 @@ def night_changes(
     if point is None:
         return []
     runs, _ = past_runs(baseline, metric)
-    points = [Point(Estimate.exact(v), r.provenance.created, r.provenance.git_commit, r.segment)
-              for v, r in zip(night.values, runs, strict=False)]  # fmt: skip
+    points = [
+        Point(Estimate.exact(v), r.provenance.created, r.provenance.git_commit, r.segment)
+        for v, r in zip(night.values, runs, strict=False)
+    ]
     points.append(Point(Estimate.exact(night.values[-1]), None, None, None, tonight=True))
     return [HistoryChange.of(result.key, metric, point, points)]
 
@@ -434,9 +441,12 @@ class Limits:
         """A suite's tolerances with the default priors: how a history read after the fact (the dashboard,
         `specperf history`) judges its newest night when only the tolerances are given."""
         return cls(
-            max_regression, max_regression_accept_length, 0.0, run_to_run_cv=SpecperfConfig.run_to_run_cv,
+            max_regression,
+            max_regression_accept_length,
+            0.0,
+            run_to_run_cv=SpecperfConfig.run_to_run_cv,
             run_to_run_cv_accept_length=SpecperfConfig.run_to_run_cv_accept_length,
-        )  # fmt: skip
+        )
 
     def tolerance(self, metric: str) -> Tolerance:
         """The history check's tolerance of a metric (throughput or accept length)."""
@@ -478,8 +488,8 @@ def evaluate(
     evaluation = Evaluation(baseline=baseline, updating=updating)
     checks = evaluation.checks
     checks.append(check_errors(result, limits.max_error_rate))
-    usable = not updating and reference is not None and _comparable(baseline, result)
-    if not usable or reference is None or not _comparable(reference_baseline, reference):
+    usable = not updating and reference is not None and comparable(baseline, result)
+    if not usable or reference is None or not comparable(reference_baseline, reference):
         reference_baseline = None  # recorded speedups need both histories, of this setup
     if reference is not None and not result.is_reference:
         spread, pairs = speedup_spread(baseline, reference_baseline)
@@ -509,16 +519,25 @@ def evaluate(
         if evaluation.drift is None or evaluation.drift.comparable:
             for metric in JUDGED_METRICS:
                 check = check_regression(
-                    result, baseline, metric, limits.tolerance(metric), strict=strict, searches=searches,
+                    result,
+                    baseline,
+                    metric,
+                    limits.tolerance(metric),
+                    strict=strict,
+                    searches=searches,
                     rounds=limits.rounds,
-                )  # fmt: skip
+                )
                 if check is not None:
                     checks.append(check)
                     evaluation.changes += night_changes(result, metric, check, baseline)
             evaluation.changes += history_changes(
-                result, baseline, REPORTED_METRICS, reference=reference, reference_baseline=reference_baseline,
+                result,
+                baseline,
+                REPORTED_METRICS,
+                reference=reference,
+                reference_baseline=reference_baseline,
                 searches=searches,
-            )  # fmt: skip
+            )
             evaluation.explanation = explanation_of(evaluation, result, baseline, reference, reference_baseline)
     return evaluation
 
@@ -539,15 +558,18 @@ def explanation_of(
     runs, _ = past_runs(baseline, "output_throughput")
     level = [runs[i] for i in throughput.night.level.level_runs if i < len(runs)]
     sessions = {run.provenance.session for run in level} - {None}
-    beside = [r.measurement for r in reference_baseline.runs if r.provenance.session in sessions] if (
-        reference_baseline is not None) else []  # fmt: skip
+    beside = (
+        [r.measurement for r in reference_baseline.runs if r.provenance.session in sessions]
+        if (reference_baseline is not None)
+        else []
+    )
     environment = evaluation.drift.environment if evaluation.drift is not None else []
     return explain(
         result, [r.measurement for r in level], reference=reference, reference_level=beside, drift=environment
     )
 
 
-def _comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
+def comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
     """A stored history measured on the same setup (environment drift allowed): its runs may be used."""
     if baseline is None:
         return False
@@ -561,39 +583,7 @@ def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | No
     return diff(baseline.measurement.fingerprint, result.fingerprint)
 
 
-def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequence[CheckResult]) -> str:
-    """The text a failing test shows: verdict, the checks that decided it, and the drift."""
-    lines = [f"{evaluation.verdict.value} {result.key.label}:"]
-    lines += [f"  {c.message}" for c in checks]
-    if evaluation.drift is not None and evaluation.drift.environment:
-        lines.append("  environment drift since the baseline (the comparison was still made):")
-        lines += [f"    {change}" for change in evaluation.drift.environment]
-    lines += [f"  change point: {change.sentence}" for change in evaluation.changes]
-    if evaluation.explanation is not None:
-        lines.append(f"  why: {evaluation.explanation.sentence()}")
-    if evaluation.baseline is not None:
-        newest = evaluation.baseline.provenance
-        commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
-        lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
-    return "\n".join(lines)
-
-
 def unlike_message(evaluation: Evaluation) -> str:
     """The sentence a speedup that compares more than speculation carries, naming each difference."""
     changes = "; ".join(str(change) for change in evaluation.unlike_reference)
     return f"the reference and this server differ besides speculation (reference → this server): {changes}"
-
-
-def incomparable_message(result: Measurement, evaluation: Evaluation) -> str:
-    assert evaluation.drift is not None and evaluation.baseline is not None
-    lines = [
-        f"INCOMPARABLE {result.key.label}: the stored baseline was measured on a different setup, "
-        "so no comparison was made:",
-        *[f"  {change}" for change in evaluation.drift.identity],
-    ]
-    if evaluation.drift.environment:
-        lines.append("  environment drift as well:")
-        lines += [f"    {change}" for change in evaluation.drift.environment]
-    lines.append(f"  baseline: {evaluation.baseline.path}")
-    lines.append("  store a new one with --specperf-update once this setup is the intended one")
-    return "\n".join(lines)

@@ -192,8 +192,9 @@ class HistoryComparison:
             return Estimate.unknown(self.ratio.value, self.ratio.n, confidence, self.ratio.cv)
         d = math.log(self.ratio.value)
         half = _t_quantile(confidence, self.df) * math.sqrt(self.variance)
-        return Estimate(self.ratio.value, math.exp(d - half), math.exp(d + half), self.ratio.n, confidence,
-                        self.ratio.cv)  # fmt: skip
+        return Estimate(
+            self.ratio.value, math.exp(d - half), math.exp(d + half), self.ratio.n, confidence, self.ratio.cv
+        )
 
     def describe(self) -> str:
         """'4 recorded runs, run-to-run CV 1.2%' or '1 recorded run, prior run-to-run CV 2.0% (...)': the
@@ -259,9 +260,23 @@ def compare_with_history(
         ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
     single = _fixed_part(k, spread, prior_cv, 1, factor)
     return HistoryComparison(
-        ratio, math.exp(ybar), k, math.sqrt(part.tau2), part.prior, single.variance, single.df, round_cv,
-        tonight.starts, tuple(rejected), part.s2, part.vbar, factor, len(spread), total, df,
-    )  # fmt: skip
+        ratio,
+        math.exp(ybar),
+        k,
+        math.sqrt(part.tau2),
+        part.prior,
+        single.variance,
+        single.df,
+        round_cv,
+        tonight.starts,
+        tuple(rejected),
+        part.s2,
+        part.vbar,
+        factor,
+        len(spread),
+        total,
+        df,
+    )
 
 
 def _starts(current: Sequence[float] | Sequence[Sequence[float]]) -> list[list[float]]:

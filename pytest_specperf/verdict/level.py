@@ -109,8 +109,11 @@ def accepted_level(
         streak, sign = _streak(logs, runs, tolerance, nights)
         change, runs = list(streak), [i for i in runs if i not in streak]
     runs = runs[-SPREAD_RUNS:]
-    rejected = [r for r in (reject_outliers([logs[i] for i in runs]) if runs else [])
-                if not _like(logs[past], logs[runs[r.index]], [logs[i] for i in runs])]  # fmt: skip
+    rejected = [
+        r
+        for r in (reject_outliers([logs[i] for i in runs]) if runs else [])
+        if not _like(logs[past], logs[runs[r.index]], [logs[i] for i in runs])
+    ]
     out = {r.index for r in rejected}
     kept = tuple(i for j, i in enumerate(runs) if j not in out)
     rejections = tuple(Rejection(runs[r.index], r.t, r.limit, r.ratio) for r in rejected)
@@ -148,8 +151,10 @@ def _streak(
         if 2 * len(streak) >= len(runs):
             break
         before = [logs[i] for i in runs if i not in streak]
-        sides = {_beyond(statistics.fmean(logs[i] for i in group), before, tolerance, STREAK_QUANTILE, robust=True)
-                 for group in groups[:count]}  # fmt: skip
+        sides = {
+            _beyond(statistics.fmean(logs[i] for i in group), before, tolerance, STREAK_QUANTILE, robust=True)
+            for group in groups[:count]
+        }
         if len(sides) == 1 and 0 not in sides:
             best = (tuple(sorted(streak)), sides.pop())
     return best

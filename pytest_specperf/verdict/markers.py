@@ -25,9 +25,16 @@ RANGE_METRICS = {
     "ttft_ms": "mean_ttft_ms",
 }
 MARKER_KEYS = (
-    "server", "workload", "min_speedup", *RANGE_METRICS, "accept_per_position", "max_regression",
-    "max_regression_accept_length", "lossless", "max_error_rate",
-)  # fmt: skip
+    "server",
+    "workload",
+    "min_speedup",
+    *RANGE_METRICS,
+    "accept_per_position",
+    "max_regression",
+    "max_regression_accept_length",
+    "lossless",
+    "max_error_rate",
+)
 
 
 @dataclass(frozen=True)
@@ -78,12 +85,7 @@ def parse_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any], test: str, co
     """Validate a marker's arguments against the session config."""
     if args:
         raise ConfigError(f"{test} @specperf", "takes keyword arguments only, e.g. specperf(min_speedup=1.1)")
-    for key in kwargs:
-        if key not in MARKER_KEYS:
-            raise ConfigError(
-                f"{test} @specperf {key}",
-                f"unknown key{did_you_mean(key, MARKER_KEYS)}; allowed: {', '.join(MARKER_KEYS)}",
-            )
+    check.known_keys(kwargs, MARKER_KEYS, f"{test} @specperf")
     where = f"{test} @specperf"
     servers = _names(kwargs.get("server"), config.servers, f"{where} server", "server")
     if not servers:

@@ -185,10 +185,17 @@ def judge_night(
     if decision in (Decision.MISSED, Decision.SUSPECT):
         since = change if change is not None else ChangePoint(len(history), look.comparison.ratio, math.nan)
     comparison = look.comparison
-    detectable = smallest_detectable_change(
-        comparison, tolerance.max_regression, rounds=rounds or comparison.ratio.n, starts=starts_planned,
-        higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
-    ) if not comparison.prior else None  # fmt: skip
+    detectable = (
+        smallest_detectable_change(
+            comparison,
+            tolerance.max_regression,
+            rounds=rounds or comparison.ratio.n,
+            starts=starts_planned,
+            higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
+        )
+        if not comparison.prior
+        else None
+    )
     return NightVerdict(
         decision, improved, comparison, change, since, by_change, detectable, values, confirmed, first_start, level
     )
@@ -206,9 +213,12 @@ def decide(
     if not level.level_runs:
         return None
     comparison = compare_with_history(
-        tonight, [history[i].samples for i in level.level_runs], tolerance.prior_cv, reject=False,
+        tonight,
+        [history[i].samples for i in level.level_runs],
+        tolerance.prior_cv,
+        reject=False,
         spread_runs=[history[i].samples for i in level.spread_runs],
-    )  # fmt: skip
+    )
     decision, improved = classify(comparison, tolerance, strict=strict)
     return Look(comparison, decision, improved)
 
@@ -265,8 +275,10 @@ def _change_in_force(
     before = [math.log(_mean(history[i].samples)) for i in level.level_runs]
     spread = [math.log(_mean(history[i].samples)) for i in level.spread_runs]
     d = statistics.fmean(after) - statistics.fmean(before)
-    parts = [(statistics.variance(after) / len(after) if len(after) > 1 else math.inf, len(after) - 1),
-             (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1)]  # fmt: skip
+    parts = [
+        (statistics.variance(after) / len(after) if len(after) > 1 else math.inf, len(after) - 1),
+        (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1),
+    ]
     variance = math.fsum(v for v, _ in parts)
     df = max(1.0, _satterthwaite([(v, d) for v, d in parts if math.isfinite(v)])) if math.isfinite(variance) else 1.0
     if not math.isfinite(variance):

@@ -9,11 +9,12 @@ one) warns, or fails under `--specperf-strict`. The plugin only carries the outc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.verdict.checks import Evaluation, failure_message, incomparable_message, unlike_message
+from pytest_specperf.verdict.checks import CheckResult, Evaluation, unlike_message
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,35 @@ def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incompara
             return Outcome("fail", message + "; --specperf-strict fails it", tuple(warned))
         warned.append(message)
     return Outcome("pass", None, tuple(warned))
+
+
+def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequence[CheckResult]) -> str:
+    """The text a failing test shows: verdict, the checks that decided it, and the drift."""
+    lines = [f"{evaluation.verdict.value} {result.key.label}:"]
+    lines += [f"  {c.message}" for c in checks]
+    if evaluation.drift is not None and evaluation.drift.environment:
+        lines.append("  environment drift since the baseline (the comparison was still made):")
+        lines += [f"    {change}" for change in evaluation.drift.environment]
+    lines += [f"  change point: {change.sentence}" for change in evaluation.changes]
+    if evaluation.explanation is not None:
+        lines.append(f"  why: {evaluation.explanation.sentence()}")
+    if evaluation.baseline is not None:
+        newest = evaluation.baseline.provenance
+        commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
+        lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
+    return "\n".join(lines)
+
+
+def incomparable_message(result: Measurement, evaluation: Evaluation) -> str:
+    assert evaluation.drift is not None and evaluation.baseline is not None
+    lines = [
+        f"INCOMPARABLE {result.key.label}: the stored baseline was measured on a different setup, "
+        "so no comparison was made:",
+        *[f"  {change}" for change in evaluation.drift.identity],
+    ]
+    if evaluation.drift.environment:
+        lines.append("  environment drift as well:")
+        lines += [f"    {change}" for change in evaluation.drift.environment]
+    lines.append(f"  baseline: {evaluation.baseline.path}")
+    lines.append("  store a new one with --specperf-update once this setup is the intended one")
+    return "\n".join(lines)

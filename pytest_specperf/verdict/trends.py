@@ -64,8 +64,18 @@ class HistoryChange:
     def of(cls, key: MeasurementKey, metric: str, point: ChangePoint, points: Sequence[Point]) -> HistoryChange:
         """The change point `point` of the series `points` (tonight last), with its first run's provenance."""
         first = points[point.index]
-        return cls(key, metric, point.index, len(points), first.created, first.commit, point.change,
-                   point.p_value, point.kind, point.per_run)  # fmt: skip
+        return cls(
+            key,
+            metric,
+            point.index,
+            len(points),
+            first.created,
+            first.commit,
+            point.change,
+            point.p_value,
+            point.kind,
+            point.per_run,
+        )
 
     @property
     def tonight(self) -> bool:

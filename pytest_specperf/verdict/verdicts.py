@@ -25,9 +25,15 @@ class Verdict(Enum):
 
 #: Verdicts from the worst to the best.
 SEVERITY: Final = (
-    Verdict.ERROR, Verdict.REGRESSION, Verdict.INCOMPARABLE, Verdict.SUSPECT, Verdict.INCONCLUSIVE,
-    Verdict.IMPROVED, Verdict.NEW, Verdict.PASS,
-)  # fmt: skip
+    Verdict.ERROR,
+    Verdict.REGRESSION,
+    Verdict.INCOMPARABLE,
+    Verdict.SUSPECT,
+    Verdict.INCONCLUSIVE,
+    Verdict.IMPROVED,
+    Verdict.NEW,
+    Verdict.PASS,
+)
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
@@ -46,7 +52,11 @@ def verdict_of(
     INCONCLUSIVE (the strict reading only), IMPROVED, NEW, PASS.
     """
     flags = (
-        (missed, Verdict.REGRESSION), (incomparable, Verdict.INCOMPARABLE), (suspect, Verdict.SUSPECT),
-        (inconclusive, Verdict.INCONCLUSIVE), (improved, Verdict.IMPROVED), (new, Verdict.NEW),
-    )  # fmt: skip
+        (missed, Verdict.REGRESSION),
+        (incomparable, Verdict.INCOMPARABLE),
+        (suspect, Verdict.SUSPECT),
+        (inconclusive, Verdict.INCONCLUSIVE),
+        (improved, Verdict.IMPROVED),
+        (new, Verdict.NEW),
+    )
     return next((verdict for flag, verdict in flags if flag), Verdict.PASS)

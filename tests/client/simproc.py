@@ -21,9 +21,17 @@ from pytest_specperf.transport import probe
 
 STARTUP_TIMEOUT = 30.0
 SPEC_ARGS = (
-    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/draft-eagle3",
-    "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
-)  # fmt: skip
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "sim/draft-eagle3",
+    "--speculative-num-steps",
+    "5",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "6",
+)
 
 
 @dataclass
@@ -62,9 +70,19 @@ def start_sim(*args: str, api_key: str | None = None, time_scale: float = 0.1) -
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="specperf-sim-", suffix=".log")[1])
     argv = [
-        sys.executable, "-m", "pytest_specperf.sim", "--model-path", "sim/test-model",
-        "--host", "127.0.0.1", "--port", str(port), "--sim-time-scale", str(time_scale), *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest_specperf.sim",
+        "--model-path",
+        "sim/test-model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sim-time-scale",
+        str(time_scale),
+        *args,
+    ]
     if api_key:
         argv += ["--api-key", api_key]
     with log.open("wb") as out:

@@ -30,10 +30,17 @@ from typing import Any
 
 TIMEOUT_S = 60.0
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
     "--remote-debugging-pipe",
-)  # fmt: skip
+)
 
 
 def find_chromium() -> str | None:
@@ -64,9 +71,13 @@ class Browser:
 
         self.process = subprocess.Popen(
             [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=False, preexec_fn=descriptors, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=descriptors,
+            start_new_session=True,
+        )
         os.close(ours)
         os.close(mine)
         self._write, self._read = theirs_in, theirs_out
@@ -124,9 +135,11 @@ class Browser:
 
     def open(self, path: Path, *, width: int = 1280, height: int = 900) -> Loaded:
         """Load a file in a viewport of width x height; what it did while loading (until its load event)."""
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-                  session=self.session)  # fmt: skip
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=self.session,
+        )
         self.events.clear()
         frame = self.call("Page.navigate", {"url": path.resolve().as_uri()}, session=self.session)
         if "errorText" in frame:
@@ -154,8 +167,11 @@ class Browser:
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (a promise is awaited); an exception raises."""
-        done = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                         session=self.session)  # fmt: skip
+        done = self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=self.session,
+        )
         if "exceptionDetails" in done:
             raise RuntimeError(f"{expression}: {done['exceptionDetails']}")
         return done["result"].get("value")

@@ -102,7 +102,7 @@ def test_names_are_escaped(tmp_path: Path) -> None:
         (["--store", "{tmp}/store", "-o", "{tmp}/file/site"], "{tmp}/file/site: cannot write the dashboard (Not a"),
         (["--store", "{tmp}/store", "-o", "{tmp}/file"], "{tmp}/file: not a directory; give -o a directory"),
         (["--store", "{tmp}/store"], "dashboard: give -o DIR (where to write the pages), or --publish"),
-        (["--store", "{tmp}/store", "--publish"], "--publish writes the pages onto a git store's branch"),
+        (["--store", "{tmp}/store", "--publish"], "{tmp}/store is a folder store: publishing writes onto a git "),
         (["--store", "{tmp}/store", "-o", "{tmp}/site", "--max-regression", "5"], "--max-regression: must be a "),
     ],
 )
@@ -124,8 +124,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, argv: list[str
 def git(cwd: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -167,8 +170,13 @@ def test_a_git_store_is_read_by_url_and_published_onto_its_branch(remote: Path, 
     subject = f"specperf: dashboard of 1 key, newest run {newest}"
     assert git(remote, "log", "-1", "--format=%s", BRANCH) == subject
     assert f"git:{remote}#{BRANCH}: pushed {subject!r} as commit {head[:7]}" in out
-    assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [".gitignore", ".nojekyll", "index.html",
-                                                                         "sim", "suite.html"]  # fmt: skip
+    assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [
+        ".gitignore",
+        ".nojekyll",
+        "index.html",
+        "sim",
+        "suite.html",
+    ]
     assert git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.json") == runs_before  # the runs are untouched
     assert "plain/chat/c1" in git(remote, "show", f"{BRANCH}:suite.html")
     # the store still reads as a store: the pages are not histories
@@ -184,7 +192,7 @@ def test_publishing_after_another_jobs_push_draws_its_runs_too(remote: Path, tmp
     recorded(remote, tmp_path, MeasurementKey("plain", "code", 1), "b")  # another job pushes meanwhile
     args = build_parser().parse_args(["dashboard", "--store", f"git:{remote}#{BRANCH}", "--publish"])
     try:
-        assert dashboard.run(args, ours) == 0
+        assert dashboard.run(args, ours, location=args.store) == 0
     finally:
         ours.close()
     assert ", after 1 push(es) by other jobs came first" in capsys.readouterr().out

@@ -41,10 +41,17 @@ def expected_panels(entries: list[StoredBaseline]) -> dict[tuple[str, str], dict
             "mean_tpot_ms": len(runs),
             "accept_length": sum(1 for r in runs if r.measurement.samples("accept_length")),
         }
-        reference = next((e for e in entries if e.measurement.is_reference
-                          and e.measurement.key.workload == entry.measurement.key.workload
-                          and e.measurement.key.concurrency == entry.measurement.key.concurrency
-                          and is_simulated(e.fingerprint) == is_simulated(entry.fingerprint)), None)  # fmt: skip
+        reference = next(
+            (
+                e
+                for e in entries
+                if e.measurement.is_reference
+                and e.measurement.key.workload == entry.measurement.key.workload
+                and e.measurement.key.concurrency == entry.measurement.key.concurrency
+                and is_simulated(e.fingerprint) == is_simulated(entry.fingerprint)
+            ),
+            None,
+        )
         if reference is not None and not entry.measurement.is_reference:
             sessions = {r.provenance.session for r in reference.runs}
             counts["speedup"] = sum(1 for r in runs if r.provenance.session in sessions)
@@ -115,10 +122,14 @@ def test_hovering_a_run_shows_its_commit_date_drift_and_status(browser: Browser,
       return {{x: r.left + r.width / 2, y: r.top + r.height / 2}};
     }})())""")
     )
-    browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box["x"], "y": box["y"]},
-                 session=browser.session)  # fmt: skip
-    tip = json.loads(browser.evaluate('JSON.stringify((t => ({hidden: t.hidden, text: t.innerText}))('
-                                      'document.querySelector(".tip")))'))  # fmt: skip
+    browser.call(
+        "Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box["x"], "y": box["y"]}, session=browser.session
+    )
+    tip = json.loads(
+        browser.evaluate(
+            'JSON.stringify((t => ({hidden: t.hidden, text: t.innerText}))(document.querySelector(".tip")))'
+        )
+    )
     assert not tip["hidden"]
     text = tip["text"]
     assert text.startswith("run 10 of 13 · segment 1\n2026-11-10 02:10 UTC · commit 090abcd · host gpu-node-1\n")
@@ -143,13 +154,16 @@ def test_the_summary_lists_what_regressed_what_is_suspect_and_what_the_gate_cann
         "warn": ["eagle3-2step/chat/c1"],
         "blind": ["plain/code/c1", "plain/sweep/c2"],
     }
-    targets = json.loads(browser.evaluate(
-        'JSON.stringify(Array.from(document.querySelectorAll("a[href^=\\"suite.html#\\"]")).map(a => a.hash.slice(1)))'
-    ))  # fmt: skip
+    targets = json.loads(
+        browser.evaluate(
+            "JSON.stringify(Array.from(document.querySelectorAll('a[href^=\"suite.html#\"]'))"
+            ".map(a => a.hash.slice(1)))"
+        )
+    )
     browser.open(site / "suite.html")
-    present = json.loads(browser.evaluate(
-        "JSON.stringify(Array.from(document.querySelectorAll('article.panel')).map(p => p.id))"
-    ))  # fmt: skip
+    present = json.loads(
+        browser.evaluate("JSON.stringify(Array.from(document.querySelectorAll('article.panel')).map(p => p.id))")
+    )
     assert targets and set(targets) <= set(present)  # every link of the summary lands on a panel
 
 

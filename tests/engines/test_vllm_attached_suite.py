@@ -202,9 +202,13 @@ def test_a_reference_whose_requests_all_fail_is_an_error_on_vllm(pytester, fake_
     pytester.makepyfile(test_suite=DEAD_SUITE)
     report = pytester.path / "report.json"
     result = pytester.runpytest(
-        f"--specperf-attach=ngram={fake_vllm('0.32.0')}", f"--specperf-attach=plain={dead_url}",
-        f"--specperf-json={report}", "--specperf-servers=ngram", "-p", "no:randomly",
-    )  # fmt: skip
+        f"--specperf-attach=ngram={fake_vllm('0.32.0')}",
+        f"--specperf-attach=plain={dead_url}",
+        f"--specperf-json={report}",
+        "--specperf-servers=ngram",
+        "-p",
+        "no:randomly",
+    )
     result.assert_outcomes(failed=1, passed=1)
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*min_speedup of ngram/default/c1 cannot be checked: the reference server 'plain'*"])

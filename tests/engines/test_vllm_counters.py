@@ -93,10 +93,17 @@ def test_prometheus_text_details() -> None:
 
 def _record(i: int, *, verify_ct: int | None = None, accepted: int | None = None) -> RequestRecord:
     return RequestRecord(
-        index=i, sent=0.0, first_chunk=0.1, last_chunk=1.0, num_chunks=10, completion_tokens=32,
-        verify_ct=verify_ct, accepted_drafts=accepted, proposed_drafts=None if verify_ct is None else 3 * verify_ct,
+        index=i,
+        sent=0.0,
+        first_chunk=0.1,
+        last_chunk=1.0,
+        num_chunks=10,
+        completion_tokens=32,
+        verify_ct=verify_ct,
+        accepted_drafts=accepted,
+        proposed_drafts=None if verify_ct is None else 3 * verify_ct,
         spec_tokens=None if verify_ct is None else (accepted or 0) + verify_ct,
-    )  # fmt: skip
+    )
 
 
 DELTA = Counters(drafts=26, draft_tokens=78, accepted=37, accepted_per_position=(17, 13, 7))

@@ -46,9 +46,12 @@ def installed(version: str = "0.33.0", *, serve_cli: bool, tree: bool) -> Engine
 
 def config(flags: EngineFlags | None) -> SpecperfConfig:
     return SpecperfConfig(
-        engine="vllm", launcher="vllm", python="/opt/vllm/bin/python", model="/models/target",
+        engine="vllm",
+        launcher="vllm",
+        python="/opt/vllm/bin/python",
+        model="/models/target",
         engine_flags={"vllm": flags} if flags else {},
-    )  # fmt: skip
+    )
 
 
 def test_vllm_serve_where_the_installed_cli_works(tmp_path: Path) -> None:
@@ -89,9 +92,11 @@ def test_a_tree_becomes_speculative_token_tree_where_vllm_has_it() -> None:
     server = parse("tree", dict(table), installed(serve_cli=True, tree=True))
     spec = VLLM_ENGINE.speculative_config(server)
     assert spec == {
-        "method": "eagle3", "model": "d", "num_speculative_tokens": 4,
+        "method": "eagle3",
+        "model": "d",
+        "num_speculative_tokens": 4,
         "speculative_token_tree": "[(0,), (1,), (0, 0), (0, 1)]",
-    }  # fmt: skip
+    }
     args = VLLM_ENGINE.launch_args(server, config(None), 8000, 1)
     assert json.loads(args[args.index("--speculative-config") + 1]) == spec
     with pytest.raises(ConfigError, match=r"eagle_topk: the installed vLLM 0.33.0 has no tree drafts"):

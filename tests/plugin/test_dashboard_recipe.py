@@ -23,8 +23,11 @@ LENIENT = f'store = "git:{BRANCH}"\nmax_regression = 0.9\nmax_regression_accept_
 def git(cwd: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -45,8 +48,12 @@ def test_nights_recorded_on_the_branch_are_published_there_as_a_dashboard(make_s
     out = capsys.readouterr().out
     assert re.search(rf"git:{BRANCH}: pushed 'specperf: dashboard of 2 keys, newest run [-\d]+' as commit ", out), out
     assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [
-        ".gitignore", ".nojekyll", "index.html", "sim", "suite.html"
-    ]  # fmt: skip
+        ".gitignore",
+        ".nojekyll",
+        "index.html",
+        "sim",
+        "suite.html",
+    ]
     page = git(remote, "show", f"{BRANCH}:suite.html")
     panel = r'<article class="panel[^"]*" id="[^"]+" data-key="([^"]+)" data-layer="sim" data-runs="(\d+)"'
     panels = re.findall(panel, page)

@@ -207,10 +207,12 @@ def test_hung_server_fails_its_measurement_after_the_stall_timeout(make_suite, t
     report = suite.pytester.path / "report.json"
     result = suite.run(f"--specperf-json={report}")
     result.assert_outcomes(passed=1, errors=2)
-    result.stdout.fnmatch_lines([
-        "*server 'eagle3-5step' (workload 'default', concurrency 1): made no progress for ? s (stall_timeout 2 s)"
-        " with requests in flight*hung*the measurement failed and the server is stopped*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*server 'eagle3-5step' (workload 'default', concurrency 1): made no progress for ? s (stall_timeout 2 s)"
+            " with requests in flight*hung*the measurement failed and the server is stopped*",
+        ]
+    )
     rows = report_rows(report)
     assert rows["eagle3-5step/default/c1"]["verdict"] == "ERROR"
     assert "made no progress" in rows["eagle3-5step/default/c1"]["reason"]

@@ -159,9 +159,19 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
     holder = MachineLock("the-test", lock_dir, env)
     with holder.hold("held by the test"):
         for name in ("a", "b"):
-            cmd = [sys.executable, "-m", "pytest", f"test_{name}.py", "-p", "no:randomly", "-p", "no:cacheprovider",
-                   f"--specperf-run-dir={path / ('run-' + name)}", "--specperf-update",
-                   f"--specperf-json={path / (name + '.json')}"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                f"test_{name}.py",
+                "-p",
+                "no:randomly",
+                "-p",
+                "no:cacheprovider",
+                f"--specperf-run-dir={path / ('run-' + name)}",
+                "--specperf-update",
+                f"--specperf-json={path / (name + '.json')}",
+            ]
             procs.append(
                 subprocess.Popen(cmd, cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             )
@@ -201,8 +211,14 @@ def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> 
     lock_dir = path / "machine-locks"
     lock_dir.mkdir()
 
-    other = {"id": "x:1:1", "session": "elsewhere", "pid": os.getpid(), "gpus": "all",
-             "label": "other/default/c1", "start": time.time()}  # fmt: skip
+    other = {
+        "id": "x:1:1",
+        "session": "elsewhere",
+        "pid": os.getpid(),
+        "gpus": "all",
+        "label": "other/default/c1",
+        "start": time.time(),
+    }
     (lock_dir / "measurements.jsonl").write_text(json.dumps(other) + "\n")  # still running: this very process
     report = path / "out.json"
     result = suite.run("--specperf-update", f"--specperf-json={report}")
@@ -262,9 +278,14 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
     suite = store_suite(make_suite, extra=f'env = {{ NCCL_ALGO = "Ring", SGLANG_JUDGE = "{SK_VALUE}" }}\n')
     out = suite.pytester.path / "out"
     result = suite.run(
-        "--specperf-update", "-v", "--specperf-report=full", f"--specperf-json={out}.json",
-        f"--specperf-markdown={out}.md", f"--specperf-bmf={out}.bmf.json", subprocess=True,
-    )  # fmt: skip
+        "--specperf-update",
+        "-v",
+        "--specperf-report=full",
+        f"--specperf-json={out}.json",
+        f"--specperf-markdown={out}.md",
+        f"--specperf-bmf={out}.bmf.json",
+        subprocess=True,
+    )
     result.assert_outcomes(passed=1)
     written = [p for p in suite.pytester.path.rglob("*") if p.is_file() and p.suffix in {".json", ".md", ".log"}]
     assert {p.name for p in written} >= {"out.json", "out.md", "out.bmf.json", "default-c1.json"}

@@ -54,8 +54,11 @@ def pytest_collection_finish(session):
 def git(cwd: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -143,13 +146,23 @@ class Machine:
 
     def start(self, night: int, meeting: Path, reports: Path) -> subprocess.Popen[str]:
         command = [
-            sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--specperf-record",
-            f"--specperf-servers=plain,{self.shard}", f"--specperf-json={reports / f'{self.name}-{night}.json'}",
-            f"--specperf-run-dir={reports / f'run-{self.name}-{night}'}", *self.args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "--specperf-record",
+            f"--specperf-servers=plain,{self.shard}",
+            f"--specperf-json={reports / f'{self.name}-{night}.json'}",
+            f"--specperf-run-dir={reports / f'run-{self.name}-{night}'}",
+            *self.args,
+        ]
         env = {**self.env, "RENDEZVOUS": str(meeting)}
-        return subprocess.Popen(command, cwd=self.checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)  # fmt: skip
+        return subprocess.Popen(
+            command, cwd=self.checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
 
 def test_three_nights_of_two_machines_record_every_run_exactly_once(tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ def test_options_and_markers_are_parsed_once(make_suite, monkeypatch: pytest.Mon
     assert result.ret == pytest.ExitCode.OK
     collected = {line for line in result.outlines if line.startswith("test_suite.py::")}
     # --specperf-servers, read once, selects
-    assert collected == {"test_suite.py::test_each[plain]", "test_suite.py::test_each[eagle3-5step]",
-                         "test_suite.py::test_named[plain]"}  # fmt: skip
+    assert collected == {
+        "test_suite.py::test_each[plain]",
+        "test_suite.py::test_each[eagle3-5step]",
+        "test_suite.py::test_named[plain]",
+    }
     assert markers == ["test_suite.py::test_each", "test_suite.py::test_named"]
     assert len(options) == 1

@@ -167,8 +167,11 @@ def commands(job: Job) -> list[Step]:
 def git(cwd: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -212,8 +215,12 @@ class Runner:
         env = {**self.env, **{key: substituted(value, shard) for key, value in step.env.items()}}
         return subprocess.Popen(
             ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command],
-            cwd=self.checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            cwd=self.checkout,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def run(self, step: Step, shard: str | None = None) -> str:
         return finished(self, self.start(step, shard), step)
@@ -278,8 +285,11 @@ def test_the_nightly_job_records_onto_the_branch_and_publishes_its_dashboard(tmp
         (run,) = history(origin, key)
         assert run["fingerprint"]["environment"]["NCCL_ALGO"] == "Ring", key
     # the dashboard pushed beside them
-    assert published_panels(origin) == {"plain/default/c1": "1", "eagle3-5step/default/c1": "1",
-                                        "eagle3-2step/default/c1": "1"}  # fmt: skip
+    assert published_panels(origin) == {
+        "plain/default/c1": "1",
+        "eagle3-5step/default/c1": "1",
+        "eagle3-2step/default/c1": "1",
+    }
     assert {"index.html", "suite.html"} <= set(git(origin, "ls-tree", "--name-only", BRANCH).splitlines())
     # what the job uploads exists, and the Markdown summary went to the run's page too
     (upload,) = [s for s in job.steps if s.uses.startswith("actions/upload-artifact")]
@@ -335,7 +345,11 @@ def test_the_matrix_shards_record_side_by_side_and_the_report_job_merges_and_pub
     labels = sorted(row["label"] for row in merged["measurements"])
     assert labels == ["eagle3-2step/default/c1", "eagle3-5step/default/c1", "plain/default/c1", "plain/default/c1"]
     assert "eagle3-5step" in merged_output and "eagle3-2step" in merged_output
-    assert re.search(rf"git:{BRANCH}: pushed 'specperf: dashboard of 3 keys, newest run [-\d]+' as commit ",
-                     dashboard_output), dashboard_output  # fmt: skip
-    assert published_panels(origin) == {"plain/default/c1": "2", "eagle3-5step/default/c1": "1",
-                                        "eagle3-2step/default/c1": "1"}  # fmt: skip
+    assert re.search(
+        rf"git:{BRANCH}: pushed 'specperf: dashboard of 3 keys, newest run [-\d]+' as commit ", dashboard_output
+    ), dashboard_output
+    assert published_panels(origin) == {
+        "plain/default/c1": "2",
+        "eagle3-5step/default/c1": "1",
+        "eagle3-2step/default/c1": "1",
+    }

@@ -53,9 +53,12 @@ class Toy(Engine):
     def request(self, prompt: Prompt, sampling: SamplingParams, model: str | None) -> EngineRequest:
         messages = [dict(m) for m in prompt.messages] if prompt.messages else [{"role": "user", "content": prompt.text}]
         payload: dict[str, Any] = {
-            "messages": messages, **sampling.to_openai(), "stream": True,
-            "stream_options": {"include_usage": True}, "return_spec_tokens_details": True,
-        }  # fmt: skip
+            "messages": messages,
+            **sampling.to_openai(),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_spec_tokens_details": True,
+        }
         return EngineRequest("/v1/chat/completions", payload, "chat")
 
     def spec_counts(self, final: Mapping[str, Any], mode: StreamMode) -> SpecCounts | None:

@@ -160,10 +160,12 @@ def test_lossless_fails_when_speculation_changes_outputs(make_suite, one_spec_se
     )
     result = suite.run()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*lossless: * of 16 outputs (*%) equal the reference server's (plain) output for the same prompt;"
-        " required 90%; first mismatch: round *, request * differs from word * (character *): * (reference) vs *",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*lossless: * of 16 outputs (*%) equal the reference server's (plain) output for the same prompt;"
+            " required 90%; first mismatch: round *, request * differs from word * (character *): * (reference) vs *",
+        ]
+    )
 
 
 def test_lossless_is_a_share_of_identical_outputs(make_suite, one_spec_server) -> None:

@@ -25,10 +25,16 @@ GREEDY = SimSamplingParams(max_new_tokens=96, temperature=0.0, ignore_eos=True)
 def engine(cv: float = 0.0, seed: int = 0) -> Engine:
     return Engine(
         EngineSettings(
-            profile=load_profile("kimi-k2.5-tp8"), spec=SpecConfig("EAGLE3", 5, 1, 6), tuned=True,
-            max_running_requests=8, cuda_graph_max_bs=8, time_scale=0.0, seed=seed, batch_acceptance=cv,
+            profile=load_profile("kimi-k2.5-tp8"),
+            spec=SpecConfig("EAGLE3", 5, 1, 6),
+            tuned=True,
+            max_running_requests=8,
+            cuda_graph_max_bs=8,
+            time_scale=0.0,
+            seed=seed,
+            batch_acceptance=cv,
         )
-    )  # fmt: skip
+    )
 
 
 def verify_counts(e: Engine, prompts: list[str], *, together: bool) -> list[int]:

@@ -16,9 +16,13 @@ from pytest_specperf.sim.profile_files import load_profile
 def engine(**kw: object) -> Engine:
     profile = load_profile("kimi-k2.5-tp8")
     values: dict = {
-        "profile": profile, "spec": None, "tuned": True, "max_running_requests": 8,
-        "cuda_graph_max_bs": 8, "time_scale": 0.0,
-    }  # fmt: skip
+        "profile": profile,
+        "spec": None,
+        "tuned": True,
+        "max_running_requests": 8,
+        "cuda_graph_max_bs": 8,
+        "time_scale": 0.0,
+    }
     values.update(kw)
     return Engine(EngineSettings(**values))
 
@@ -124,8 +128,9 @@ def test_a_simulated_night_after_a_level_shift_is_slower(sim_factory) -> None:
     runs its steps 1/0.8 times as long."""
 
     def factor(night: int) -> float:
-        sim = sim_factory(["--sim-time-scale", "0", "--sim-night", str(night), "--sim-step-at-night", "3",
-                           "--sim-step", "-0.2"])  # fmt: skip
+        sim = sim_factory(
+            ["--sim-time-scale", "0", "--sim-night", str(night), "--sim-step-at-night", "3", "--sim-step", "-0.2"]
+        )
         line = next(x for x in sim.log().splitlines() if "run speed factor" in x)
         sim.stop()
         return float(line.split("run speed factor ")[1].split()[0])

@@ -118,8 +118,12 @@ def tune(folder: Path, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_specperf.cli", "tune", "--run-dir", str(folder / "run"), *args],
-        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def servers_of(model: str) -> list[psutil.Process]:

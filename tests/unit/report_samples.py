@@ -34,9 +34,11 @@ def fingerprint(server: str, *, scale: str | None = "0.1", nccl: str = "Ring") -
     identity = {"launcher": "sglang", "model": "moonshotai/Kimi-K2.5", "gpu": "NVIDIA H200", "gpu_count": "8"}
     config = SERVERS.get(server)  # each server's own speculative settings, as a real fingerprint has them
     identity.update(
-        algorithm=config.algorithm if config else server, num_steps=config.num_steps if config else None,
-        eagle_topk=config.eagle_topk if config else None, num_draft_tokens=config.num_draft_tokens if config else None,
-    )  # fmt: skip
+        algorithm=config.algorithm if config else server,
+        num_steps=config.num_steps if config else None,
+        eagle_topk=config.eagle_topk if config else None,
+        num_draft_tokens=config.num_draft_tokens if config else None,
+    )
     if scale is not None:
         identity.update(launcher="sim", sim_profile="kimi-k2.5-tp8", sim_time_scale=scale)
     environment = {"sglang.version": "0.5.23", "NCCL_ALGO": nccl}

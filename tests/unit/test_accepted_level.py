@@ -129,8 +129,7 @@ def test_a_young_regression_is_judged_by_its_nights_not_its_starts() -> None:
     rounds = (0.99, 1.01, 1.0, 1.005, 0.995)
     history = [PastRun(tuple(v * f for f in rounds), night=f"n{i}") for i, v in enumerate(level)]
     changed = {"a": (0.943, 0.955), "b": (0.932, 0.901)}
-    history += [PastRun(tuple(v * f for f in rounds), night=night)
-                for night, starts in changed.items() for v in starts]  # fmt: skip
+    history += [PastRun(tuple(v * f for f in rounds), night=night) for night, starts in changed.items() for v in starts]
     verdict = judge_night([[v * f for f in rounds] for v in (0.913, 0.911)], history, TOLERANCE)
     assert verdict.level is not None and verdict.level.change_runs == (10, 11, 12, 13)
     assert verdict.decision is Decision.MISSED

@@ -21,8 +21,10 @@ def test_tigerbeetles_step_is_flagged_on_its_first_night_and_named_since_it_by_t
     """Run 15 is a -11.8% step (TigerBeetle's benchmark changed its workload): REGRESSION at once, and
     the night after it says the change began at run 15, not "since tonight"."""
     out = tmp_path / "tb.json"
-    assert main(["backtest", str(TIGERBEETLE), "--commit", "tigerbeetle_commit", "--time", "utc_time",
-                 "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        main(["backtest", str(TIGERBEETLE), "--commit", "tigerbeetle_commit", "--time", "utc_time", "--json", str(out)])
+        == 0
+    )
     nights = {n["run"]: n for n in json.loads(out.read_text())["nights"]}
     assert nights[15]["outcome"] == "REGRESSION" and nights[15]["change_point"] == 15
     assert nights[16]["outcome"] == "REGRESSION" and nights[16]["change_point"] == 15
@@ -134,8 +136,9 @@ def test_compare_puts_a_t_test_and_a_band_beside_the_plugin(tmp_path: Path, caps
     """TigerBeetle's run 15 (-11.8%) right after a -41% run: the plain t-test, whose spread that one run
     inflated, misses it; the plugin (which rejects the lone run) flags it, and says what it compared with."""
     out = tmp_path / "tb.json"
-    assert main(["backtest", str(TIGERBEETLE), "--value", "load_accepted_tx_per_s", "--compare",
-                 "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        main(["backtest", str(TIGERBEETLE), "--value", "load_accepted_tx_per_s", "--compare", "--json", str(out)]) == 0
+    )
     nights = {n["run"]: n for n in json.loads(out.read_text())["nights"]}
     assert nights[15]["outcome"] == "REGRESSION" and nights[15]["plain"] == {"t-test": False, "band": True}
     text = capsys.readouterr().out

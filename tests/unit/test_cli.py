@@ -73,8 +73,19 @@ def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys
     assert "plain/chat/c1" not in out
     assert lines[1] == "speedup over plain: its runs stored by the same session"
     assert lines[2].split() == [
-        "run", "stored", "commit", "segment", "status", "tok/s", "TPOT", "ms", "τ", "speedup", "rounds", "change",
-    ]  # fmt: skip
+        "run",
+        "stored",
+        "commit",
+        "segment",
+        "status",
+        "tok/s",
+        "TPOT",
+        "ms",
+        "τ",
+        "speedup",
+        "rounds",
+        "change",
+    ]
     row = {line.split()[0]: line for line in lines[4:] if line.strip() and line.split()[0].isdigit()}
     assert "tok/s -8." in row["7"] and "speedup -8." in out and "change" not in row["6"]
     assert "14.00" in row["1"] and "2.10±0.02" in row["1"]
@@ -305,8 +316,14 @@ def test_merge_keeps_the_errors_of_every_shard(tmp_path: Path, capsys) -> None:
     assert code == 0
     document = json.loads((tmp_path / "all.json").read_text())
     assert validate(document) == []
-    assert document["errors"] == [{
-        "label": "eagle3-5step/chat/c1", "server": "eagle3-5step", "workload": "chat", "concurrency": 1,
-        "verdict": "ERROR", "reason": "server 'eagle3-5step' exited with code 1",
-    }]  # fmt: skip
+    assert document["errors"] == [
+        {
+            "label": "eagle3-5step/chat/c1",
+            "server": "eagle3-5step",
+            "workload": "chat",
+            "concurrency": 1,
+            "verdict": "ERROR",
+            "reason": "server 'eagle3-5step' exited with code 1",
+        }
+    ]
     assert "eagle3-5step  chat" in out and "ERROR" in out

@@ -10,6 +10,8 @@ import pytest
 from pytest_specperf.config.loading import apply_overrides, find_config_file, parse_attach
 from pytest_specperf.engines.suite import load_suite
 from pytest_specperf.errors import ConfigError
+from pytest_specperf.tune.space import load_space
+from pytest_specperf.verdict.markers import parse_marker
 
 BASE = """
 [specperf]
@@ -261,3 +263,26 @@ def test_bad_store_settings_are_refused_with_the_key(tmp_path: Path, lines: str,
 def test_offline_store_is_relative_to_the_config_file(tmp_path: Path) -> None:
     config = load(tmp_path, BASE.replace('model = "m"', 'model = "m"\nstore = "git:h"\noffline_store = "local"'))
     assert config.store.offline == tmp_path / "local"
+
+
+def test_an_unknown_key_reads_the_same_in_a_table_a_workload_a_marker_and_a_tune_table(tmp_path: Path) -> None:
+    """One sentence, whichever front end met the key: `<where> <key>: unknown key (did you mean ...); allowed: ...`."""
+    workload = error(tmp_path, BASE + '\n[specperf.workloads.chat]\nprompts = "builtin:chat"\nnum_request = 3\n')
+    tune = error_of_tune(tmp_path, BASE + '\n[specperf.tune]\nbase = "eagle"\nnum_step = [1, 2]\n')
+    with pytest.raises(ConfigError) as marker:
+        parse_marker((), {"min_sped": 1.1}, "test_x", load(tmp_path, BASE))
+    sentences = {
+        "specperf.toml [specperf.workloads.chat] num_request": (workload, "num_requests"),
+        "specperf.toml [specperf.tune] num_step": (tune, "num_steps"),
+        "test_x @specperf min_sped": (str(marker.value), "min_speedup"),
+    }
+    for where, (message, meant) in sentences.items():
+        assert f"{where}: unknown key (did you mean '{meant}'?); allowed: " in message, message
+        allowed = message.split("; allowed: ")[1].split(", ")
+        assert allowed == sorted(allowed) and meant in allowed
+
+
+def error_of_tune(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_space(load(tmp_path, text))
+    return str(info.value)

@@ -225,9 +225,13 @@ def test_propagation_unknown_and_divisor_through_zero() -> None:
 def test_analyze_story_and_single_use_of_tau() -> None:
     ref_tpot = ms_per_token(REFERENCE_TOK_S)
     model = analyze(
-        TAU_5STEP, CYCLE_5STEP_MS / TAU_5STEP, ref_tpot,
-        throughput=71.0, reference_throughput=REFERENCE_TOK_S, draft_steps=5,
-    )  # fmt: skip
+        TAU_5STEP,
+        CYCLE_5STEP_MS / TAU_5STEP,
+        ref_tpot,
+        throughput=71.0,
+        reference_throughput=REFERENCE_TOK_S,
+        draft_steps=5,
+    )
     assert model.cycle_ms.value == pytest.approx(CYCLE_5STEP_MS)
     assert model.break_even_accept_length.value == pytest.approx(1.88, abs=0.005)
     assert model.headroom.value == pytest.approx(TAU_5STEP - model.break_even_accept_length.value)

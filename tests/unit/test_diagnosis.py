@@ -94,23 +94,41 @@ def test_the_port_and_memory_failures_are_recognised_for_their_retries(tmp_path:
 
 
 OLDER_CASES = {
-    "nccl": ("[2026 TP1] x\nRuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error\n",
-             "NCCL error", "(TP1)"),
-    "model": ("OSError: foo/bar is not a local folder and is not a valid model identifier listed on hf.co\n",
-              "model not found", "foo/bar"),
-    "revision": ("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found\n",
-                 "model revision not found", "RevisionNotFoundError"),
-    "remote-code": ("ValueError: The repository for x contains custom code which must be executed to correctly "
-                    "load the model. Please pass the argument `trust_remote_code=True`\n",
-                    "add --trust-remote-code", "contains custom code"),
+    "nccl": (
+        "[2026 TP1] x\nRuntimeError: NCCL error in: ../nccl.cpp:1, unhandled system error\n",
+        "NCCL error",
+        "(TP1)",
+    ),
+    "model": (
+        "OSError: foo/bar is not a local folder and is not a valid model identifier listed on hf.co\n",
+        "model not found",
+        "foo/bar",
+    ),
+    "revision": (
+        "huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found\n",
+        "model revision not found",
+        "RevisionNotFoundError",
+    ),
+    "remote-code": (
+        "ValueError: The repository for x contains custom code which must be executed to correctly "
+        "load the model. Please pass the argument `trust_remote_code=True`\n",
+        "add --trust-remote-code",
+        "contains custom code",
+    ),
     "spec": ("ValueError: Unknown speculative algorithm name: MEDUSA\n", "unsupported speculative setting", "MEDUSA"),
-    "import": ("Traceback\nImportError: libcudart.so.12: cannot open shared object file\n",
-               "a Python import failed", "libcudart"),
+    "import": (
+        "Traceback\nImportError: libcudart.so.12: cannot open shared object file\n",
+        "a Python import failed",
+        "libcudart",
+    ),
     "no-sglang": ("/usr/bin/python3: No module named sglang\n", "SGLang is not installed", "No module named"),
-    "unrecognized": ("sglang serve: error: unrecognized arguments: --no-such-flag\n",
-                     "does not know a flag", "--no-such-flag"),
+    "unrecognized": (
+        "sglang serve: error: unrecognized arguments: --no-such-flag\n",
+        "does not know a flag",
+        "--no-such-flag",
+    ),
     "unknown": ("starting\nValueError: something odd\n", "no known cause", "ValueError: something odd"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("log,cause,error", OLDER_CASES.values(), ids=OLDER_CASES.keys())

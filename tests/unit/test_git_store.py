@@ -32,8 +32,11 @@ SHARED = MeasurementKey("plain", "chat", 1)
 def git(cwd: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -158,8 +161,12 @@ def _recorder(suite: str, work: str, number: int, barrier: Any) -> None:
     store.prepare()
     barrier.wait(timeout=60)
     for night in range(3):
-        store.save(measurement(key=SHARED, throughputs=(float(number * 10 + night),)), suite_dir=None,
-                   session=f"m{number}-n{night}", new_segment=False)  # fmt: skip
+        store.save(
+            measurement(key=SHARED, throughputs=(float(number * 10 + night),)),
+            suite_dir=None,
+            session=f"m{number}-n{night}",
+            new_segment=False,
+        )
     store.save(measurement(key=MeasurementKey(f"spec-{number}", "chat", 1)), suite_dir=None, session=f"m{number}")
     store.publish()
     store.close()
@@ -341,8 +348,12 @@ def test_accept_on_a_branch_pushes_the_new_level(
 
     store = store_of(checkout(remote, tmp_path / "a"), tmp_path / "work")
     for night, level in enumerate((100.0, 100.0, 90.0, 90.0)):
-        store.save(measurement(key=SHARED, throughputs=(level, level)), suite_dir=None, session=f"s{night}",
-                   new_segment=night == 0)  # fmt: skip
+        store.save(
+            measurement(key=SHARED, throughputs=(level, level)),
+            suite_dir=None,
+            session=f"s{night}",
+            new_segment=night == 0,
+        )
     store.publish()
     store.close()
     where = f"git:{remote}#{BRANCH}"

@@ -39,12 +39,28 @@ def plan(server: ServerConfig = EAGLE, config: SpecperfConfig = CONFIG, tmp: Pat
 def test_sglang_argv_follows_the_contract(tmp_path: Path) -> None:
     launch = plan(tmp=tmp_path)
     assert launch.argv == (
-        "/opt/sglang/bin/python", "-m", "sglang.launch_server",
-        "--model-path", "moonshotai/Kimi-K2.5", "--host", "127.0.0.1", "--port", "31000",
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "org/draft",
-        "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
-        "--tp-size", "8",
-    )  # fmt: skip
+        "/opt/sglang/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "moonshotai/Kimi-K2.5",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "31000",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "org/draft",
+        "--speculative-num-steps",
+        "5",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "6",
+        "--tp-size",
+        "8",
+    )
     assert launch.url == "http://127.0.0.1:31000"
     assert launch.env_overrides == {"A": "1", "NCCL_ALGO": "Ring"}  # the server's env wins over the global one
     assert launch.log_path == tmp_path / "run" / "eagle3-5step.log"
@@ -61,8 +77,14 @@ def test_high_concurrency_lifts_the_48_request_cap_of_speculative_servers(tmp_pa
     assert argv[argv.index("--max-running-requests") + 1] == "64"
     plain = plan(ServerConfig(name="plain"), tmp=tmp_path, max_concurrency=64).argv
     assert "--max-running-requests" not in plain  # the cap only applies under speculation
-    given = ServerConfig(name="x", algorithm="EAGLE", num_steps=3, eagle_topk=1, num_draft_tokens=4,
-                         args=("--max-running-requests", "32"))  # fmt: skip
+    given = ServerConfig(
+        name="x",
+        algorithm="EAGLE",
+        num_steps=3,
+        eagle_topk=1,
+        num_draft_tokens=4,
+        args=("--max-running-requests", "32"),
+    )
     assert plan(given, tmp=tmp_path, max_concurrency=64).argv.count("--max-running-requests") == 1
 
 
@@ -187,9 +209,14 @@ def test_an_sglang_gpu_count_understands_dp_attention(args: tuple[str, ...], cou
 def _sleeper(tmp_path: Path, args: tuple[str, ...] = ("--tp-size", "2"), **env: str) -> ServerProcess:
     """A 'server' (a sleeping Python) launched like SGLang, so its devices come from its argv."""
     launch = LaunchPlan(
-        server="big", argv=(sys.executable, "-c", "import time; time.sleep(600)", *args), env_overrides=env,
-        host="127.0.0.1", port=1, log_path=tmp_path / "big.log", startup_timeout=10,
-    )  # fmt: skip
+        server="big",
+        argv=(sys.executable, "-c", "import time; time.sleep(600)", *args),
+        env_overrides=env,
+        host="127.0.0.1",
+        port=1,
+        log_path=tmp_path / "big.log",
+        startup_timeout=10,
+    )
     return ServerProcess(launch, parent_death_signal=True)
 
 
@@ -262,8 +289,13 @@ def test_progress_line_keeps_the_speculative_flags_of_a_long_command() -> None:
         "--cuda-graph-max-bs-decode 48 --max-running-requests 48 --api-key <redacted>"
     )
     line = progress_line(command)
-    for flag in ("--speculative-algorithm EAGLE3", "--speculative-num-steps 5", "--speculative-eagle-topk 1",
-                 "--speculative-num-draft-tokens 6", "--model-path moonshotai/Kimi-K2.5"):  # fmt: skip
+    for flag in (
+        "--speculative-algorithm EAGLE3",
+        "--speculative-num-steps 5",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 6",
+        "--model-path moonshotai/Kimi-K2.5",
+    ):
         assert flag in line, line
     assert len(line) < len(command)
     assert progress_line("Loading weights: 45%") == "Loading weights: 45%"
@@ -283,9 +315,17 @@ def test_a_long_start_shows_its_newest_milestone_not_the_launch_echo(tmp_path: P
         "[2026-12-01 01:09:41 TP3] Using 1 CUDA streams\n"
         "[2026-12-01 01:09:42] server_args={'model_path': 'm', 'dist_timeout': None}\n"
     )
-    process = ServerProcess(LaunchPlan(
-        server="eagle", argv=("python",), env_overrides={}, host="127.0.0.1", port=1, log_path=log, startup_timeout=1,
-    ))  # fmt: skip
+    process = ServerProcess(
+        LaunchPlan(
+            server="eagle",
+            argv=("python",),
+            env_overrides={},
+            host="127.0.0.1",
+            port=1,
+            log_path=log,
+            startup_timeout=1,
+        )
+    )
     assert process.last_log_line() == (
         "[2026-12-01 01:09:41 TP0] Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4]"
     )
@@ -303,9 +343,12 @@ def test_a_dry_run_hands_the_installed_flags_to_the_simulator(tmp_path: Path) ->
     from pytest_specperf.engines.flags import EngineFlags
 
     flags = EngineFlags(
-        "sglang", "0.6.0", "installed", {"--model-path": "--model-path", "--new-flag": "--new-flag"},
+        "sglang",
+        "0.6.0",
+        "installed",
+        {"--model-path": "--model-path", "--new-flag": "--new-flag"},
         algorithms=("EAGLE3", "SUPERDRAFT"),
-    )  # fmt: skip
+    )
     config = SpecperfConfig(launcher="sim", model="m", engine_flags={"sglang": flags})
     argv = build_launch(ServerConfig(name="plain"), config, run_dir=tmp_path, port=31000).argv
     path = Path(argv[argv.index("--sim-sglang-flags") + 1])

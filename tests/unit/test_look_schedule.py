@@ -23,8 +23,13 @@ def schedule(decisions: list[str], *, extend: bool = True, restart: bool = True)
         done.append("second start")
         return restart
 
-    last = looked(look, settled=lambda d: d in ("met", "missed-settled"), extend=extended,
-                  confirmable=lambda d: d in ("suspect", "missed"), second_start=second)  # fmt: skip
+    last = looked(
+        look,
+        settled=lambda d: d in ("met", "missed-settled"),
+        extend=extended,
+        confirmable=lambda d: d in ("suspect", "missed"),
+        second_start=second,
+    )
     return last, done
 
 
@@ -41,8 +46,7 @@ def test_a_night_still_beyond_after_more_rounds_is_decided_on_a_second_start() -
 
 
 def test_no_second_look_when_none_can_be_had() -> None:
-    assert schedule(["suspect", "suspect"], restart=False) == (
-        "suspect", ["look", "extend", "look", "second start"])  # fmt: skip
+    assert schedule(["suspect", "suspect"], restart=False) == ("suspect", ["look", "extend", "look", "second start"])
     assert schedule(["suspect", "suspect"], extend=False) == ("suspect", ["look", "extend", "second start", "look"])
 
 

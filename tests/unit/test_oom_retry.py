@@ -82,10 +82,15 @@ def pool(tmp_path: Path, release_s: float) -> ServerPool:
     script = tmp_path / "standin_server.py"
     script.write_text(SERVER)
     config = SpecperfConfig(
-        launcher="sglang", python=f"{sys.executable} {script}", model="m", max_servers=1, stop_timeout=10,
-        startup_timeout=30, env={"STANDIN_RELEASE_S": str(release_s)},
+        launcher="sglang",
+        python=f"{sys.executable} {script}",
+        model="m",
+        max_servers=1,
+        stop_timeout=10,
+        startup_timeout=30,
+        env={"STANDIN_RELEASE_S": str(release_s)},
         servers={"a": ServerConfig(name="a"), "b": ServerConfig(name="b")},
-    )  # fmt: skip
+    )
     return ServerPool(config, tmp_path / "run")
 
 

@@ -303,8 +303,11 @@ def test_plots_of_a_sweep(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     written = write_plots(sweep_report(), tmp_path)
     assert [p.name for p in written] == [
-        "throughput.png", "accept_length.png", "cycle_time.png", "speedup_vs_concurrency-chat.png",
-    ]  # fmt: skip
+        "throughput.png",
+        "accept_length.png",
+        "cycle_time.png",
+        "speedup_vs_concurrency-chat.png",
+    ]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -430,15 +433,22 @@ def test_json_report_carries_history_change_points_and_why_a_run_was_not_stored(
     throughput = five["history"]["output_throughput"]
     assert len(throughput) == 11 and throughput[-1]["tonight"] and throughput[-1]["created"] is None
     assert throughput[0] == {
-        "created": "2026-11-10T01:00:00+00:00", "commit": "c0aaaaaaaa", "segment": 0, "tonight": False,
+        "created": "2026-11-10T01:00:00+00:00",
+        "commit": "c0aaaaaaaa",
+        "segment": 0,
+        "tonight": False,
         "status": "accepted",
         "value": throughput[0]["value"],
-    }  # fmt: skip
+    }
     assert [c["metric"] for c in five["change_points"]] == ["output_throughput", "speedup"]
     change = five["change_points"][0]
     assert (change["index"], change["runs"], change["since"], change["commit"], change["tonight"]) == (
-        6, 9, "2026-11-18T01:00:00+00:00", "c8aaaaaaaa", False,
-    )  # fmt: skip
+        6,
+        9,
+        "2026-11-18T01:00:00+00:00",
+        "c8aaaaaaaa",
+        False,
+    )
     assert change["ratio"]["low"] < change["ratio"]["value"] < change["ratio"]["high"] < 0.93
     assert change["description"].startswith("eagle3-5step chat c1 throughput -8.0% [")
     assert change["description"].endswith("since the run of 2026-11-18 (commit c8aaaaa)")

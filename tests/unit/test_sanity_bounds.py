@@ -10,16 +10,28 @@ from pytest_specperf.measure.rounds import sanity_warnings, summarise_round
 
 def record(index: int, tokens: int, verify: int, correct: int | None = None, proposed: int | None = None):
     return RequestRecord(
-        index=index, sent=0.0, first_chunk=0.1, last_chunk=1.0, num_chunks=verify, completion_tokens=tokens,
-        verify_ct=verify, accepted_drafts=correct, proposed_drafts=proposed,
-    )  # fmt: skip
+        index=index,
+        sent=0.0,
+        first_chunk=0.1,
+        last_chunk=1.0,
+        num_chunks=verify,
+        completion_tokens=tokens,
+        verify_ct=verify,
+        accepted_drafts=correct,
+        proposed_drafts=proposed,
+    )
 
 
 def measurement(records: list[RequestRecord], steps: int, topk: int, draft: int) -> Measurement:
     m = Measurement(
-        key=MeasurementKey("tree", "default", 1), workload_hash="h", is_reference=False,
-        num_steps=steps, eagle_topk=topk, num_draft_tokens=draft, algorithm="EAGLE3",
-    )  # fmt: skip
+        key=MeasurementKey("tree", "default", 1),
+        workload_hash="h",
+        is_reference=False,
+        num_steps=steps,
+        eagle_topk=topk,
+        num_draft_tokens=draft,
+        algorithm="EAGLE3",
+    )
     m.rounds.append(summarise_round(0, records, steps, topk))
     return m
 

@@ -26,8 +26,10 @@ def test_a_worker_payload_is_named_json_and_comes_back_the_same() -> None:
     )
     text = payload.to_json()
     entry = json.loads(text)["verdicts"][0]
-    assert entry == {"key": {"server": key.server, "workload": key.workload, "concurrency": key.concurrency},
-                     "verdicts": ["SUSPECT", "PASS"]}  # fmt: skip
+    assert entry == {
+        "key": {"server": key.server, "workload": key.workload, "concurrency": key.concurrency},
+        "verdicts": ["SUSPECT", "PASS"],
+    }
     back = WorkerPayload.from_json(text)
     assert [m.to_dict() for m in back.measurements] == [m.to_dict() for m in measurements]
     assert back.measurements[0].fingerprint == measurements[0].fingerprint  # rebuilt by the record itself
@@ -37,10 +39,14 @@ def test_a_worker_payload_is_named_json_and_comes_back_the_same() -> None:
 
 def test_the_plan_puts_the_reference_first_and_knows_what_it_implies() -> None:
     chat, code = MeasurementKey("eagle3-5step", "chat", 1), MeasurementKey("eagle3-5step", "code", 4)
-    plan = Plan(CONFIG, [
-        PlannedTest("t::a[eagle3-5step]", chat), PlannedTest("t::b[eagle3-5step]", code),
-        PlannedTest("t::c[plain]", ServerCase("plain")),
-    ])  # fmt: skip
+    plan = Plan(
+        CONFIG,
+        [
+            PlannedTest("t::a[eagle3-5step]", chat),
+            PlannedTest("t::b[eagle3-5step]", code),
+            PlannedTest("t::c[plain]", ServerCase("plain")),
+        ],
+    )
     assert plan.reference_keys() == [MeasurementKey("plain", "chat", 1), MeasurementKey("plain", "code", 4)]
     assert plan.needed_keys() == [chat, code, *plan.reference_keys()]
     assert plan.max_concurrency("plain") == 4 and plan.max_concurrency("eagle3-5step") == 4

@@ -27,9 +27,14 @@ def test_the_list_is_the_generated_one_and_counts_itself():
 
 def test_every_flag_the_plugin_emits_is_an_sglang_flag():
     server = ServerConfig(
-        name="eagle", algorithm="EAGLE3", draft_model="d", num_steps=3, eagle_topk=1, num_draft_tokens=4,
+        name="eagle",
+        algorithm="EAGLE3",
+        draft_model="d",
+        num_steps=3,
+        eagle_topk=1,
+        num_draft_tokens=4,
         api_key="k",
-    )  # fmt: skip
+    )
     argv = server_args(server, SpecperfConfig(model="m"), 30000, max_concurrency=64)
     assert "--max-running-requests" in argv  # concurrency above SGLang's speculative cap of 48
     for flag in (token for token in argv if token.startswith("--")):
@@ -66,9 +71,14 @@ def test_every_flag_the_simulator_models_is_an_sglang_flag():
 
 @pytest.mark.parametrize(
     "flag,expected",
-    [("--tp", "--tp-size"), ("--po", "--port"), ("--speculative-algo", "--speculative-algorithm"),
-     ("--tensor-parallel", "--tensor-parallel-size"), ("--no-such-flag", None)],
-)  # fmt: skip
+    [
+        ("--tp", "--tp-size"),
+        ("--po", "--port"),
+        ("--speculative-algo", "--speculative-algorithm"),
+        ("--tensor-parallel", "--tensor-parallel-size"),
+        ("--no-such-flag", None),
+    ],
+)
 def test_abbreviations_resolve_like_argparse(flag, expected):
     assert sglang_flags().resolve(flag) == expected
     if isinstance(expected, str):

@@ -495,8 +495,13 @@ def test_history_is_capped_oldest_dropped_but_the_accepted_level_kept(store: Fil
     for value in range(1, 6):
         store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=False, history=3)
     for value in range(10, 17):
-        result = store.save(measurement(throughputs=(float(value),)), suite_dir=None, new_segment=value == 10,
-                            history=3, status="accepted" if value < 13 else "refused")  # fmt: skip
+        result = store.save(
+            measurement(throughputs=(float(value),)),
+            suite_dir=None,
+            new_segment=value == 10,
+            history=3,
+            status="accepted" if value < 13 else "refused",
+        )
     assert result.runs == 7  # nights 14-16, the change's first night 13, the accepted 10-12
     assert [r.summary.output_throughput for r in store.load(KEY).runs] == [float(v) for v in range(10, 17)]
 

@@ -54,9 +54,15 @@ def start(tmp_path: Path, launcher: str) -> tuple[ServerProcess, list[psutil.Pro
     records = tmp_path / "records"
     records.mkdir()
     plan = LaunchPlan(
-        server="standin", argv=(sys.executable, "-c", launcher, str(records), CHILD), env_overrides={},
-        host="127.0.0.1", port=1, log_path=tmp_path / "standin.log", startup_timeout=10, launcher="sim",
-    )  # fmt: skip
+        server="standin",
+        argv=(sys.executable, "-c", launcher, str(records), CHILD),
+        env_overrides={},
+        host="127.0.0.1",
+        port=1,
+        log_path=tmp_path / "standin.log",
+        startup_timeout=10,
+        launcher="sim",
+    )
     process = ServerProcess(plan)
     process.start()
     assert process.pid is not None

@@ -121,8 +121,9 @@ def test_points_that_scatter_more_than_their_noise_widen_the_fit() -> None:
     shapes = [Shape(s, 1, s + 1) for s in range(1, 7)]
     wobble = [0.0, 3.0, -3.0, 3.0, -3.0, 0.0]
     calm = fit_cycle_cost([CyclePoint(s, cycle(s), 1e-4) for s in shapes], terms_for(shapes), 16.0)
-    noisy = fit_cycle_cost([CyclePoint(s, cycle(s) + w, 1e-4) for s, w in zip(shapes, wobble, strict=True)],
-                           terms_for(shapes), 16.0)  # fmt: skip
+    noisy = fit_cycle_cost(
+        [CyclePoint(s, cycle(s) + w, 1e-4) for s, w in zip(shapes, wobble, strict=True)], terms_for(shapes), 16.0
+    )
     assert noisy.misfit > 10 and noisy.sd(Shape(4, 1, 5)) > 5 * calm.sd(Shape(4, 1, 5))
 
 

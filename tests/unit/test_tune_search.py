@@ -282,7 +282,10 @@ def test_a_config_never_started_says_why_the_search_ended(settled: bool, starts:
     from pytest_specperf.tune.output import never_started
 
     result = SimpleNamespace(
-        settled=settled, starts=[object()] * starts, space=SimpleNamespace(budget=4), failed={},
+        settled=settled,
+        starts=[object()] * starts,
+        space=SimpleNamespace(budget=4),
+        failed={},
         forecast=SimpleNamespace(best_chance=lambda label: 0.03),
-    )  # fmt: skip
+    )
     assert never_started(result, "s2-k1-n3") == f"{why} (chance to beat a leader 3%)"  # type: ignore[arg-type]

@@ -133,8 +133,11 @@ def test_vllm_candidates_edit_the_speculative_config(tmp_path: Path) -> None:
     assert len(space.candidates) == 12
     cand = space.candidate("s5-lmax2")
     assert dict(cand.server.speculative_config or {}) == {
-        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 2, "prompt_lookup_min": 2,
-    }  # fmt: skip
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 2,
+        "prompt_lookup_min": 2,
+    }
     assert (cand.draft.steps, cand.draft.topk, cand.draft.draft_tokens) == (5, 1, 6)
     assert cand.group != space.candidate("s5-lmax4").group  # another lookup: its own acceptance
 

@@ -9,10 +9,11 @@ import pytest
 from report_samples import CONFIG, baseline_of, fingerprint, measurement
 
 from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.fixtures import SpecperfResult
 from pytest_specperf.report.analysis import build_report
-from pytest_specperf.verdict.checks import REPORTED_METRICS, Limits, evaluate, failure_message
+from pytest_specperf.verdict.checks import REPORTED_METRICS, Limits, evaluate
 from pytest_specperf.verdict.markers import SpecperfMarker
-from pytest_specperf.verdict.outcome import Outcome, outcome_of
+from pytest_specperf.verdict.outcome import Outcome, failure_message, outcome_of
 from pytest_specperf.verdict.stats import Decision
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
@@ -35,9 +36,13 @@ def marker(**kw) -> SpecperfMarker:
 def test_met_speedup_and_no_baseline_is_new() -> None:
     steady = dataclasses.replace(LIMITS, run_to_run_cv=0.0)  # starts that do not differ (the plain simulator)
     result = evaluate(
-        spec([700, 701, 699, 700, 700]), plain([610, 611, 609, 610, 610]), marker(min_speedup=1.1), steady, None,
+        spec([700, 701, 699, 700, 700]),
+        plain([610, 611, 609, 610, 610]),
+        marker(min_speedup=1.1),
+        steady,
+        None,
         updating=False,
-    )  # fmt: skip
+    )
     assert [c.decision for c in result.checks] == [Decision.MET, Decision.MET]  # errors, speedup
     assert result.verdict is Verdict.NEW
 
@@ -60,10 +65,14 @@ def paired_history(server_runs: list[list[float]], path: Path, sessions: list[st
 
     make = make or spec
     runs = tuple(
-        StoredRun(make(r), baseline_of(make(r), path).summary,
-                  Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0", session), 0)
+        StoredRun(
+            make(r),
+            baseline_of(make(r), path).summary,
+            Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0", session),
+            0,
+        )
         for i, (r, session) in enumerate(zip(server_runs, sessions, strict=True))
-    )  # fmt: skip
+    )
     return dataclasses.replace(baseline_of(make(server_runs[-1]), path), runs=runs)
 
 
@@ -77,9 +86,15 @@ def test_speedup_uses_the_recorded_speedups_spread_once_three_pairs_exist(tmp_pa
     ref_stored = paired_history([[610.0] * 5] * 4, tmp_path / "r.json", nights, make=plain)
     tonight, reference = spec([700, 701, 699, 700, 700]), plain([610, 611, 609, 610, 610])
     result = evaluate(
-        tonight, reference, marker(min_speedup=1.1), LIMITS, stored, updating=False, reference_baseline=ref_stored,
+        tonight,
+        reference,
+        marker(min_speedup=1.1),
+        LIMITS,
+        stored,
+        updating=False,
+        reference_baseline=ref_stored,
         strict=True,
-    )  # fmt: skip
+    )
     (check,) = [c for c in result.checks if c.name == "min_speedup"]
     assert check.decision is Decision.MET
     assert "start-to-start CV 0.3% from 4 recorded speedups" in check.message
@@ -87,9 +102,15 @@ def test_speedup_uses_the_recorded_speedups_spread_once_three_pairs_exist(tmp_pa
     # the same histories, but only two runs of each were stored by the same session: the prior decides
     unpaired = paired_history([[610.0] * 5] * 4, tmp_path / "r.json", ["n1", "n2", "x3", None], make=plain)
     result = evaluate(
-        tonight, reference, marker(min_speedup=1.1), LIMITS, stored, updating=False, reference_baseline=unpaired,
+        tonight,
+        reference,
+        marker(min_speedup=1.1),
+        LIMITS,
+        stored,
+        updating=False,
+        reference_baseline=unpaired,
         strict=True,
-    )  # fmt: skip
+    )
     (check,) = [c for c in result.checks if c.name == "min_speedup"]
     assert check.decision is Decision.INCONCLUSIVE
     assert "prior run-to-run CV 2.0% per start (config run_to_run_cv; 2 recorded speedups, 1 more replaces it)" in (
@@ -166,8 +187,9 @@ def test_an_estimate_outside_a_range_without_credibility_is_suspect() -> None:
 
 
 def test_regression_against_the_baseline_shows_the_environment_drift(tmp_path: Path) -> None:
-    stored = history_of([[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]],
-                        tmp_path / "b.json")  # fmt: skip
+    stored = history_of(
+        [[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]], tmp_path / "b.json"
+    )
     current = spec([600, 601, 599, 600, 600], nccl="Tree")
     result = evaluate(current, None, None, LIMITS, stored, updating=False)
     assert result.verdict is Verdict.REGRESSION
@@ -279,11 +301,15 @@ def test_a_step_in_the_history_is_named_with_its_first_run(tmp_path: Path) -> No
 
     nights = [[700.0 * (1 + 0.003 * ((i % 3) - 1))] * 5 for i in range(6)] + [[644.0] * 5] * 3
     runs = tuple(
-        StoredRun(spec(r), baseline_of(spec(r), tmp_path).summary,
-                  Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0"), 0,
-                  "accepted" if i < 6 else "suspect")
+        StoredRun(
+            spec(r),
+            baseline_of(spec(r), tmp_path).summary,
+            Provenance(f"2026-11-{10 + i:02d}T01:00:00+00:00", f"c{i}aaaaaaaa", "gpu", "0"),
+            0,
+            "accepted" if i < 6 else "suspect",
+        )
         for i, r in enumerate(nights)
-    )  # fmt: skip
+    )
     stored = dataclasses.replace(baseline_of(spec(nights[-1]), tmp_path / "b.json"), runs=runs)
     tonight = spec([644.0] * 5)
     result = evaluate(tonight, None, None, LIMITS, stored, updating=False)
@@ -317,8 +343,9 @@ def test_a_night_beyond_the_tolerance_is_recorded_as_suspect(tmp_path: Path) -> 
 
 
 def test_a_missed_check_fails_the_test_with_the_evidence(tmp_path: Path) -> None:
-    stored = history_of([[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]],
-                        tmp_path / "b.json")  # fmt: skip
+    stored = history_of(
+        [[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]], tmp_path / "b.json"
+    )
     current = spec([600, 601, 599, 600, 600])
     evaluation = evaluate(current, None, None, LIMITS, stored, updating=False)
     outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=False)
@@ -329,11 +356,13 @@ def test_a_missed_check_fails_the_test_with_the_evidence(tmp_path: Path) -> None
 def test_a_failing_test_names_its_suspect_checks_too(tmp_path: Path) -> None:
     """A REGRESSION that fails the test, and a min_speedup below its threshold but not credibly: the
     failure's text names both, the suspect one as suspect, so nothing tonight's numbers say is hidden."""
-    stored = history_of([[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]],
-                        tmp_path / "b.json")  # fmt: skip
+    stored = history_of(
+        [[700, 701, 699, 700, 700], [702, 703, 701, 702, 702], [698, 699, 697, 698, 698]], tmp_path / "b.json"
+    )
     current = spec([600, 601, 599, 600, 600])
-    evaluation = evaluate(current, plain([520, 521, 519, 520, 520]), marker(min_speedup=1.18), LIMITS, stored,
-                          updating=False)  # fmt: skip
+    evaluation = evaluate(
+        current, plain([520, 521, 519, 520, 520]), marker(min_speedup=1.18), LIMITS, stored, updating=False
+    )
     assert [c.name for c in evaluation.missed] == ["regression:output_throughput"]
     assert [c.name for c in evaluation.suspect] == ["min_speedup"]
     outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=False)
@@ -350,8 +379,9 @@ def test_an_incomparable_baseline_follows_the_policy(tmp_path: Path, policy: str
     current = spec([600] * 5)
     other = fingerprint("eagle3-5step")
     current.fingerprint = type(other)({**other.identity, "model": "another/model"}, other.environment)
-    outcome = outcome_of(current, evaluate(current, None, None, LIMITS, stored, updating=False),
-                         on_incomparable=policy, strict=False)  # fmt: skip
+    outcome = outcome_of(
+        current, evaluate(current, None, None, LIMITS, stored, updating=False), on_incomparable=policy, strict=False
+    )
     assert outcome.action == action
     text = outcome.message if action != "pass" else outcome.warnings[0]
     assert text is not None and text.startswith("INCOMPARABLE") and "model" in text
@@ -360,8 +390,9 @@ def test_an_incomparable_baseline_follows_the_policy(tmp_path: Path, policy: str
 @pytest.mark.parametrize(("strict", "action"), [(False, "pass"), (True, "fail")])
 def test_a_suspect_check_warns_or_fails_under_strict(strict: bool, action: str) -> None:
     current = spec([700, 640, 760, 660, 730])  # 1.16x against 1.2: below, but too noisy to be sure
-    evaluation = evaluate(current, plain([600, 601, 599, 600, 600]), marker(min_speedup=1.2), LIMITS, None,
-                          updating=False)  # fmt: skip
+    evaluation = evaluate(
+        current, plain([600, 601, 599, 600, 600]), marker(min_speedup=1.2), LIMITS, None, updating=False
+    )
     assert evaluation.suspect
     outcome = outcome_of(current, evaluation, on_incomparable="fail", strict=strict)
     assert outcome.action == action
@@ -390,3 +421,13 @@ def test_a_met_check_passes_without_warnings() -> None:
     current = spec([700] * 5)
     evaluation = evaluate(current, plain([600] * 5), marker(min_speedup=1.1), LIMITS, None, updating=False)
     assert outcome_of(current, evaluation, on_incomparable="fail", strict=True) == Outcome("pass")
+
+
+def test_the_fixtures_speedup_is_the_one_the_check_and_the_table_use() -> None:
+    """One formula: a test body's `specperf.speedup` is the point value of the interval `min_speedup`
+    decides on (verdict/history.py `speedup_estimate`), whatever the rounds' spread."""
+    current, reference = spec([500, 900, 600, 800, 700]), plain([610, 611, 609, 610, 610])
+    evaluation = evaluate(current, reference, marker(min_speedup=1.1), LIMITS, None, updating=False)
+    assert evaluation.speedup is not None
+    in_the_body = SpecperfResult(None, current.key, current, reference).speedup  # type: ignore[arg-type]
+    assert in_the_body == pytest.approx(evaluation.speedup.estimate.value, rel=1e-12)

@@ -9,7 +9,6 @@ requests, streams, server state).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -119,11 +118,13 @@ class SGLang(Engine):
     info_fields: ClassVar[tuple[str, ...]] = SERVER_INFO_FIELDS
     speculation_keys = (
         *Engine.speculation_keys,
-        "server.speculative_*", "server.flag --speculative-*",
+        "server.speculative_*",
+        "server.flag --speculative-*",
         # consequences of speculation, not choices: SGLang caps speculative servers at 48 running requests,
         # and the plugin raises that cap only for speculative servers (a concurrency above either is warned)
-        "server.max_running_requests", "server.flag --max-running-requests",
-    )  # fmt: skip
+        "server.max_running_requests",
+        "server.flag --max-running-requests",
+    )
     launch_echo = startup.LAUNCH_ECHO
     startup_failures = startup.STARTUP_FAILURES
     fatal_startup = startup.FATAL_STARTUP
@@ -187,7 +188,7 @@ class SGLang(Engine):
         running = needed_max_running_requests(server, max_concurrency)
         if running is not None and startup.flag_value(server.args, "--max-running-requests") is None:
             args += ["--max-running-requests", str(running)]
-        api_key = server.api_key or config.api_key or os.environ.get("SPECPERF_API_KEY")
+        api_key = config.api_key_for(server)
         if api_key:
             args += ["--api-key", api_key]
         return args

@@ -25,7 +25,7 @@ from pytest_specperf.errors import SpecperfError
 from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.report.dashboard.model import LAYER_TITLES, Dashboard, build_dashboard
 from pytest_specperf.report.dashboard.pages import SUITE, SUMMARY, suite_page, summary_page
-from pytest_specperf.store import GitStore, Store
+from pytest_specperf.store import Store
 from pytest_specperf.verdict.checks import Limits
 
 __all__ = ["Dashboard", "build_dashboard", "run", "write_site"]
@@ -53,11 +53,11 @@ def write_site(dashboard: Dashboard, directory: Path, *, nojekyll: bool = False)
     return [directory / name for name in pages if name != NOJEKYLL]
 
 
-def run(args: argparse.Namespace, store: Store) -> int:
-    """Build the dashboard of an opened (prepared) store and write it, publish it, or both."""
+def run(args: argparse.Namespace, store: Store, *, location: str) -> int:
+    """Build the dashboard of an opened (prepared) store and write it, publish it, or both; `location` is
+    the store as the user wrote it, which the pages name."""
     limits = Limits.tolerating(args.max_regression, args.max_regression_accept_length)
-    title = args.title or default_title(store)
-    location = store.location if isinstance(store, GitStore) else str(Path(args.store))  # as the user wrote it
+    title = args.title or store.title
 
     def build() -> Dashboard:
         entries = store.entries()
@@ -70,11 +70,6 @@ def run(args: argparse.Namespace, store: Store) -> int:
 
     site = _Site(build, build())
     if args.publish:
-        if not isinstance(store, GitStore):
-            raise SpecperfError(
-                f"--publish writes the pages onto a git store's branch (git:<branch>); {store.location} is a folder: "
-                "write the pages with -o and serve that folder"
-            )
         for line in store.publish_files(site.write_into):
             print(line)
     if args.output is not None:
@@ -103,14 +98,3 @@ class _Site:
         write_site(self.made, root, nojekyll=True)
         keys = len(self.made.keys)
         return f"specperf: dashboard of {keys} key{'s' if keys != 1 else ''}, newest run {self.made.newest_run[:10]}"
-
-
-def default_title(store: Store) -> str:
-    """The suite's name: a folder store's parent folder (`example_suite/.specperf`), or the repository and
-    branch of a git store."""
-    if isinstance(store, GitStore):
-        url = store.spec.url
-        repository = Path(url.rstrip("/")).name.removesuffix(".git") if url else Path.cwd().name
-        return f"{repository} {store.branch}"
-    root = Path(store.location).resolve()
-    return (root.parent.name if root.name.startswith(".") else root.name) or str(root)

@@ -217,17 +217,25 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
             charts.append(chart)
     first = len(entry.runs) - len(newest_night(entry.runs))
     return KeyView(
-        key=entry.measurement.key, layer=layer_of(entry), path=entry.path, runs=entry.runs,
-        newest=frozenset(range(first, len(entry.runs))), charts=tuple(charts),
-        gate=gate(entry, nights["output_throughput"], limits), drift=_drift(entry.runs),
+        key=entry.measurement.key,
+        layer=layer_of(entry),
+        path=entry.path,
+        runs=entry.runs,
+        newest=frozenset(range(first, len(entry.runs))),
+        charts=tuple(charts),
+        gate=gate(entry, nights["output_throughput"], limits),
+        drift=_drift(entry.runs),
         reference=reference.measurement.key.server if reference is not None else None,
-    )  # fmt: skip
+    )
 
 
 def _chart(
-    entry: StoredBaseline, metric: str, reference: StoredBaseline | None, level: float | None,
+    entry: StoredBaseline,
+    metric: str,
+    reference: StoredBaseline | None,
+    level: float | None,
     in_force: ChangeInForce | None,
-) -> Chart:  # fmt: skip
+) -> Chart:
     marks = []
     for index, run in enumerate(entry.runs):
         # trends.series on this one run: its value and interval exactly as a night's report has them
@@ -287,9 +295,17 @@ def _changes(
             found.append(ChangeMark(run, group[-1].run, point.kind, point.change, point.per_run, sentence, force))
     if in_force is not None:
         change = in_force.change
-        found.append(ChangeMark(
-            in_force.run, len(entry.runs) - 1, change.kind, change.change, change.per_run, change.sentence, True,
-        ))  # fmt: skip
+        found.append(
+            ChangeMark(
+                in_force.run,
+                len(entry.runs) - 1,
+                change.kind,
+                change.change,
+                change.per_run,
+                change.sentence,
+                True,
+            )
+        )
     return sorted(found, key=lambda mark: mark.run)
 
 

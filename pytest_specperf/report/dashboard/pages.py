@@ -229,8 +229,16 @@ def _blind_item(view: KeyView) -> str:
 
 
 def _key_table(views: Sequence[KeyView]) -> str:
-    head = ("key", "runs", "newest night", "tok/s", "vs level", "run-to-run CV", "one night flags (80%)",
-            "change in force")  # fmt: skip
+    head = (
+        "key",
+        "runs",
+        "newest night",
+        "tok/s",
+        "vs level",
+        "run-to-run CV",
+        "one night flags (80%)",
+        "change in force",
+    )
     rows = []
     for view in views:
         newest = view.runs[-1]
@@ -241,13 +249,15 @@ def _key_table(views: Sequence[KeyView]) -> str:
         cv = "-" if c is None else f"{c.run_cv:.1%}" + (" (prior)" if c.prior else "")
         change = view.change_in_force
         cells = [
-            _label(view, layer=False), str(len(view.runs)),
+            _label(view, layer=False),
+            str(len(view.runs)),
             f'{escape(newest.provenance.created[:10])} <span class="badge {newest.status}">{newest.status}</span>',
             escape(fmt(value, 1)) if value is not None else "-",
             escape(change_percent(c.ratio)) if c is not None else escape(view.gate.why or "-"),
-            cv, f"{night.detectable - 1:+.1%}" if night is not None and night.detectable else "-",
+            cv,
+            f"{night.detectable - 1:+.1%}" if night is not None and night.detectable else "-",
             escape(change.sentence) if change is not None else "-",
-        ]  # fmt: skip
+        ]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
     return f'<table class="keys"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -280,13 +290,20 @@ def _legend() -> str:
         (symbol("refused"), "refused (a REGRESSION night)"),
         (symbol("accepted", rejected=True), "rejected as an outlier"),
         (symbol("accepted", ring=True), "the newest night"),
-        ('<svg width="18" height="18"><line x1="9" x2="9" y1="1" y2="17" stroke="#9a3fb5" stroke-width="2"/></svg>',
-         "change point (dashed: a drift)"),
-        ('<svg width="22" height="18"><line x1="1" x2="21" y1="9" y2="9" stroke="#2ca02c" stroke-width="1.4" '
-         'stroke-dasharray="6 3"/></svg>', "level the newest night was judged against"),
-        ('<svg width="22" height="18"><rect x="1" y="2" width="20" height="14" fill="#eef0f6"/></svg>',
-         "segment (since a --specperf-update)"),
-    ]  # fmt: skip
+        (
+            '<svg width="18" height="18"><line x1="9" x2="9" y1="1" y2="17" stroke="#9a3fb5" stroke-width="2"/></svg>',
+            "change point (dashed: a drift)",
+        ),
+        (
+            '<svg width="22" height="18"><line x1="1" x2="21" y1="9" y2="9" stroke="#2ca02c" stroke-width="1.4" '
+            'stroke-dasharray="6 3"/></svg>',
+            "level the newest night was judged against",
+        ),
+        (
+            '<svg width="22" height="18"><rect x="1" y="2" width="20" height="14" fill="#eef0f6"/></svg>',
+            "segment (since a --specperf-update)",
+        ),
+    ]
     return (
         '<p class="legend">'
         + "".join(f"<span>{s} {escape(t)}</span>" for s, t in items)
@@ -321,9 +338,17 @@ def _chart_block(view: KeyView, chart: Chart, width: int, height: int, *, main: 
     tips = {m.run: _tip(view, chart, m) for m in chart.points}
     dates = [r.provenance.created[5:10] for r in view.runs]
     svg = chart_svg(
-        chart, runs=len(view.runs), segments=view.segments, newest=view.newest, tips=tips, dates=dates,
-        width=width, height=height, caption=f"{title} of {view.key.label}: {len(chart.points)} runs", labels=main,
-    )  # fmt: skip
+        chart,
+        runs=len(view.runs),
+        segments=view.segments,
+        newest=view.newest,
+        tips=tips,
+        dates=dates,
+        width=width,
+        height=height,
+        caption=f"{title} of {view.key.label}: {len(chart.points)} runs",
+        labels=main,
+    )
     return f'<div class="chart-block"><p class="chart-title">{escape(title)}</p>{svg}</div>'
 
 

@@ -165,10 +165,13 @@ def _axes(frame: Frame, dates: Sequence[str], segments: Sequence[tuple[int, int,
     parts = []
     for tick in ticks:
         y = frame.y(tick)
-        parts.append(f'<line class="grid" x1="{frame.left:.1f}" x2="{frame.width - frame.right:.1f}" '
-                     f'y1="{y:.1f}" y2="{y:.1f}"/>')  # fmt: skip
-        parts.append(f'<text class="tick" x="{frame.left - 4:.1f}" y="{y + 3:.1f}" text-anchor="end">'
-                     f"{tick_text(tick, ticks)}</text>")  # fmt: skip
+        parts.append(
+            f'<line class="grid" x1="{frame.left:.1f}" x2="{frame.width - frame.right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
+        parts.append(
+            f'<text class="tick" x="{frame.left - 4:.1f}" y="{y + 3:.1f}" text-anchor="end">'
+            f"{tick_text(tick, ticks)}</text>"
+        )
     wanted = sorted({0, frame.runs - 1, *(first for _, first, _ in segments)})
     shown: list[float] = []
     for run in wanted:
@@ -176,8 +179,10 @@ def _axes(frame: Frame, dates: Sequence[str], segments: Sequence[tuple[int, int,
         if run >= len(dates) or any(abs(x - s) < 36 for s in shown):
             continue
         shown.append(x)
-        parts.append(f'<text class="tick" x="{x:.1f}" y="{frame.height - 6:.1f}" text-anchor="middle">'
-                     f"{escape(dates[run])}</text>")  # fmt: skip
+        parts.append(
+            f'<text class="tick" x="{x:.1f}" y="{frame.height - 6:.1f}" text-anchor="middle">'
+            f"{escape(dates[run])}</text>"
+        )
     return parts
 
 
@@ -204,19 +209,25 @@ def _change(frame: Frame, chart: Chart, change: ChangeMark, labels: bool) -> str
             return ""
         logs = [math.log(m.value.value) for m in spanned]
         centre, slope = (len(spanned) - 1) / 2.0, math.log(change.per_run)
-        ends = [(spanned[k].run, math.exp(math.fsum(logs) / len(logs) + slope * (k - centre)))
-                for k in (0, len(spanned) - 1)]  # fmt: skip
+        ends = [
+            (spanned[k].run, math.exp(math.fsum(logs) / len(logs) + slope * (k - centre)))
+            for k in (0, len(spanned) - 1)
+        ]
         (r0, v0), (r1, v1) = ends
-        text = (f'<text class="change-label" x="{frame.x(r1):.1f}" y="{frame.top + 9:.1f}" text-anchor="end">'
-                f"drift {label}</text>")  # fmt: skip
+        text = (
+            f'<text class="change-label" x="{frame.x(r1):.1f}" y="{frame.top + 9:.1f}" text-anchor="end">'
+            f"drift {label}</text>"
+        )
         return (
             f'<g {common}><line x1="{frame.x(r0):.1f}" y1="{frame.y(v0):.1f}" x2="{frame.x(r1):.1f}" '
             f'y2="{frame.y(v1):.1f}" stroke="{CHANGE_COLOUR}"/>{text if labels else ""}<title>{title}</title></g>'
         )
     x = frame.x(change.run) - frame.step / 2
     anchor = "end" if x > frame.width - 50 else "start"
-    text = (f'<text class="change-label" x="{x + (-3 if anchor == "end" else 3):.1f}" y="{frame.top + 9:.1f}" '
-            f'text-anchor="{anchor}">{label}</text>')  # fmt: skip
+    text = (
+        f'<text class="change-label" x="{x + (-3 if anchor == "end" else 3):.1f}" y="{frame.top + 9:.1f}" '
+        f'text-anchor="{anchor}">{label}</text>'
+    )
     return (
         f'<g {common}><line x1="{x:.1f}" x2="{x:.1f}" y1="{frame.top:.1f}" y2="{frame.height - frame.bottom:.1f}" '
         f'stroke="{CHANGE_COLOUR}"/>{text if labels else ""}<title>{title}</title></g>'
@@ -232,8 +243,10 @@ def _point(frame: Frame, mark: RunMark, newest: bool, tip: str) -> str:
     value = mark.value
     if value.bounded and math.isfinite(value.low) and math.isfinite(value.high):
         y0, y1 = frame.y(value.high), frame.y(value.low)
-        parts.append(f'<path class="interval" d="M{x:.1f} {y0:.1f}V{y1:.1f}M{x - 2.5:.1f} {y0:.1f}h5M{x - 2.5:.1f} '
-                     f'{y1:.1f}h5" stroke="{colour}"/>')  # fmt: skip
+        parts.append(
+            f'<path class="interval" d="M{x:.1f} {y0:.1f}V{y1:.1f}M{x - 2.5:.1f} {y0:.1f}h5M{x - 2.5:.1f} '
+            f'{y1:.1f}h5" stroke="{colour}"/>'
+        )
     if newest:
         parts.append(f'<circle class="ring" cx="{x:.1f}" cy="{y:.1f}" r="7"/>')
     parts.append(marker(x, y, status, colour, bool(mark.rejected)))
@@ -244,12 +257,17 @@ def _point(frame: Frame, mark: RunMark, newest: bool, tip: str) -> str:
 
 def marker(x: float, y: float, status: str, colour: str, rejected: bool) -> str:
     if rejected:
-        return (f'<circle class="marker" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#fff" stroke="{colour}" '
-                'stroke-width="1.8"/>')  # fmt: skip
+        return (
+            f'<circle class="marker" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#fff" stroke="{colour}" stroke-width="1.8"/>'
+        )
     if status == "refused":
-        return (f'<path class="marker" d="M{x - 4:.1f} {y - 4:.1f}l8 8M{x - 4:.1f} {y + 4:.1f}l8 -8" stroke="{colour}" '
-                'stroke-width="2.4"/>')  # fmt: skip
+        return (
+            f'<path class="marker" d="M{x - 4:.1f} {y - 4:.1f}l8 8M{x - 4:.1f} {y + 4:.1f}l8 -8" stroke="{colour}" '
+            'stroke-width="2.4"/>'
+        )
     if status == "suspect":
-        return (f'<path class="marker" d="M{x:.1f} {y - 4.5:.1f}l4.5 4.5l-4.5 4.5l-4.5 -4.5z" fill="#fff" '
-                f'stroke="{colour}" stroke-width="1.8"/>')  # fmt: skip
+        return (
+            f'<path class="marker" d="M{x:.1f} {y - 4.5:.1f}l4.5 4.5l-4.5 4.5l-4.5 -4.5z" fill="#fff" '
+            f'stroke="{colour}" stroke-width="1.8"/>'
+        )
     return f'<circle class="marker" cx="{x:.1f}" cy="{y:.1f}" r="3.6" fill="{colour}"/>'
