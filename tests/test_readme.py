@@ -12,7 +12,7 @@ import pytest
 
 from pytest_specperf.config.loading import GLOBAL_KEYS, SERVER_KEYS
 from pytest_specperf.config.workloads import WorkloadConfig
-from pytest_specperf.tune.space import AXES, TABLE_KEYS
+from pytest_specperf.tune.space import tune_keys
 from pytest_specperf.verdict.checks import Verdict
 from pytest_specperf.verdict.markers import MARKER_KEYS
 
@@ -51,7 +51,7 @@ def test_every_command_line_option_is_documented(pytester: pytest.Pytester) -> N
         pytest.param(sorted(SERVER_KEYS), id="server"),
         pytest.param(sorted(f.name for f in fields(WorkloadConfig) if f.name != "name"), id="workload"),
         pytest.param(sorted(MARKER_KEYS), id="marker"),
-        pytest.param(sorted({*TABLE_KEYS, *(k for keys in AXES.values() for k in keys)}), id="tune"),
+        pytest.param(sorted({k for keys in tune_keys().values() for k in keys}), id="tune"),
     ],
 )
 def test_every_key_is_documented(keys: list[str]) -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_specperf.engines.flags import EngineFlags
+from pytest_specperf.engines.tuning import Candidate
+from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
@@ -192,6 +194,10 @@ class Engine(ABC):
     fatal_startup: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: start-up milestones worth showing in a progress line (loading weights, capturing graphs, ...)
     startup_milestones: ClassVar[tuple[re.Pattern[str], ...]] = ()
+    #: the `[specperf.tune]` keys this engine's candidates vary (none: `specperf tune` cannot search it)
+    tune_axes: ClassVar[tuple[str, ...]] = ()
+    #: where its per-position acceptance is read, as tune's plan names it
+    acceptance_source: ClassVar[str] = "accept lengths"
 
     # ---- flags and configuration ----------------------------------------------------------------
 
@@ -226,6 +232,25 @@ class Engine(ABC):
         """Fingerprint identity keys of this engine besides the portable ones (none for SGLang, whose
         baselines predate other engines)."""
         return {"engine": self.name}
+
+    # ---- specperf tune ---------------------------------------------------------------------------
+
+    def tune_candidates(
+        self, base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], where: str, flags: EngineFlags
+    ) -> list[Candidate]:
+        """The configs a search over `axes` (validated values of `tune_axes`) may start: the `base`
+        server with one combination each, every one a config this engine runs (engines/tuning.py)."""
+        raise ConfigError(f"{where} base", f"server {base.name!r} runs {self.name}, which has no tune search space")
+
+    def speculative_settings(self, server: ServerConfig) -> dict[str, Any]:
+        """A server's speculative settings as this engine reads them (the tune document's `server`)."""
+        if server.speculative_config is not None:
+            return dict(server.speculative_config)
+        return {
+            "algorithm": server.algorithm,
+            "draft_model": server.draft_model,
+            "num_speculative_tokens": server.num_steps,
+        }
 
     # ---- GPUs --------------------------------------------------------------------------------------
 

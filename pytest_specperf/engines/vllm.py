@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pytest_specperf.engines import vllm_tuning
 from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounters, SpecCounts, StreamMode, count_list
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
+from pytest_specperf.engines.tuning import Candidate
 from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -155,6 +157,13 @@ class VLLM(Engine):
     startup_failures = STARTUP_FAILURES
     fatal_startup = FATAL_STARTUP
     startup_milestones = STARTUP_MILESTONES
+    tune_axes = vllm_tuning.AXES
+    acceptance_source = "acceptance_histogram / per-position counters"
+
+    def tune_candidates(
+        self, base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], where: str, flags: EngineFlags
+    ) -> list[Candidate]:
+        return vllm_tuning.candidates(self, base, axes, where, flags, METHODS)
 
     def flags(self, python: str, env: Mapping[str, str]) -> EngineFlags:
         return installed_flags(self.name, python, PARSER_PROBE, shipped_flags, env)

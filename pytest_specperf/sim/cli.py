@@ -8,7 +8,6 @@ the simulator first, in seconds.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -148,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-draft-slowdown", type=float, default=1.0, help="multiplies drafting cost (a slower draft model)"
     )
     sim.add_argument(
+        "--sim-draft-acceptance",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="multiplies each draft position's acceptance (< 1: a draft model that agrees less with the target)",
+    )
+    sim.add_argument(
         "--sim-run-jitter",
         type=float,
         default=0.0,
@@ -166,20 +172,47 @@ def build_parser() -> argparse.ArgumentParser:
         "following --sim-seed): a night given its own N is reproducible; default: the port",
     )
     sim.add_argument(
-        "--sim-night", type=int, metavar="N",
+        "--sim-night",
+        type=int,
+        metavar="N",
         help="which night this start belongs to: the start's speed then comes from the night shapes below "
         "(sim/nights.py) with --sim-run-jitter as their spread; without it and them, the plain draw",
-    )  # fmt: skip
-    sim.add_argument("--sim-run-jitter-df", type=float, default=math.inf, metavar="DF",
-                     help="heavy tails: start offsets from a Student t with DF degrees of freedom (> 2)")  # fmt: skip
-    sim.add_argument("--sim-night-rho", type=float, default=0.0, metavar="R",
-                     help="nights' offsets AR(1)-correlated at R; a night's starts share it")  # fmt: skip
-    sim.add_argument("--sim-pool-share", type=float, default=0.0, metavar="P",
-                     help="a mixed node pool: a start lands on the slow pool with probability P")  # fmt: skip
-    sim.add_argument("--sim-pool-slowdown", type=float, default=0.0, metavar="F",
-                     help="how much slower the slow pool is (0.12 = 12%%)")  # fmt: skip
-    sim.add_argument("--sim-drift-per-night", type=float, default=0.0, metavar="D",
-                     help="a slow drift: log speed change per night (-0.003 = -0.3%% a night)")  # fmt: skip
+    )
+    sim.add_argument(
+        "--sim-run-jitter-df",
+        type=float,
+        default=math.inf,
+        metavar="DF",
+        help="heavy tails: start offsets from a Student t with DF degrees of freedom (> 2)",
+    )
+    sim.add_argument(
+        "--sim-night-rho",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="nights' offsets AR(1)-correlated at R; a night's starts share it",
+    )
+    sim.add_argument(
+        "--sim-pool-share",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="a mixed node pool: a start lands on the slow pool with probability P",
+    )
+    sim.add_argument(
+        "--sim-pool-slowdown",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="how much slower the slow pool is (0.12 = 12%%)",
+    )
+    sim.add_argument(
+        "--sim-drift-per-night",
+        type=float,
+        default=0.0,
+        metavar="D",
+        help="a slow drift: log speed change per night (-0.003 = -0.3%% a night)",
+    )
     sim.add_argument("--sim-step-at-night", type=int, metavar="N", help="a level shift from night N on")
     sim.add_argument("--sim-step", type=float, default=0.0, metavar="F", help="its size (-0.1 = 10%% slower)")
     sim.add_argument(
@@ -205,18 +238,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _slow_draft(profile: Profile, factor: float) -> Profile:
-    """The profile with drafting `factor` times slower: what a heavier draft model does to a cycle."""
-    if factor <= 0:
-        raise SimConfigError(f"--sim-draft-slowdown must be > 0, got {factor}")
-    if factor == 1.0:
-        return profile
-    cost = dataclasses.replace(
-        profile.cost,
-        draft_step_ms=profile.cost.draft_step_ms * factor,
-        draft_per_token_ms=profile.cost.draft_per_token_ms * factor,
-    )
-    return dataclasses.replace(profile, cost=cost)
+def _draft(profile: Profile, args: argparse.Namespace) -> Profile:
+    """The profile with the draft model the `--sim-draft-*` flags describe."""
+    for flag, change, factor in (
+        ("--sim-draft-slowdown", Profile.slower_draft, args.sim_draft_slowdown),
+        ("--sim-draft-acceptance", Profile.scaled_acceptance, args.sim_draft_acceptance),
+    ):
+        try:
+            profile = change(profile, factor)
+        except ValueError as exc:
+            raise SimConfigError(f"{flag} {exc}") from None
+    return profile
 
 
 def flag_table(argv: list[str]) -> tuple[FlagTable, tuple[str, ...]]:
@@ -271,7 +303,7 @@ def parse_config(argv: list[str]) -> SimServerConfig:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:
         raise SimConfigError(f"--sim-profile: {exc}") from None
-    profile = _slow_draft(profile, args.sim_draft_slowdown)
+    profile = _draft(profile, args)
     notices: list[tuple[str, str]] = []
     sim = _sim_options(args)
     spec, algorithm, draft = _resolve_spec(args, profile, notices, algorithms)
@@ -367,13 +399,20 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
     seed = args.sim_seed if args.sim_seed is not None else (args.random_seed or 0)
     try:
         noise = NightNoise(
-            cv=args.sim_run_jitter, df=args.sim_run_jitter_df, rho=args.sim_night_rho,
-            pool_share=args.sim_pool_share, pool_slowdown=args.sim_pool_slowdown, drift=args.sim_drift_per_night,
-            step_at=args.sim_step_at_night, step=args.sim_step,
-        )  # fmt: skip
+            cv=args.sim_run_jitter,
+            df=args.sim_run_jitter_df,
+            rho=args.sim_night_rho,
+            pool_share=args.sim_pool_share,
+            pool_slowdown=args.sim_pool_slowdown,
+            drift=args.sim_drift_per_night,
+            step_at=args.sim_step_at_night,
+            step=args.sim_step,
+        )
     except ValueError as exc:
-        raise SimConfigError(f"night shapes (--sim-run-jitter, --sim-run-jitter-df, --sim-night-rho, --sim-pool-*, "
-                             f"--sim-drift-per-night, --sim-step): {exc}") from None  # fmt: skip
+        raise SimConfigError(
+            f"night shapes (--sim-run-jitter, --sim-run-jitter-df, --sim-night-rho, --sim-pool-*, "
+            f"--sim-drift-per-night, --sim-step): {exc}"
+        ) from None
     shaped = noise != NightNoise(cv=args.sim_run_jitter)
     if shaped and args.sim_night is None:
         raise SimConfigError("the night-shape flags need --sim-night N (which night this start belongs to)")
@@ -453,9 +492,12 @@ def _unmodelled_chain(
     tokens = args.speculative_num_draft_tokens or 4
     steps = args.speculative_num_steps or tokens - 1
     notices.append(
-        ("warning", f"--speculative-algorithm {algorithm} is not modelled by the simulator: it is simulated as "
-                    f"a draft chain of {steps} steps and {tokens} draft tokens"),
-    )  # fmt: skip
+        (
+            "warning",
+            f"--speculative-algorithm {algorithm} is not modelled by the simulator: it is simulated as "
+            f"a draft chain of {steps} steps and {tokens} draft tokens",
+        ),
+    )
     return SpecConfig("STANDALONE", steps, 1, steps + 1), algorithm, args.speculative_draft_model_path
 
 

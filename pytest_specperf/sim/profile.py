@@ -30,6 +30,7 @@ Public API (kept stable; other modules import it):
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -356,6 +357,33 @@ class Profile:
     def predicted_ttft_ms(self, prompt_tokens: int, *, cached_tokens: int = 0, tuned: bool = False) -> float:
         """Server-side time to first token of a lone request: one prefill over its uncached tokens."""
         return self.prefill_ms(prompt_tokens - cached_tokens, tuned)
+
+    # ---- variants ----------------------------------------------------------------------------
+    def slower_draft(self, factor: float) -> Profile:
+        """This profile with drafting `factor` times slower: what a heavier draft model does to a cycle."""
+        if factor <= 0:
+            raise ValueError(f"must be > 0, got {factor}")
+        if factor == 1.0:
+            return self
+        cost = dataclasses.replace(
+            self.cost,
+            draft_step_ms=self.cost.draft_step_ms * factor,
+            draft_per_token_ms=self.cost.draft_per_token_ms * factor,
+        )
+        return dataclasses.replace(self, cost=cost)
+
+    def scaled_acceptance(self, factor: float) -> Profile:
+        """This profile with every draft position's acceptance times `factor`: what a draft model trained
+        on other data (or an older checkpoint) does to the accept length, the cycle unchanged."""
+        if not 0.0 < factor <= 1.0 / max(max(m.position_rates) for m in self.acceptance.values()):
+            raise ValueError(f"must be > 0 and keep every rate <= 1, got {factor}")
+        if factor == 1.0:
+            return self
+        scaled = {
+            family: dataclasses.replace(model, position_rates=tuple(r * factor for r in model.position_rates))
+            for family, model in self.acceptance.items()
+        }
+        return dataclasses.replace(self, acceptance=scaled)
 
     # ---- acceptance --------------------------------------------------------------------------
     def acceptance_for(self, algorithm: str) -> AcceptanceModel:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.engines import engine_for
 from pytest_specperf.jsonfile import atomic_write, clean
 from pytest_specperf.tune.model import Outlook
 from pytest_specperf.tune.output import never_started, winner, winner_speedup
@@ -26,21 +27,9 @@ KIND = "pytest-specperf tune"
 SCHEMA = 1
 
 
-def server_settings(candidate: Candidate) -> dict[str, Any]:
+def server_settings(candidate: Candidate, engine: str) -> dict[str, Any]:
     """The speculative settings of a candidate as its engine reads them (empty for the reference)."""
-    server = candidate.server
-    if candidate.is_reference:
-        return {}
-    if server.speculative_config is not None:
-        return dict(server.speculative_config)
-    settings: dict[str, Any] = {"algorithm": server.algorithm, "draft_model": server.draft_model}
-    if server.engine == "vllm" or server.num_draft_tokens is None:
-        settings["num_speculative_tokens"] = server.num_steps
-    else:
-        settings.update(
-            num_steps=server.num_steps, eagle_topk=server.eagle_topk, num_draft_tokens=server.num_draft_tokens
-        )
-    return settings
+    return {} if candidate.is_reference else engine_for(engine).speculative_settings(candidate.server)
 
 
 def tune_document(result: TuneResult, *, launcher: str) -> dict[str, Any]:
@@ -54,7 +43,7 @@ def tune_document(result: TuneResult, *, launcher: str) -> dict[str, Any]:
                 "workload": objective.workload,
                 "concurrency": objective.concurrency,
                 "config": cand.label,
-                "server": server_settings(cand),
+                "server": server_settings(cand, result.space.engine),
                 "throughput": outlook.throughput.value if outlook.throughput else outlook.estimated_throughput,
                 "speedup": speedup.value if speedup is not None else None,
                 "speedup_interval": _interval(speedup),
@@ -117,7 +106,7 @@ def _candidate(result: TuneResult, cand: Candidate) -> dict[str, Any]:
     return {
         "config": cand.label,
         "reference": cand.is_reference,
-        "server": server_settings(cand),
+        "server": server_settings(cand, result.space.engine),
         "started": started,
         "why_not_started": None if started else never_started(result, cand.label),
         "ruled_out_after_starts": None if cand.is_reference else result.ruled_out_after(cand.label),

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.engines import engine_for
 from pytest_specperf.redact import redact_args, redact_env, redact_text
 from pytest_specperf.report.terminal import pm, text_table
 from pytest_specperf.tune.cost import terms_for
@@ -56,9 +57,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     out.append(
         f"    cycle (ms) = decode time per verify step, per start and objective; fitted as {' + '.join(_terms(space))}"
     )
-    source = "spec_correct_drafts_histogram"
-    if space.engine == "vllm":
-        source = "acceptance_histogram / per-position counters"
+    source = engine_for(space.engine).acceptance_source
     out.append(
         f"    acceptance per draft position from the servers' {source} (else their accept lengths), "
         "per draft model and workload; topk > 1 through a fitted tree gain"

@@ -2,7 +2,8 @@
 
 "Toy" serves everything through OpenAI chat (text rows too), has no accelerator report and no
 version endpoint, and is started by its own launcher (the built-in simulator standing in for its
-server program). Nothing outside this module knows it exists: no branch on an engine's name.
+server program). Its one tune key, `depth`, spans draft chains. Nothing outside this module knows it
+exists: no branch on an engine's name, in a session or in `specperf tune`.
 """
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from pytest_specperf.cli import main
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import Engine, EngineFlags, register_engine, unregister_engine
 from pytest_specperf.engines.base import EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.tuning import Candidate, Shape
 
 
 class Toy(Engine):
@@ -29,6 +33,8 @@ class Toy(Engine):
     info_paths = ("/server_info",)
     module = "pytest_specperf.sim"  # the toy server program
     reserved_flags: ClassVar[Mapping[str, str]] = {"--port": "the plugin picks it"}
+    tune_axes = ("depth",)
+    acceptance_source = "toy accept lengths"
 
     def flags(self, python: str, env: Mapping[str, str]) -> EngineFlags:
         return EngineFlags("toy", "1.0", "shipped", {}, fallback_reason="the toy has no parser to ask")
@@ -39,16 +45,20 @@ class Toy(Engine):
     def launch_args(self, server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int) -> list[str]:
         args = ["--model-path", config.model_of(server) or "toy", "--port", str(port), "--sim-time-scale", "0.02"]
         if server.algorithm:
+            steps = server.num_steps or 2
             args += ["--speculative-algorithm", server.algorithm, "--speculative-draft-model-path", "d"]
-            args += [
-                "--speculative-num-steps",
-                "2",
-                "--speculative-eagle-topk",
-                "1",
-                "--speculative-num-draft-tokens",
-                "3",
-            ]
+            args += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1"]
+            args += ["--speculative-num-draft-tokens", str(steps + 1)]
         return [*args, *server.args]
+
+    def tune_candidates(
+        self, base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], where: str, flags: EngineFlags
+    ) -> list[Candidate]:
+        """A chain per depth: the toy drafts chains only."""
+        return [
+            Candidate(f"depth{d}", replace(base, name=f"tune-depth{d}", num_steps=d), Shape(d, 1, d + 1), {"depth": d})
+            for d in axes.get("depth", (2,))
+        ]
 
     def request(self, prompt: Prompt, sampling: SamplingParams, model: str | None) -> EngineRequest:
         messages = [dict(m) for m in prompt.messages] if prompt.messages else [{"role": "user", "content": prompt.text}]
@@ -133,3 +143,19 @@ def test_the_simulator_does_not_stand_in_for_an_engine_it_does_not_speak(pyteste
     result = pytester.runpytest("--specperf-launcher=sim")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*\"sim\" simulates sglang only; server 'plain' runs toy*"])
+
+
+def test_tune_plans_a_search_over_the_third_engines_own_keys(toy: None, tmp_path: Path, capsys, monkeypatch) -> None:
+    table = '[specperf.tune]\nbase = "fast"\ndepth = [1, 2, 3, 4]\n'
+    (tmp_path / "specperf.toml").write_text(CONFIG + table)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "--dry-run", "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "space: 4 configs from depth = 1, 2, 3, 4" in out
+    assert "per draft position from the servers' toy accept lengths" in out
+    assert "depth4 (depth 4)" in out and not (tmp_path / "run").exists()
+    (tmp_path / "specperf.toml").write_text(CONFIG + table + "num_steps = [2]\n")
+    assert main(["tune", "--dry-run"]) == 2
+    assert "[specperf.tune] num_steps: is a sglang key; the base server runs toy, whose keys are depth" in (
+        capsys.readouterr().err
+    )

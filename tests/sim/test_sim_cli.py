@@ -168,6 +168,20 @@ def test_draft_slowdown_scales_drafting_only() -> None:
     assert after.total_ms - before.total_ms == pytest.approx(3 * before.draft_ms)
 
 
+def test_draft_acceptance_lowers_the_accept_length_and_leaves_the_cycle() -> None:
+    base = parse_config(["--model-path", "m"]).profile
+    worse = parse_config(["--model-path", "m", "--sim-draft-acceptance", "0.85"]).profile
+    assert worse.cycle_breakdown(5, 1, 6, 1) == base.cycle_breakdown(5, 1, 6, 1)
+    before, after = base.expected_accept_length(5, 1, 6), worse.expected_accept_length(5, 1, 6)
+    assert 1.0 < after < 0.95 * before
+
+
+@pytest.mark.parametrize("factor", ["0", "-1", "5"])
+def test_draft_acceptance_must_keep_every_rate_a_probability(factor: str) -> None:
+    with pytest.raises(SimConfigError, match="--sim-draft-acceptance must be > 0 and keep every rate <= 1"):
+        parse_config(["--model-path", "m", "--sim-draft-acceptance", factor])
+
+
 def test_draft_slowdown_must_be_positive() -> None:
     with pytest.raises(SimConfigError, match="--sim-draft-slowdown must be > 0"):
         parse_config(["--model-path", "m", "--sim-draft-slowdown", "0"])

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from pytest_specperf.cli import main
+from pytest_specperf.engines.sglang.tuning import valid_draft_tokens
 from pytest_specperf.engines.suite import load_suite
 from pytest_specperf.errors import ConfigError
-from pytest_specperf.tune.space import load_space, valid_draft_tokens
+from pytest_specperf.tune.space import load_space
 
 SGLANG = """
 [specperf]

@@ -22,8 +22,9 @@ from pytest_specperf.engines.base import (
     count_list,
 )
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags, table_from_lines
-from pytest_specperf.engines.sglang import rules, startup
+from pytest_specperf.engines.sglang import rules, startup, tuning
 from pytest_specperf.engines.sglang.rules import RESERVED_FLAGS, SHIPPED_ALGORITHMS, SPEC_MAX_RUNNING_REQUESTS
+from pytest_specperf.engines.tuning import Candidate
 from pytest_specperf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -129,6 +130,20 @@ class SGLang(Engine):
     startup_failures = startup.STARTUP_FAILURES
     fatal_startup = startup.FATAL_STARTUP
     startup_milestones = startup.STARTUP_MILESTONES
+    tune_axes = tuning.AXES
+    acceptance_source = "spec_correct_drafts_histogram"
+
+    # ---- specperf tune ---------------------------------------------------------------------------
+
+    def tune_candidates(
+        self, base: ServerConfig, axes: Mapping[str, tuple[Any, ...]], where: str, flags: EngineFlags
+    ) -> list[Candidate]:
+        return tuning.candidates(self, base, axes, where, flags)
+
+    def speculative_settings(self, server: ServerConfig) -> dict[str, Any]:
+        if server.speculative_config is not None:
+            return dict(server.speculative_config)
+        return tuning.settings(server)
 
     # ---- flags and configuration ----------------------------------------------------------------
 
