@@ -1,0 +1,47 @@
+"""`specperf bisect` against real vLLM servers: two setups of one model differing in four settings,
+one of which costs throughput (`--max-num-seqs 1` serves four concurrent streams one at a time); bisect
+starts real servers with subsets of the differences and names that flag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SERVERS = """
+[specperf.servers.plain]
+args = ["--enforce-eager"{bad_args}]
+{bad_env}
+
+[specperf.workloads.wide]
+prompts = "builtin:chat"
+num_requests = 8
+max_new_tokens = 32
+concurrency = 4
+warmup = 0
+"""
+GOOD = SERVERS.format(bad_args="", bad_env="")
+BAD = SERVERS.format(
+    bad_args=', "--seed", "7", "--max-num-seqs", "1"',
+    bad_env='env = { VLLM_SPECPERF_HARMLESS_A = "1", VLLM_SPECPERF_HARMLESS_B = "2" }',
+)
+TEST = "import pytest\n\n@pytest.mark.specperf(server='plain', workload='wide')\ndef test_wide(specperf):\n    pass\n"
+
+
+def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm_suite) -> None:
+    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false")
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    config = suite.path / "specperf.toml"
+    config.write_text(config.read_text().replace(GOOD, BAD))
+    # other launch flags make another setup (INCOMPARABLE): stored as a history of its own, on purpose
+    suite.run("--specperf-update-force")
+    command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", "plain/wide/c4", "--good", "1", "--bad", "2"]
+    command += ["--json", "bisect.json"]
+    done = subprocess.run(command, cwd=suite.path, capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads((suite.path / "bisect.json").read_text())
+    applicable = [d["name"] for d in document["differences"] if d["applicable"]]
+    assert len(applicable) == 4, applicable
+    assert [c["name"] for c in document["causes"]] == ["server.flag --max-num-seqs"], done.stdout
+    assert document["server_starts"] <= 4  # ⌈log₂ 4⌉ + 2
+    assert "restore:" in done.stdout and "--max-num-seqs" in done.stdout.split("restore:")[1]
