@@ -14,10 +14,13 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.checks import Limits, past_runs
+from pytest_specperf.verdict.drift import diff
+from pytest_specperf.verdict.explain import Explanation, explain
 from pytest_specperf.verdict.nightly import NightVerdict, judge_night
-from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.verdict.stats import Decision, Estimate
 from pytest_specperf.verdict.trends import HistoryChange, Point
 
 
@@ -70,3 +73,34 @@ def change_in_force(entry: StoredBaseline, metric: str, night: NightVerdict | No
     first = judged[point.index]
     run = next(i for i, r in enumerate(runs) if r is first)
     return ChangeInForce(run, HistoryChange.of(entry.measurement.key, metric, point, points))
+
+
+def explain_newest(
+    entry: StoredBaseline, night: NightVerdict | None, reference: StoredBaseline | None
+) -> Explanation | None:
+    """Why the newest night's throughput moved, when it lies beyond the tolerance (`night`, its
+    `judge_newest`): as a failing test says it (checks.explanation_of), from the stored runs alone:
+    the level's runs, the reference's runs of the same sessions beside them and tonight's."""
+    if night is None or night.level is None or night.decision is Decision.MET or night.improved:
+        return None
+    runs = entry.runs
+    newest = newest_night(runs)
+    judged, _ = past_runs(dataclasses.replace(entry, runs=runs[: len(runs) - len(newest)]), "output_throughput")
+    level = [judged[i] for i in night.level.level_runs if i < len(judged)]
+    if not level:
+        return None
+    sessions = {run.provenance.session for run in level} - {None}
+    tonight = newest[0]
+    stored = reference.runs if reference is not None else ()
+    beside = [r.measurement for r in stored if r.provenance.session in sessions]
+    session = tonight.provenance.session
+    reference_tonight = next((r.measurement for r in stored if session and r.provenance.session == session), None)
+    old, new = level[-1].measurement.fingerprint, tonight.measurement.fingerprint
+    drift = diff(old, new).environment if isinstance(old, Fingerprint) and isinstance(new, Fingerprint) else []
+    return explain(
+        tonight.measurement,
+        [r.measurement for r in level],
+        reference=reference_tonight,
+        reference_level=beside,
+        drift=drift,
+    )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -229,3 +230,20 @@ def test_the_newest_label_stands_over_the_newest_point(board: Dashboard) -> None
         width = float(re.search(r'viewBox="0 0 ([\d.]+) ', chart).group(1))
         assert 'text-anchor="middle">newest<' in chart
         assert label_x == min(ring_xs[-1], width - NEWEST_LABEL_HALF_WIDTH), chart[:200]
+
+
+def test_a_regressed_key_says_why_in_its_notes_and_its_newest_points_tooltip(board: Dashboard) -> None:
+    """The step of eagle3-5step: τ held at 2.1 and plain decoding at 630 tok/s in the same sessions, so
+    the slower cycle is the drafting side's; the steady keys carry no explanation."""
+    stepped = view(board, "eagle3-5step/chat/c1")
+    why = stepped.gate.explanation
+    assert why is not None and why.startswith("-") and "drafting" in why, why
+    assert view(board, "plain/chat/c1").gate.explanation is None
+    page = suite_page(board)
+    panel = page[page.index(f'id="{stepped.anchor}"') :]
+    panel = panel[: panel.index("</article>")]
+    assert f'<li class="why">why: {html.escape(why)}</li>' in panel
+    newest = max(stepped.newest)
+    throughput = panel[panel.index("tok/s") :]  # the throughput chart comes first
+    point = throughput[throughput.index(f'data-run="{newest}"') :]
+    assert f"why: {html.escape(why)}" in point[: point.index("</title>")]

@@ -29,7 +29,13 @@ from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits
 from pytest_specperf.verdict.drift import diff
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.nightly import NightVerdict
-from pytest_specperf.verdict.standing import ChangeInForce, change_in_force, judge_newest, newest_night
+from pytest_specperf.verdict.standing import (
+    ChangeInForce,
+    change_in_force,
+    explain_newest,
+    judge_newest,
+    newest_night,
+)
 from pytest_specperf.verdict.stats import Estimate
 from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
 
@@ -104,6 +110,8 @@ class Gate:
     night: NightVerdict | None
     why: str | None = None
     blind: tuple[str, ...] = ()
+    #: why the throughput moved, when the newest night lies beyond the tolerance (verdict/explain.py)
+    explanation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,7 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
         runs=entry.runs,
         newest=frozenset(range(first, len(entry.runs))),
         charts=tuple(charts),
-        gate=gate(entry, nights["output_throughput"], limits),
+        gate=gate(entry, nights["output_throughput"], limits, reference),
         drift=_drift(entry.runs),
         reference=reference.measurement.key.server if reference is not None else None,
     )
@@ -309,8 +317,11 @@ def _changes(
     return sorted(found, key=lambda mark: mark.run)
 
 
-def gate(entry: StoredBaseline, night: NightVerdict | None, limits: Limits) -> Gate:
-    """What the throughput gate made of the newest night (`judge_newest`), and what it cannot see."""
+def gate(
+    entry: StoredBaseline, night: NightVerdict | None, limits: Limits, reference: StoredBaseline | None = None
+) -> Gate:
+    """What the throughput gate made of the newest night (`judge_newest`), what it cannot see, and why
+    the key moved when it lies beyond the tolerance."""
     if night is None:
         runs = entry.runs
         newest = newest_night(runs)
@@ -321,7 +332,9 @@ def gate(entry: StoredBaseline, night: NightVerdict | None, limits: Limits) -> G
         else:
             why = "no counted run before the newest night"
         return Gate(None, why)
-    return Gate(night, None, tuple(blind_spots(night, limits.max_regression)))
+    why_moved = explain_newest(entry, night, reference)
+    sentence = why_moved.sentence() if why_moved is not None else None
+    return Gate(night, None, tuple(blind_spots(night, limits.max_regression)), sentence)
 
 
 def _drift(runs: Sequence[StoredRun]) -> tuple[tuple[str, ...], ...]:

@@ -368,6 +368,8 @@ def _tip(view: KeyView, chart: Chart, mark: RunMark) -> str:
     ]
     if mark.rejected:
         lines.append(mark.rejected)
+    if view.gate.explanation and mark.run in view.newest and chart.metric == "output_throughput":
+        lines.append(f"why: {view.gate.explanation}")
     drift = view.drift[mark.run]
     if mark.run == 0:
         lines.append("fingerprint: the first run of this history")
@@ -408,6 +410,8 @@ def _notes(view: KeyView) -> str:
                 f"<li>run of {escape(view.runs[mark.run].provenance.created[:10])} {escape(mark.rejected)}</li>"
             )
     notes += [f"<li>{escape(b)}</li>" for b in view.gate.blind]
+    if view.gate.explanation:
+        notes.append(f'<li class="why">why: {escape(view.gate.explanation)}</li>')
     if view.gate.why:
         notes.append(f'<li class="why">gate: {escape(view.gate.why)}</li>')
     return f'<ul class="notes">{"".join(notes)}</ul>' if notes else ""
