@@ -15,13 +15,22 @@ from dataclasses import dataclass, field, replace
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
-from pytest_specperf.store.records import StoredBaseline, StoredRun
-from pytest_specperf.verdict.changes import ChangePoint, change_size
+from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.explain import Explanation, explain, speedup_shortfall
-from pytest_specperf.verdict.history import MIN_RUNS, Rejection, SpeedupSpread, speedup_estimate
-from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
-from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
+from pytest_specperf.verdict.history import MIN_RUNS, SpeedupSpread, speedup_estimate
+from pytest_specperf.verdict.markers import AGAINST_HISTORY, RANGE_METRICS, SpecperfMarker
+from pytest_specperf.verdict.nightly import NightVerdict, Tolerance
+from pytest_specperf.verdict.regression import (
+    ACKNOWLEDGE,
+    check_positions_history,
+    check_regression,
+    night_changes,
+    night_lines,
+    past_runs,
+    rejected_runs,
+)
+from pytest_specperf.verdict.results import CheckResult, fmt, rounds_text
 from pytest_specperf.verdict.stats import (
     Decision,
     Direction,
@@ -32,31 +41,21 @@ from pytest_specperf.verdict.stats import (
     ratio_estimate,
     worst_decision,
 )
-from pytest_specperf.verdict.trends import HistoryChange, Point, history_changes, speedup_spread
+from pytest_specperf.verdict.trends import HistoryChange, history_changes, speedup_spread
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check of one test: what was checked, the decision, and a sentence saying why.
-
-    `night` is the nightly verdict behind a check against the stored history (the change in force,
-    rejected runs, the confirmation, what the key can detect); `start_sensitive` says whether a
-    server start's own offset can explain a miss, so that a second start can confirm it.
-    """
-
-    name: str
-    decision: Decision
-    message: str
-    estimate: Estimate | None = None
-    improved: bool = False
-    night: NightVerdict | None = None
-    start_sensitive: bool = False
-
-    @property
-    def beyond(self) -> bool:
-        """The estimate on the bad side (SUSPECT or MISSED)."""
-        return self.decision in (Decision.SUSPECT, Decision.MISSED)
+__all__ = [
+    "ACKNOWLEDGE",
+    "CheckResult",
+    "Evaluation",
+    "Limits",
+    "check_regression",
+    "evaluate",
+    "fmt",
+    "night_lines",
+    "past_runs",
+    "rejected_runs",
+]
 
 
 @dataclass
@@ -119,14 +118,6 @@ class Evaluation:
             improved=any(c.improved for c in self.checks),
             new=self.baseline is None and not self.updating,
         )
-
-
-def fmt(estimate: Estimate, digits: int = 2) -> str:
-    """'71.02 [70.10, 71.90]': a value with its interval (or 'n=1, no interval')."""
-    value = f"{estimate.value:.{digits}f}"
-    if not estimate.bounded:
-        return f"{value} (n={estimate.n}, no interval yet)"
-    return f"{value} [{estimate.low:.{digits}f}, {estimate.high:.{digits}f}]"
 
 
 def _direction(metric: str) -> Direction:
@@ -196,15 +187,10 @@ def check_speedup(
     decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER, strict=strict)
     message = (
         f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
-        f"({_rounds(result)} vs {_rounds(reference)}; {interval.basis}) must be >= {minimum:g}: {decision.value}"
+        f"({rounds_text(result)} vs {rounds_text(reference)}; {interval.basis}) "
+        f"must be >= {minimum:g}: {decision.value}"
     )
     return CheckResult("min_speedup", decision, message, ratio, start_sensitive=True)
-
-
-def _rounds(measurement: Measurement) -> str:
-    """'5 rounds', or '10 rounds on 2 server starts'."""
-    text = f"{len(measurement.rounds)} rounds"
-    return text if measurement.starts == 1 else f"{text} on {measurement.starts} server starts"
 
 
 def check_range(
@@ -220,7 +206,7 @@ def check_range(
     decision = decide_range(estimate, low, high, strict=strict)
     bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
     message = (
-        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {_rounds(result)} "
+        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {rounds_text(result)} "
         f"must lie in {bounds}: {decision.value}"
     )
     return CheckResult(key, decision, message, estimate, start_sensitive=metric != "accept_length")
@@ -244,7 +230,7 @@ def check_positions(result: Measurement, floors: Sequence[float], *, strict: boo
         verdict = "" if decision is Decision.MET else f" ({decision.value})"
         parts.append(f"position {i + 1} {fmt(estimate)} >= {floor:g}{verdict}")
     decision = worst_decision(decisions)
-    message = f"accept_per_position over {_rounds(result)}: {'; '.join(parts)}: {decision.value}"
+    message = f"accept_per_position over {rounds_text(result)}: {'; '.join(parts)}: {decision.value}"
     return CheckResult("accept_per_position", decision, message)
 
 
@@ -287,122 +273,6 @@ def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestReco
         f"{where} differs from word {word + 1} (character {at}): "
         f"{b[max(0, at - 20) : at + 20]!r} (reference) vs {a[max(0, at - 20) : at + 20]!r}"
     )
-
-
-# ---- stored-baseline comparison ---------------------------------------------------------------
-
-
-def past_runs(baseline: StoredBaseline, metric: str) -> tuple[list[StoredRun], list[PastRun]]:
-    """The current segment's runs that measured `metric` (every status), as the verdict engine sees them."""
-    runs, past = [], []
-    segment = baseline.current_segment or (StoredRun(baseline.measurement, baseline.summary, baseline.provenance, 0),)
-    for run in segment:
-        samples = run.measurement.samples(metric)
-        if samples and min(samples) > 0.0:
-            runs.append(run)
-            past.append(PastRun(tuple(samples), RunStatus(run.status), run.provenance.session))
-    return runs, past
-
-
-def check_regression(
-    result: Measurement,
-    baseline: StoredBaseline,
-    metric: str,
-    tolerance: Tolerance,
-    *,
-    strict: bool = False,
-    searches: int = 1,
-    rounds: int | None = None,
-) -> CheckResult | None:
-    """Is tonight credibly worse than the segment's level by more than the tolerance, or is a change
-    beyond it in force? (verdict/nightly.py). None when either side lacks the metric."""
-    current = result.start_samples(metric)
-    runs, past = past_runs(baseline, metric)
-    if not current or not any(r.status.counted for r in past) or min(min(s) for s in current) <= 0.0:
-        return None
-    night = judge_night(current, past, tolerance, strict=strict, searches=searches, rounds=rounds)
-    assert night.comparison is not None
-    comparison = night.comparison
-    change = "improved" if night.improved else night.decision.value
-    if night.decision is Decision.MISSED:
-        change = "REGRESSION"
-    estimate = mean_estimate(result.samples(metric))
-    sign = "-" if tolerance.direction is Direction.HIGHER_IS_BETTER else "+"
-    message = (
-        f"{metric}: {fmt(estimate)} {METRICS[metric].unit} ({_rounds(result)}) vs baseline "
-        f"{comparison.level:.2f} ({comparison.describe()}): ratio {fmt(comparison.ratio, 3)}, "
-        f"allowed {sign}{tolerance.max_regression:.0%}: {change}"
-    )
-    message += "".join(f"\n    {line}" for line in night_lines(night, runs))
-    return CheckResult(f"regression:{metric}", night.decision, message, comparison.ratio, night.improved, night, True)
-
-
-def night_lines(night: NightVerdict, runs: Sequence[StoredRun]) -> list[str]:
-    """What else a history check rests on: a second start, earlier nights, rejected runs, a change."""
-    lines = []
-    if night.confirmed is not None and night.first_start is not None:
-        first = f"the first start alone: {night.first_start - 1:+.1%}"
-        lines.append(
-            f"confirmed on a second server start ({first})"
-            if night.confirmed
-            else f"not confirmed on a second server start: the first start was slow ({first})"
-        )
-    if night.change is not None and night.decision is not Decision.MET:
-        nights = len(night.level.change_runs) + 1 if night.level is not None else 1
-        lines.append(
-            f"a change nobody accepted: {_since(night.change, runs)}, {nights} runs, not acknowledged ({ACKNOWLEDGE})"
-        )
-    elif night.change is not None and night.improved:
-        lines.append(f"IMPROVED: {_since(night.change, runs)}, not acknowledged (the level stays the accepted one)")
-    if night.by_change:
-        lines.append("REGRESSION: the change's runs together, tonight's with them, are credibly beyond the tolerance")
-    if night.back_since is not None and night.decision is Decision.MET:
-        lines.append(f"back to the accepted level (since {_run_name(night.back_since, runs)})")
-    for run, rejection in rejected_runs(night, runs):
-        lines.append(
-            f"run of {run.provenance.created[:10]} rejected as an outlier: {rejection.describe()}; kept in the file, "
-            "left out of the level and the spread"
-        )
-    return lines
-
-
-def rejected_runs(night: NightVerdict, runs: Sequence[StoredRun]) -> list[tuple[StoredRun, Rejection]]:
-    """The stored runs the history check left out as outliers (`runs`: those it was handed, `past_runs`)."""
-    counted = [r for r in runs if RunStatus(r.status).counted]
-    return [(counted[r.index], r) for r in (night.comparison.rejected if night.comparison else ())]
-
-
-def _since(change: ChangePoint, runs: Sequence[StoredRun]) -> str:
-    return f"{change_size(change.change, change.kind, change.per_run)} since {_run_name(change.index, runs)}"
-
-
-def _run_name(index: int, runs: Sequence[StoredRun]) -> str:
-    """'the run of 2026-11-30 (commit abc1234)', or 'tonight' past the stored runs."""
-    if index >= len(runs):
-        return "tonight"
-    p = runs[index].provenance
-    commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
-    return f"the run of {p.created[:10]} ({commit})"
-
-
-def night_changes(
-    result: Measurement, metric: str, check: CheckResult, baseline: StoredBaseline
-) -> list[HistoryChange]:
-    """The change a history check names: the one in force, else (for a night beyond the tolerance)
-    where it began."""
-    night = check.night
-    if night is None:
-        return []
-    point = night.change if night.change is not None else night.since
-    if point is None:
-        return []
-    runs, _ = past_runs(baseline, metric)
-    points = [
-        Point(Estimate.exact(v), r.provenance.created, r.provenance.git_commit, r.segment)
-        for v, r in zip(night.values, runs, strict=False)
-    ]
-    points.append(Point(Estimate.exact(night.values[-1]), None, None, None, tonight=True))
-    return [HistoryChange.of(result.key, metric, point, points)]
 
 
 # ---- all checks of a test ---------------------------------------------------------------------
@@ -458,7 +328,6 @@ class Limits:
 #: The metrics a stored history judges every night, and the ones whose changes are only reported.
 JUDGED_METRICS = ("output_throughput", "accept_length")
 #: How a person makes a change the level: the two acts that move it (verdict/level.py).
-ACKNOWLEDGE = "`specperf accept` makes it the level from its first run, --specperf-update from tonight"
 REPORTED_METRICS = ("mean_tpot_ms", "speedup")
 
 
@@ -510,7 +379,12 @@ def evaluate(
             if bounds is not None:
                 checks.append(check_range(result, key, *bounds, strict=strict))
         floors = marker.floors_at(level)
-        if floors is not None:
+        if floors == AGAINST_HISTORY:
+            history = None if updating or not comparable(baseline, result) else baseline
+            tolerance = limits.max_regression_accept_length
+            found = check_positions_history(result, history, tolerance, strict=strict) if history else None
+            checks.extend([found] if found is not None else [])
+        elif floors is not None:
             checks.append(check_positions(result, floors, strict=strict))
         if marker.lossless is not None:
             checks.append(check_lossless(result, reference, marker.lossless))

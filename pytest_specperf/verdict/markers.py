@@ -49,6 +49,10 @@ class ServerCase:
 Case = ServerCase | MeasurementKey
 
 
+#: `accept_per_position=True`: each draft position's acceptance judged against the stored history's level
+AGAINST_HISTORY: tuple[float, ...] = ()
+
+
 @dataclass(frozen=True)
 class SpecperfMarker:
     """The checks one marked test declares."""
@@ -61,7 +65,8 @@ class SpecperfMarker:
     max_regression_accept_length: float | None = None
     lossless: float | None = None  # the share of outputs that must equal the reference's; None: not checked
     max_error_rate: float | None = None
-    #: floors of the acceptance at draft positions 1, 2, ... (None: not checked), or one tuple per level
+    #: floors of the acceptance at draft positions 1, 2, ... (None: not checked), or one tuple per level;
+    #: AGAINST_HISTORY (the marker's `True`): each position against the stored history's level
     accept_per_position: tuple[float, ...] | Mapping[int, tuple[float, ...]] | None = None
 
     def floors_at(self, level: int) -> tuple[float, ...] | None:
@@ -149,9 +154,15 @@ def _check_lossless(servers: tuple[str, ...], workloads: tuple[str, ...], config
 
 
 def _floors(value: Any, where: str) -> tuple[float, ...]:
-    """Floors of the acceptance at draft positions 1, 2, ...: shares in [0, 1]."""
+    """Floors of the acceptance at draft positions 1, 2, ...: shares in [0, 1]; `True`: against the history."""
+    if value is True:
+        return AGAINST_HISTORY
     if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(where, f"must list floors for draft positions 1, 2, ..., e.g. (0.6, 0.4), got {value!r}")
+        raise ConfigError(
+            where,
+            f"must be True (each position against the stored history) or list floors for draft positions 1, 2, ..., "
+            f"e.g. (0.6, 0.4), got {value!r}",
+        )
     for floor in value:
         if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 1:
             raise ConfigError(where, f"floors are shares of verify steps in [0, 1], got {floor!r} in {value!r}")
@@ -161,7 +172,7 @@ def _floors(value: Any, where: str) -> tuple[float, ...]:
 def _check_floors(floors: Any, servers: tuple[str, ...], config: SpecperfConfig, where: str) -> None:
     """Per-position acceptance needs drafts: not the reference, and no deeper than a server drafts."""
     lists = list(floors.values()) if isinstance(floors, Mapping) else [floors]
-    deepest = max(len(f) for f in lists)
+    deepest = max(len(f) for f in lists)  # 0 for AGAINST_HISTORY: as deep as the server drafts
     for name in servers:
         server = config.servers[name]
         if not server.is_speculative:

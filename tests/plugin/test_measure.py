@@ -187,7 +187,7 @@ def test_bad_workloads_fail_at_collection(make_suite, workload: str, expected: s
         ("workload='chat'", "*unknown workload 'chat'*"),
         ("max_regression=5", "*max_regression: must be a fraction in [[]0, 1) (0.05 = 5%), got 5"),
         ("min_speedup={3: 1.1}", "*mapping key 3 is not a concurrency level*"),
-        ("accept_per_position=0.6", "*@specperf accept_per_position: must list floors for draft positions 1, 2, *"),
+        ("accept_per_position=0.6", "*@specperf accept_per_position: must be True (each position against the *"),
         (
             "accept_per_position=(0.6, 1.5)",
             "*accept_per_position: floors are shares of verify steps in [[]0, 1], got 1.5*",

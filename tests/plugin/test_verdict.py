@@ -377,3 +377,27 @@ def test_specperf_diff_and_the_tests_agree_on_the_same_histories(make_suite, tmp
         assert diffed == tested
         assert code == (1 if "REGRESSION" in tested.values() else 0)
     assert tested["eagle3-5step/default/c1"] == "REGRESSION"  # the slower draft model, by either
+
+
+POSITIONS_TEST = (
+    "import pytest\n\n@pytest.mark.specperf(server='eagle3-5step', accept_per_position=True)\n"
+    "def test_x(specperf):\n    pass\n"
+)
+
+
+def test_per_position_acceptance_against_the_history_names_the_positions_that_fell(make_suite) -> None:
+    """`accept_per_position=True`: no floors typed by hand; each position against the level. A draft that
+    agrees less (every position's acceptance x0.85) falls at every position, credibly beyond 2%."""
+    suite = verdict_suite(make_suite, POSITIONS_TEST)
+    first = suite.run("--specperf-update")
+    first.assert_outcomes(passed=1)
+    draft = "num_draft_tokens = 6\n\n[specperf.servers.eagle3-2step]"
+    set_in_config(suite, draft, draft.replace("\n\n", '\nsim_args = ["--sim-draft-acceptance", "0.85"]\n\n'))
+    result = suite.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*accept_per_position vs the history's level (4 rounds), allowed -2%: "
+            "position 1 x0.* (missed); position 2 x0.*"
+        ]
+    )
