@@ -6,8 +6,9 @@ night needs the cause first; the log tail alone rarely shows it.
 
 Engines echo their launch at every start (SGLang's `server_args=...` line holds words such as
 `nccl` and `timeout`, and the API key); an echo is never evidence. The cause is the first real
-error after it: a known cause of the server's engine (`Engine.startup_failures`), else the first
-line that reports an error in any form.
+error after it: a scheduler's own line (Slurm's time limit ended the step: not a crash), a known
+cause of the server's engine (`Engine.startup_failures`), else the first line that reports an error
+in any form.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ _OWN_LINE = "# specperf:"
 #: A traceback frame (`  File "x.py", line 3, in f`): it and the source line under it quote code, not errors.
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 MAX_LOG_BYTES = 20_000_000  # a log beyond this is scanned from its end
+
+#: A scheduler's own lines, whatever the engine: Slurm's step ended by the allocation, not by the server.
+SCHEDULER_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT"),
+        "Slurm's time limit ended the step while the server was starting (not a crash): give the job more --time, "
+        "or leave the server's start more of it",
+    ),
+    (
+        re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+"),
+        "Slurm cancelled the step while the server was starting (scancel, or the allocation ended): not a crash",
+    ),
+)
 
 PORT_IN_USE_WORDS = re.compile(r"address already in use|errno 98\b", re.IGNORECASE)
 OUT_OF_MEMORY_WORDS = re.compile(r"out of memory|OutOfMemoryError|Not enough memory", re.IGNORECASE)
@@ -81,7 +95,7 @@ def diagnose(log_path: Path, engine: Engine) -> Diagnosis:
         after_frame, quoted_code = quoted_code, bool(_FRAME.match(line))
         if quoted_code or (after_frame and line[:1].isspace()) or is_echo(line, engine):
             continue
-        for pattern, cause in engine.startup_failures:
+        for pattern, cause in (*SCHEDULER_FAILURES, *engine.startup_failures):
             if pattern.search(line):
                 return Diagnosis(cause, line, rank, log_path)
         if first_exception is None and (_EXCEPTION.search(line) or _ABORT.search(line)):

@@ -16,6 +16,7 @@ import time
 
 from .cli import PROG, SimConfigError, SimServerConfig, parse_config
 from .engine import Engine, EngineSettings, SimSamplingParams
+from .nodes import Rendezvous, follow
 from .server import ServerState, SimHTTPServer
 from .text import SimPrompt
 
@@ -52,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if config.nodes.rank > 0:  # a rank other than 0 serves no HTTP: it joins rank 0 and stays
+        try:
+            return follow(config.nodes, stop)
+        except KeyboardInterrupt:
+            return 0
     missing = tuple(config.profile.nccl.missing(os.environ))
     tuned = config.profile.nccl.is_tuned(os.environ)
     _banner(config, tuned, missing)
@@ -99,20 +107,24 @@ def main(argv: list[str] | None = None) -> int:
             (exc.strerror or str(exc)).lower(),
         )
         return 1
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine.start()
     threading.Thread(target=httpd.serve_forever, args=(0.05,), name="sim-http", daemon=True).start()
+    rendezvous = Rendezvous(config.nodes) if config.nodes.count > 1 else None
+    code = 0
     try:
-        if not _startup(config, state, stop):
-            return 1
-        stop.wait()
+        if (rendezvous is not None and not rendezvous.wait(stop)) or not _startup(config, state, stop):
+            code = 1
+        else:
+            stop.wait()
+            code = 1 if rendezvous is not None and rendezvous.left.is_set() else 0
     except KeyboardInterrupt:
         pass
     log.info("Shutting down the simulator")
+    if rendezvous is not None:
+        rendezvous.close()
     httpd.shutdown()
     engine.stop()
-    return 0
+    return code
 
 
 def _banner(cfg: SimServerConfig, tuned: bool, missing: tuple[str, ...]) -> None:

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from .nights import NightNoise
+from .nodes import SINGLE_NODE, Nodes
 from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig
 from .profile_files import load_profile
 from .sglang_flags import FlagTable, ambiguous_message, load_flag_file, parse_flag_lines, sglang_flags
@@ -103,6 +104,7 @@ class SimServerConfig:
     unmodelled_args: dict[str, object] = field(default_factory=dict)
     notices: tuple[tuple[str, str], ...] = ()
     """(level, message) pairs to log once logging is set up: auto defaults, the 48 cap, ignored flags."""
+    nodes: Nodes = SINGLE_NODE  # --nnodes, --node-rank, --dist-init-addr (sim/nodes.py)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-deterministic-inference", action="store_true")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--random-seed", type=int)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
+    p.add_argument("--dist-timeout", type=int)
     sim = p.add_argument_group("simulator")
     sim.add_argument("--sim-profile", default=DEFAULT_PROFILE, help="profile name or .toml path")
     sim.add_argument("--sim-time-scale", type=float, default=1.0, help="multiplies every modelled delay")
@@ -366,6 +372,7 @@ def parse_config(argv: list[str]) -> SimServerConfig:
         log_level=args.log_level,
         random_seed=args.random_seed,
         launch_command=" ".join(argv),  # SGLang keeps the raw arguments, joined (server_args.py)
+        nodes=_nodes(args),
         sim=sim,
         deterministic=args.enable_deterministic_inference,
         cuda_graph_max_bs_given=args.cuda_graph_max_bs_decode,
@@ -373,6 +380,13 @@ def parse_config(argv: list[str]) -> SimServerConfig:
         unmodelled_args=unmodelled,
         notices=tuple(notices),
     )
+
+
+def _nodes(args: argparse.Namespace) -> Nodes:
+    try:
+        return Nodes.of(args.nnodes, args.node_rank, args.dist_init_addr, args.dist_timeout)
+    except ValueError as exc:
+        raise SimConfigError(str(exc)) from None
 
 
 def _sim_options(args: argparse.Namespace) -> SimOptions:

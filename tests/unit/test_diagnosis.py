@@ -163,3 +163,19 @@ def test_vllm_reads_its_own_echo_and_causes(tmp_path: Path) -> None:
     )
     found = diagnose(path, engine_for("vllm"))
     assert found.port_taken and "address already in use" in found.cause
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_slurms_time_limit_during_the_start_is_named_not_taken_for_a_crash(tmp_path: Path, engine: str) -> None:
+    """srun's own lines when the allocation's time limit ends a step that is still loading weights."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        STARTUP
+        + "[2026-12-01 01:00:05] Load weight begin. avail mem=139.81 GB\n"
+        + "slurmstepd-n1: error: *** STEP 20.0 ON n1 CANCELLED AT 2026-12-03T12:07:18 DUE TO TIME LIMIT ***\n"
+        + "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+        + "srun: error: n2: task 1: Terminated\n"
+    )
+    found = diagnose(log, engine_for(engine))
+    assert found.cause.startswith("Slurm's time limit ended the step while the server was starting (not a crash)")
+    assert found.first_error is not None and "DUE TO TIME LIMIT" in found.first_error

@@ -1,0 +1,130 @@
+"""The Slurm lane: suites whose server is one simulated SGLang server over two Slurm nodes, started by
+the manual's `srun` template, against a real two-node Slurm cluster on this machine.
+
+`.ci/slurm-cluster up` starts one (CI does, and sets SPECPERF_REQUIRE_SLURM=1, so that a lane skipped
+there fails); elsewhere the lane is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psutil
+import pytest
+
+
+def cluster_problem() -> str | None:
+    """Why the lane cannot run here (None: two idle nodes answer)."""
+    if shutil.which("srun") is None or shutil.which("sinfo") is None:
+        return "no Slurm here (srun, sinfo); `bash .ci/slurm-cluster up` starts a two-node one"
+    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30)
+    idle = [line for line in done.stdout.splitlines() if line.split()[-1:] in (["idle"], ["mix"], ["alloc"])]
+    if done.returncode != 0 or len(idle) < 2:
+        return f"Slurm has no two nodes up (sinfo: {(done.stdout + done.stderr).strip() or 'nothing'})"
+    return None
+
+
+PROBLEM = cluster_problem()
+if PROBLEM is not None:
+    if os.environ.get("SPECPERF_REQUIRE_SLURM") == "1":
+        raise pytest.UsageError(f"the Slurm lane is required here (SPECPERF_REQUIRE_SLURM=1), but {PROBLEM}")
+    collect_ignore_glob = ["test_*.py"]
+
+
+def pytest_report_header() -> str:
+    return f"Slurm lane: {'skipped: ' + PROBLEM if PROBLEM else 'a real two-node cluster'}"
+
+
+#: the manual's wrapper (docs/recipes.md, "One server over two nodes"), as written
+NODE_RANK = (
+    "#!/bin/sh\n# node-rank.sh: the launch command, with this task's node rank\n"
+    'exec "$@" --node-rank "$SLURM_NODEID"\n'
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class SlurmSuite:
+    pytester: pytest.Pytester
+    token: str
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=300)
+
+    def processes(self) -> list[psutil.Process]:
+        """Live simulator processes of this suite's server, on either node."""
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if self.token in " ".join(proc.info["cmdline"] or ()) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def steps(self) -> list[str]:
+        """This suite's jobs Slurm still knows (`squeue`): nothing once a server is stopped."""
+        done = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=30)
+        return [line for line in done.stdout.splitlines() if self.token[:8] in line]
+
+
+@pytest.fixture
+def slurm_suite(pytester: pytest.Pytester) -> Iterator:
+    """Write a suite whose `plain` server is `command = "srun -N2 ... ./node-rank.sh ..."`; after the test,
+    prove nothing of it is left on either node or in Slurm's queue."""
+    suites: list[SlurmSuite] = []
+
+    def make(tests: str, *, nodes: int = 2, join_timeout: int = 20, srun: str = "", sim: str = "") -> SlurmSuite:
+        token = uuid.uuid4().hex
+        (pytester.path / "node-rank.sh").write_text(NODE_RANK)
+        (pytester.path / "node-rank.sh").chmod(0o755)
+        command = (
+            f"srun -N2 --ntasks-per-node=1 --job-name=specperf-{token[:8]} {srun} ./node-rank.sh {{python}} "
+            f"-m pytest_specperf.sim {{args}} --sim-time-scale 0.02 --nnodes {nodes} "
+            f"--dist-init-addr 127.0.0.1:{free_port()} --dist-timeout {join_timeout} {sim}"
+        )
+        pytester.makefile(
+            ".toml",
+            specperf=textwrap.dedent(f"""
+                [specperf]
+                launcher = "sglang"
+                python = "{sys.executable}"
+                model = "sim/{token}"
+                rounds = 2
+                startup_timeout = 300
+                stop_timeout = 10
+
+                [specperf.servers.plain]
+                command = "{command}"
+
+                [specperf.workloads.default]
+                prompts = "builtin:qa"
+                num_requests = 4
+                max_new_tokens = 24
+                warmup = 1
+                """),
+        )
+        pytester.makepyfile(test_suite=textwrap.dedent(tests))
+        suite = SlurmSuite(pytester, token)
+        suites.append(suite)
+        return suite
+
+    yield make
+    for suite in suites:
+        _, alive = psutil.wait_procs(suite.processes(), timeout=15)
+        for proc in alive:
+            proc.kill()
+        assert not alive, f"server processes left behind on the nodes: {[p.pid for p in alive]}"
