@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from types import FrameType
 
 import pytest
@@ -24,9 +24,12 @@ class HeldServer:
 
     def __init__(self) -> None:
         self.arrivals: list[str] = []
-        self.in_flight = threading.Event()  # set once `concurrency` requests are held
+        self.in_flight = threading.Event()  # set once `expected` requests are held
         self.release = threading.Event()
         self.expected = 2
+        self.url = ""
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         held = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,23 +47,15 @@ class HeldServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return Handler
 
 
 @pytest.fixture
-def held_server() -> Iterator[HeldServer]:
+def held_server(serve: Callable[[type[BaseHTTPRequestHandler]], str]) -> Iterator[HeldServer]:
     server = HeldServer()
-    server.thread.start()
+    server.url = serve(server.handler())
     yield server
-    server.release.set()
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.release.set()  # before `serve` stops the server: a held answer would hold its shutdown
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,35 +87,9 @@ def test_the_simulators_chat_stream_has_the_shape_of_sglangs(spec_sim: SimServer
 
 
 @pytest.fixture
-def replay() -> Iterator[Callable[[str], str]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(stream: str) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                for piece in re.findall(r"data: .*?\n\n", stream, flags=re.S):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece.encode()), piece.encode()))
-                self.wfile.write(b"0\r\n\r\n")
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
-
-    yield start
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+def replay(canned_server: Callable[[list[bytes]], str]) -> Callable[[str], str]:
+    """`replay(stream)` → the URL of a stand-in server sending a captured stream's events, one chunk each."""
+    return lambda stream: canned_server([p.encode() for p in re.findall(r"data: .*?\n\n", stream, flags=re.S)])
 
 
 def test_the_client_reads_sglangs_chat_stream(replay: Callable[[str], str]) -> None:

@@ -7,10 +7,9 @@ abort, malformed and truncated streams, and bodies framed without chunked encodi
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
@@ -88,19 +87,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
 
 
-class QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # truncated streams make the client hang up on purpose
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    httpd = QuietServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+@pytest.fixture
+def server(serve: Callable[[type[BaseHTTPRequestHandler]], str]) -> str:
+    return serve(Handler)
 
 
 @pytest.fixture(autouse=True)

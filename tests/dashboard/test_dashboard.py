@@ -6,10 +6,10 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitrepos import git
 from histories import STEP_AT, Night, measurement, record, rich_store
 
 from pytest_specperf.cli import build_parser
@@ -120,17 +120,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, argv: list[str
 
 
 # ---- git stores -----------------------------------------------------------------------------------
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def git_store(remote: Path, work: Path) -> GitStore:

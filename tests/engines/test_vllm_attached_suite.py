@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from canned_streams import send_stream
+from standin import send_stream
 
 from pytest_specperf.report.schema import validate
 

@@ -5,9 +5,9 @@ branch by real pytest sessions on the simulator, then `specperf dashboard --stor
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
+from gitrepos import git
 from plugin_suites import ONE_MEASURED_TEST
 
 from pytest_specperf.cli import main as specperf
@@ -18,17 +18,6 @@ COMMAND = ["dashboard", "--store", f"git:{BRANCH}", "--publish", "-o", "site"]
 RECIPES = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
 #: where runs go, not what they say: the stored-history checks cannot fail a night here
 LENIENT = f'store = "git:{BRANCH}"\nmax_regression = 0.9\nmax_regression_accept_length = 0.9\n'
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def test_nights_recorded_on_the_branch_are_published_there_as_a_dashboard(make_suite, tmp_path: Path, capsys) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from gitrepos import git
 from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
 
 from pytest_specperf.cli import main as specperf
@@ -49,17 +50,6 @@ def pytest_collection_finish(session):
         assert time.monotonic() < deadline, "the other machine never fetched"
         time.sleep(0.05)
 """
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def simulators(token: str) -> list[psutil.Process]:

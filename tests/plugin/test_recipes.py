@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from gitrepos import git
 from plugin_suites import SPEC_SERVERS, config_text
 
 RECIPES = Path(__file__).resolve().parents[2] / "docs" / "recipes.md"
@@ -162,17 +163,6 @@ def commands(job: Job) -> list[Step]:
 
 
 # ---- the machines -----------------------------------------------------------------------------------
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def origin_with_the_project(root: Path, token: str) -> Path:

@@ -4,20 +4,14 @@ ends the others, and a rank that never joins fails the start naming it. Real pro
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
 import pytest
 import requests
 
+from pytest_specperf.servers.launch import free_port
 from pytest_specperf.sim.cli import SimConfigError, parse_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(rank: int, nodes: int, http: int, dist: int, *extra: str) -> subprocess.Popen[str]:
@@ -41,7 +35,12 @@ def wait_for(proc: subprocess.Popen[str], words: str) -> list[str]:
 
 @pytest.fixture
 def ports() -> tuple[int, int]:
-    return free_port(), free_port()
+    """Rank 0's HTTP port and its --dist-init-addr port: two ports, never the same one twice."""
+    http = free_port()
+    dist = free_port()
+    while dist == http:
+        dist = free_port()
+    return http, dist
 
 
 def test_rank_0_is_ready_only_once_the_other_rank_joined_and_goes_down_when_it_dies(ports) -> None:

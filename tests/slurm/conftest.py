@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 
 import psutil
 import pytest
+
+from pytest_specperf.servers.launch import free_port
 
 
 def cluster_problem() -> str | None:
@@ -48,12 +49,6 @@ NODE_RANK = (
     "#!/bin/sh\n# node-rank.sh: the launch command, with this task's node rank\n"
     'exec "$@" --node-rank "$SLURM_NODEID"\n'
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

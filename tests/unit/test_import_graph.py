@@ -189,3 +189,23 @@ def test_no_module_is_longer_than_600_lines() -> None:
         if (n := len(p.read_text().splitlines())) > 600
     }
     assert long == {}
+
+
+#: what starts a process or opens a socket: a test that uses one belongs beside its stage, not in tests/unit
+IMPURE_MODULES = frozenset({"subprocess", "socket", "multiprocessing", "http.server", "psutil", "requests"})
+
+
+def test_unit_tests_start_no_process_and_open_no_socket() -> None:
+    """tests/unit/ is pure logic: no module there imports a way to start a process or reach a socket, or
+    asks for `pytester` (a pytest run in a subprocess); those tests live beside the stage they test."""
+    impure = {}
+    for path in sorted((Path(__file__).parent).glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        used = sorted(names & IMPURE_MODULES)
+        if "pytester" in {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for a in n.args.args}:
+            used.append("pytester")
+        if used:
+            impure[path.name] = used
+    assert impure == {}

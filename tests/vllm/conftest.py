@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,8 +17,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
 import vllm_models
 
 VLLM_PYTHON = os.environ.get("SPECPERF_VLLM_PYTHON")

@@ -11,12 +11,12 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gitrepos import git
 from test_store import measurement
 
 from pytest_specperf.config.location import StoreLocation
@@ -27,17 +27,6 @@ from pytest_specperf.store.file import FileStore
 
 BRANCH = "specperf-history"
 SHARED = MeasurementKey("plain", "chat", 1)
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
-"""Canned event streams over real HTTP: what a real engine sent, replayed (chunked) by a tiny server.
-
-Imported by this module's name (`from canned_streams import ...`), unique across the test folders.
-"""
+"""A stand-in HTTP server on 127.0.0.1, for tests that replay what a real engine sent or hold its
+requests: one server class and one way to answer with an event stream, shared by every test folder
+(the `serve` and `canned_server` fixtures in tests/conftest.py start and stop it)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ class QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that hangs up after an error event is part of what is tested
+        pass  # a client that hangs up (after an error event, on an interrupt) is part of what is tested
 
 
 def send_stream(handler: BaseHTTPRequestHandler, pieces: list[bytes]) -> None:

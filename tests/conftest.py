@@ -1,14 +1,21 @@
-"""Tiny HTTP servers for replays: canned event streams (chunked), as a real engine sends them."""
+"""What every test folder shares: the folder itself on `sys.path`, so the helper modules beside this
+file (`gitrepos`, `standin`, `vllm_models`) are imported by name from any of them, under xdist too;
+and a stand-in HTTP server (`serve`, `canned_server`) for tests that replay what an engine sent."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import pytest
-from canned_streams import QuietServer, send_stream
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from standin import QuietServer, send_stream
 
 
 @pytest.fixture
