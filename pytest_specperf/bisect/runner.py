@@ -36,6 +36,7 @@ class Start:
     verdict: str  # "good", "bad", or "bad (uncertain)" / "good (uncertain)" after a repeat
     ratio: Estimate  # its throughput over the good setup's tonight
     starts: int  # server starts it took (2 when repeated)
+    build: str | None = None  # the engine build (interpreter) it ran, when builds are bisected
 
     @property
     def bad(self) -> bool:
@@ -58,27 +59,35 @@ class BisectRunner:
     def server_starts(self) -> int:
         return sum(s.starts for s in self.starts) + (1 if self.anchor is not None else 0)
 
-    def measure_good_setup(self) -> Measurement:
-        self.say(f"start 1: the good setup ({self._describe(frozenset())})")
-        self.anchor = self._measure(frozenset())
+    def measure_good_setup(self, build: str | None = None) -> Measurement:
+        on = f" on build {build}" if build else ""
+        self.say(f"start 1: the good setup{on} ({self._describe(frozenset())})")
+        self.anchor = self._measure(frozenset(), build)
         return self.anchor
 
     def is_bad(self, applied: frozenset[int]) -> bool:
         """Start the server with `applied` at their bad values; judged, repeated once when unclear."""
+        return self._judged(applied, None)
+
+    def is_bad_build(self, build: str) -> bool:
+        """Start the good setup on engine build `build` (its interpreter); judged like any start."""
+        return self._judged(frozenset(), build)
+
+    def _judged(self, applied: frozenset[int], build: str | None) -> bool:
         number = self.server_starts + 1
-        self.say(f"start {number}: {self._describe(applied)}")
-        runs = [self._measure(applied)]
+        self.say(f"start {number}: " + (f"build {build}" if build else self._describe(applied)))
+        runs = [self._measure(applied, build)]
         decision, ratio = self._judge(runs)
         if decision is Decision.SUSPECT:
             self.say(f"  {ratio.value - 1:+.1%} of the good setup: not clearly either; once more on a new server")
-            runs.append(self._measure(applied))
+            runs.append(self._measure(applied, build))
             decision, ratio = self._judge(runs)
             verdict = ("bad" if ratio.value < 1 - self.config.max_regression else "good") + (
                 " (uncertain)" if decision is Decision.SUSPECT else ""
             )
         else:
             verdict = "bad" if decision is Decision.MISSED else "good"
-        self.starts.append(Start(applied, verdict, ratio, len(runs)))
+        self.starts.append(Start(applied, verdict, ratio, len(runs), build))
         self.say(f"  {verdict}: throughput {_pct(ratio)} of the good setup")
         return verdict.startswith("bad")
 
@@ -95,9 +104,12 @@ class BisectRunner:
         bad = [self.found[i].setting(bad=True) for i in sorted(applied)]
         return "bad values: " + "; ".join(bad) if bad else "every difference at its good value"
 
-    def _measure(self, applied: frozenset[int]) -> Measurement:
-        """One server start of the setup, measured; the server is stopped before this returns."""
+    def _measure(self, applied: frozenset[int], build: str | None = None) -> Measurement:
+        """One server start of the setup (on engine build `build`, an interpreter, when given), measured;
+        the server is stopped before this returns."""
         config, environment = setup(self.config, self.key.server, self.found, applied)
+        if build is not None:
+            config = dataclasses.replace(config, python=build, engine_flags={})
         with _environment(environment):
             pool = ServerPool(config, self.run_dir, progress=self._progress, after_fork=interrupts.check)
             try:

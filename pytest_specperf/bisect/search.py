@@ -7,6 +7,9 @@ the other half holds the cause when this one does not). A single cause among N d
 ⌈log₂ N⌉ starts, one more when the last half was kept untested. When that last check finds the
 difference harmless on its own, some differences only act together: the search starts again,
 trying both halves at every level, and finds them as a pair.
+
+Engine builds are a dimension of their own: an ordered list, oldest first, whose first build is
+good and last bad; `first_bad` finds the first bad one as `git bisect` finds a commit.
 """
 
 from __future__ import annotations
@@ -57,3 +60,16 @@ def narrow(candidates: Sequence[int], base: frozenset[int], is_bad: IsBad) -> tu
 def most_starts(count: int) -> int:
     """The starts `find_causes` takes for one cause among `count`: ⌈log₂ count⌉, plus one check."""
     return max(0, (count - 1).bit_length()) + 1
+
+
+def first_bad(count: int, is_bad_at: Callable[[int], bool]) -> int:
+    """The first bad one of `count` ordered builds whose first is good and last bad (the newest that
+    is good is the one before it): ⌈log₂ (count - 1)⌉ starts, none for the two ends."""
+    good, bad = 0, count - 1
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if is_bad_at(middle):
+            bad = middle
+        else:
+            good = middle
+    return bad

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from pytest_specperf.bisect.differences import Difference, differences
 from pytest_specperf.bisect.runner import BisectRunner, Start
-from pytest_specperf.bisect.search import find_causes, most_starts
+from pytest_specperf.bisect.search import find_causes, first_bad, most_starts
 from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
 from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
 from pytest_specperf.config.loading import apply_overrides, find_config_file
@@ -59,30 +60,44 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
     bisect.add_argument("--sim-time-scale", type=float, metavar="F", help="override `sim_time_scale`")
     bisect.add_argument("--run-dir", type=Path, metavar="DIR", help="server logs (default: a new temporary folder)")
     bisect.add_argument("--dry-run", action="store_true", help="print the differences and the plan; start nothing")
+    bisect.add_argument(
+        "--builds",
+        nargs="+",
+        metavar="PYTHON",
+        help="engine builds to bisect instead of the differences: interpreters (or their environments' "
+        "bin/python), oldest first; the oldest is taken as good, the first slow one is found",
+    )
     bisect.add_argument("--json", metavar="PATH", type=Path, help="write the result as JSON")
     bisect.set_defaults(run=run_bisect)
 
 
 def run_bisect(args: argparse.Namespace) -> int:
     config = _config(args)
-    key, good, bad, found = _plan_inputs(args, config)
+    builds = _builds(args.builds)
+    key, good, bad, found = _plan_inputs(args, config, builds=bool(builds))
     applicable = [d for d in found if d.applicable]
     print(f"bisect {key.label}: good run {good[0] + 1} ({good[1]}), bad run {bad[0] + 1} ({bad[1]})")
     for d in found:
-        print(f"  {d}" + ("" if d.applicable else "  (cannot be set by a start: listed, not tried)"))
-    print(
-        f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
-        f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated)"
-    )
+        print(f"  {d}" + ("" if d.applicable or builds else "  (cannot be set by a start: listed, not tried)"))
+    if builds:
+        print(
+            f"plan: the good setup on the oldest build, the newest build, then at most "
+            f"{max(0, (len(builds) - 2).bit_length())} starts to find the first slow one among {len(builds)} builds"
+        )
+    else:
+        print(
+            f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
+            f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated)"
+        )
     if args.dry_run:
         return OK
     check_command_templates(config)
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="specperf-bisect-"))
     print(f"server logs: {run_dir}", flush=True)
-    runner = BisectRunner(config, key, applicable, run_dir, say=lambda line: print(line, flush=True))
+    runner = BisectRunner(config, key, [] if builds else applicable, run_dir, say=lambda line: print(line, flush=True))
     try:
         with sigterm_as_interrupt():
-            result = _bisect(runner, good[2], config)
+            result = _bisect_builds(runner, builds, good[2], config) if builds else _bisect(runner, good[2], config)
     except KeyboardInterrupt:
         print("specperf bisect: interrupted; every server it started is stopped", file=sys.stderr, flush=True)
         return INTERRUPTED
@@ -91,7 +106,7 @@ def run_bisect(args: argparse.Namespace) -> int:
     if args.json is not None:
         atomic_write(args.json, json.dumps(_document(key, good, bad, found, runner, result), indent=2))
         print(f"wrote {args.json}")
-    return OK if result["causes"] else NOT_EXPLAINED
+    return OK if result["causes"] or result.get("builds") else NOT_EXPLAINED
 
 
 def _config(args: argparse.Namespace) -> SpecperfConfig:
@@ -106,10 +121,26 @@ def _config(args: argparse.Namespace) -> SpecperfConfig:
     return config
 
 
+def _builds(given: list[str] | None) -> list[str]:
+    """The engine builds to bisect, each an interpreter that exists here (none: bisect the differences)."""
+    if not given:
+        return []
+    if len(given) < 2:
+        raise SpecperfError("--builds: name at least two builds, oldest first (the oldest good, the newest bad)")
+    for build in given:
+        found = shutil.which(build)
+        if found is None:
+            raise SpecperfError(f"--builds: {build!r} is not an interpreter here (no such executable)")
+    if len(set(given)) < len(given):
+        raise SpecperfError("--builds: a build is named twice")
+    return list(given)
+
+
 def _plan_inputs(
-    args: argparse.Namespace, config: SpecperfConfig
+    args: argparse.Namespace, config: SpecperfConfig, *, builds: bool = False
 ) -> tuple[MeasurementKey, tuple[int, str, Any], tuple[int, str, Any], list[Difference]]:
-    """The key, the two runs (index, name, measurement) and their differences; every bad input refused."""
+    """The key, the two runs (index, name, measurement) and their differences; every bad input refused.
+    With `builds` the differences are listed, not bisected: none need be applicable."""
     parts = args.key.strip("/").split("/")
     if len(parts) != 3 or not parts[2].startswith("c") or not parts[2][1:].isdigit():
         raise SpecperfError(f"{args.key!r}: name one key as SERVER/WORKLOAD/cN (e.g. eagle3/chat/c1)")
@@ -130,6 +161,8 @@ def _plan_inputs(
     if old is None or new is None:
         raise SpecperfError(f"{key.label}: run {(good if old is None else bad) + 1} has no fingerprint to compare")
     found = differences(old, new)
+    if builds:
+        return key, _run(entry, good), _run(entry, bad), found
     if not found:
         raise SpecperfError(
             f"{key.label}: runs {good + 1} and {bad + 1} have the same fingerprint: there is no difference to "
@@ -179,6 +212,29 @@ def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict
     return {"causes": causes, "lines": lines}
 
 
+def _bisect_builds(runner: BisectRunner, builds: list[str], good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
+    """The good setup on the oldest build, the newest build, then a binary search for the first slow one."""
+    anchor = runner.measure_good_setup(builds[0])
+    here = speedup_estimate(
+        [anchor.samples("output_throughput")], [good_run.samples("output_throughput")], config.run_to_run_cv
+    )
+    if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
+        line = (
+            f"no build explains it: the oldest build ({builds[0]}) measures {here.value - 1:+.1%} against the good "
+            "run on this node too (the node, the driver, the hardware, or an older build)"
+        )
+        return {"causes": [], "lines": [line]}
+    if not runner.is_bad_build(builds[-1]):
+        return {"causes": [], "lines": [f"no build explains it: the newest build ({builds[-1]}) is as fast"]}
+    first = first_bad(len(builds), lambda i: runner.is_bad_build(builds[i]))
+    lines = [
+        f"first slow build: {builds[first]} (the newest good one: {builds[first - 1]})",
+        f"restore: python = {builds[first - 1]!r}  (the server config's, or the suite's, `python`)",
+        f"{runner.server_starts} server starts",
+    ]
+    return {"causes": [], "builds": {"first_slow": builds[first], "last_good": builds[first - 1]}, "lines": lines}
+
+
 def _document(
     key: MeasurementKey,
     good: tuple[int, str, Any],
@@ -197,12 +253,14 @@ def _document(
             {"name": c.name, "good": c.good, "bad": c.bad, "restore": c.setting(bad=False)} for c in result["causes"]
         ],
         "server_starts": runner.server_starts,
+        "builds": result.get("builds"),
         "lines": result["lines"],
     }
 
 
 def _start_json(start: Start, runner: BisectRunner) -> dict[str, Any]:
     return {
+        "build": start.build,
         "bad_values": [runner.found[i].name for i in sorted(start.applied)],
         "verdict": start.verdict,
         "ratio": start.ratio.value,

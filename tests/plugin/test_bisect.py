@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, STEADY_WORKLOAD, config_text
 from test_verdict import TUNED_ENV, set_in_config, verdict_suite
 
 from pytest_specperf.bisect.search import most_starts
@@ -57,6 +58,8 @@ def test_bisect_names_the_lost_nccl_variable_among_ten_harmless_differences(lost
         ((KEY, "--good", "1", "--bad", "1"), "the good and the bad run are the same run (1)"),
         ((KEY, "--good", "99"), "--good 99: the history holds runs 1 to"),
         ((KEY, "--good", "1", "--store", "elsewhere"), "elsewhere: no such store directory"),
+        ((KEY, "--good", "1", "--builds", "python3"), "--builds: name at least two builds, oldest first"),
+        ((KEY, "--good", "1", "--builds", "nosuch-python", "python3"), "--builds: 'nosuch-python' is not an"),
     ],
 )
 def test_bad_input_is_refused_before_any_start(lost_tuning, args: tuple[str, ...], error: str) -> None:
@@ -94,3 +97,48 @@ def test_sigterm_stops_every_server_bisect_started(lost_tuning) -> None:
         if proc.poll() is None:
             proc.kill()
     assert lost_tuning.processes() == [], "".join(seen)
+
+
+#: a stand-in engine build: `-m sglang.launch_server ARGS` runs the simulator (slower by its EXTRA flags),
+#: anything else is the interpreter itself (so the flag probe finds no SGLang and uses the shipped list)
+BUILD = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "sglang.launch_server" ]; then
+    shift 2
+    exec {python} -m pytest_specperf.sim "$@" --sim-time-scale 0.1 --sim-seed 1 {extra}
+fi
+exec {python} "$@"
+"""
+
+
+def test_bisect_finds_the_first_slow_engine_build_oldest_first(pytester: pytest.Pytester) -> None:
+    """Five builds, the fourth and fifth with a draft eight times slower: the fourth is named, the third
+    kept as the one to go back to, in the good setup, the newest and ⌈log₂ 3⌉ = 2 starts more (each
+    repeated at most once when a busy machine leaves it unclear). The tolerance is 15%, so that a busy
+    machine's scheduler cannot make a fast build look slow."""
+    builds = []
+    for number in range(1, 6):
+        path = pytester.path / f"build-{number}"
+        extra = "--sim-draft-slowdown 8" if number >= 4 else ""
+        path.write_text(BUILD.format(python=sys.executable, extra=extra))
+        path.chmod(0o755)
+        builds.append(str(path))
+    config = config_text(
+        pytester.path.name[-8:], servers=SPEC_SERVERS, workloads=STEADY_WORKLOAD, extra="max_regression = 0.15\n"
+    )
+    config = config.replace('launcher = "sim"', f'launcher = "sglang"\npython = "{builds[0]}"')
+    pytester.makefile(".toml", specperf=config)
+    pytester.makepyfile(test_suite=ONE_MEASURED_TEST)
+    pytester.runpytest_subprocess("--specperf-update", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (pytester.path / "specperf.toml").write_text(config.replace(builds[0], builds[-1]))
+    pytester.runpytest_subprocess("--specperf-record", "-p", "no:cacheprovider")  # the slow night
+    command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1", "--builds", *builds]
+    done = subprocess.run(
+        [*command, "--json", "bisect.json"], cwd=pytester.path, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads((pytester.path / "bisect.json").read_text())
+    assert document["builds"] == {"first_slow": builds[3], "last_good": builds[2]}
+    assert document["server_starts"] <= 1 + 2 * (1 + 2)
+    ratios = {start["build"]: start["ratio"] for start in document["starts"]}
+    assert ratios[builds[-1]] < 0.85 and all(r > 0.85 for b, r in ratios.items() if b in builds[:3])
+    assert f"restore: python = {builds[2]!r}" in done.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_specperf.bisect.differences import Difference, apply_flags, differences
-from pytest_specperf.bisect.search import find_causes, most_starts
+from pytest_specperf.bisect.search import find_causes, first_bad, most_starts
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import Fingerprint
 
@@ -82,3 +82,17 @@ def test_flags_are_written_into_and_taken_out_of_the_arguments() -> None:
         "16",
     )
     assert apply_flags(args, {"--enable-torch-compile": "set"})[-1] == "--enable-torch-compile"
+
+
+@pytest.mark.parametrize("count", [2, 3, 5, 8, 9])
+def test_the_first_slow_build_is_found_in_log2_starts(count: int) -> None:
+    for first in range(1, count):
+        asked: list[int] = []
+
+        def is_bad_at(index: int, first: int = first, asked: list[int] = asked) -> bool:
+            asked.append(index)
+            return index >= first
+
+        assert first_bad(count, is_bad_at) == first
+        assert 0 not in asked and count - 1 not in asked  # the ends are known: good and bad
+        assert len(asked) <= (count - 2).bit_length()
