@@ -1,6 +1,11 @@
 """`specperf bisect` against real vLLM servers: two setups of one model differing in four settings,
 one of which costs throughput (`--max-num-seqs 1` serves four concurrent streams one at a time); bisect
-starts real servers with subsets of the differences and names that flag."""
+starts real servers with subsets of the differences and names that flag.
+
+vLLM's CPU build on a shared 2-core machine is noisy (round-to-round CV of 15% and more at two
+rounds), so the suite measures four rounds of longer answers and bisects with a 20% tolerance:
+serving four streams one at a time costs far more than that, and the harmless differences cost
+nothing a busy machine can stretch to it."""
 
 from __future__ import annotations
 
@@ -14,11 +19,12 @@ args = ["--enforce-eager"{bad_args}]
 {bad_env}
 
 [specperf.workloads.wide]
-prompts = "builtin:chat"
+prompts = "builtin:qa"
 num_requests = 8
-max_new_tokens = 32
+max_new_tokens = 64
+ignore_eos = true
 concurrency = 4
-warmup = 0
+warmup = 1
 """
 GOOD = SERVERS.format(bad_args="", bad_env="")
 BAD = SERVERS.format(
@@ -29,9 +35,10 @@ TEST = "import pytest\n\n@pytest.mark.specperf(server='plain', workload='wide')\
 
 
 def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm_suite) -> None:
-    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false")
-    suite.run("--specperf-update").assert_outcomes(passed=1)
+    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false\nmax_regression = 0.2")
     config = suite.path / "specperf.toml"
+    config.write_text(config.read_text().replace("rounds = 2", "rounds = 4"))
+    suite.run("--specperf-update").assert_outcomes(passed=1)
     config.write_text(config.read_text().replace(GOOD, BAD))
     # other launch flags make another setup (INCOMPARABLE): stored as a history of its own, on purpose
     suite.run("--specperf-update-force")
@@ -43,5 +50,5 @@ def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm
     applicable = [d["name"] for d in document["differences"] if d["applicable"]]
     assert len(applicable) == 4, applicable
     assert [c["name"] for c in document["causes"]] == ["server.flag --max-num-seqs"], done.stdout
-    assert document["server_starts"] <= 4  # ⌈log₂ 4⌉ + 2
+    assert document["server_starts"] <= 1 + 2 * 3  # ⌈log₂ 4⌉ + 1 after the good setup, each at most twice
     assert "restore:" in done.stdout and "--max-num-seqs" in done.stdout.split("restore:")[1]
