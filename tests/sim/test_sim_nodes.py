@@ -101,3 +101,16 @@ def test_a_rank_that_never_joins_fails_the_start_naming_it_and_the_address(ports
 def test_bad_multi_node_arguments_are_refused(argv: list[str], error: str) -> None:
     with pytest.raises(SimConfigError, match=error.replace("[", r"\[").replace(")", r"\)")):
         parse_config(["--model-path", "m", *argv])
+
+
+def test_a_stop_while_waiting_for_the_other_ranks_is_a_clean_exit(ports) -> None:
+    """SIGTERM during the join (a teardown before the server was ready) is no failure of the server."""
+    http, dist = ports
+    zero = launch(0, 2, http, dist)
+    try:
+        wait_for(zero, "waiting for node rank(s) 1 to join")
+        zero.terminate()
+        assert zero.wait(timeout=30) == 0
+    finally:
+        if zero.poll() is None:
+            zero.kill()
