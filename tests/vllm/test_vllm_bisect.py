@@ -10,8 +10,19 @@ nothing a busy machine can stretch to it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
+
+#: Opt-in (SPECPERF_VLLM_BISECT=1): on a shared 2-core machine one good-setup start of vLLM's CPU build
+#: can read 30% off the next ones for no cause, and bisect judges every start against it; CI's lane
+#: therefore does not run this test until bisect measures its good setup more than once.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("SPECPERF_VLLM_BISECT") != "1",
+    reason="opt-in: SPECPERF_VLLM_BISECT=1 (one vLLM CPU start is too noisy to anchor a bisection in CI)",
+)
 
 SERVERS = """
 [specperf.servers.plain]
