@@ -6,6 +6,11 @@ speedup uses (`verdict/history.speedup_estimate`, with the config's `run_to_run_
 1 - `max_regression` is bad, at or above it good; a start in between is repeated once on a new server,
 as a night is confirmed, and then decided by where its estimate lies (and said to be uncertain).
 Every server is stopped when its start is judged, and by every exit path (SIGTERM included).
+
+Every start is judged against the good setup's starts tonight (`anchors`). One of them can be off
+(a start that landed fast, a node that slowed down since): then *every* start reads bad, or every one
+good, and a search would name whatever it tried first. So a search whose starts all came out one
+way measures the good setup again (`good_setup_holds`) before its answer counts.
 """
 
 from __future__ import annotations
@@ -45,28 +50,64 @@ class Start:
 
 @dataclass
 class BisectRunner:
-    """Starts and judges setups of one key; `anchor` is the good setup's measurement tonight."""
+    """Starts and judges setups of one key; `anchors` are the good setup's starts tonight that the
+    others are judged against, `searched` the index in `starts` the current search began at."""
 
     config: SpecperfConfig
     key: MeasurementKey
     found: Sequence[Difference]
     run_dir: Path
     say: Callable[[str], None]
-    anchor: Measurement | None = None
+    anchors: list[Measurement] = field(default_factory=list)
     starts: list[Start] = field(default_factory=list)
+    good_setup_starts: int = 0
+    searched: int = 0
 
     @property
     def server_starts(self) -> int:
-        return sum(s.starts for s in self.starts) + (1 if self.anchor is not None else 0)
+        return sum(s.starts for s in self.starts) + self.good_setup_starts
 
     def measure_good_setup(self, build: str | None = None) -> Measurement:
         on = f" on build {build}" if build else ""
-        self.say(f"start 1: the good setup{on} ({self._describe(frozenset())})")
-        self.anchor = self._measure(frozenset(), build)
-        return self.anchor
+        self.say(f"start {self.server_starts + 1}: the good setup{on} ({self._describe(frozenset())})")
+        self.good_setup_starts += 1
+        measurement = self._measure(frozenset(), build)
+        self.anchors.append(measurement)
+        return measurement
+
+    def one_way(self) -> bool:
+        """Every start of the current search came out the same way (all bad or all good): what one
+        good-setup start that is off produces."""
+        verdicts = {s.bad for s in self.starts[self.searched :]}
+        return len(verdicts) == 1
+
+    def good_setup_holds(self) -> bool:
+        """Measure the good setup once more and judge it against its earlier starts. When it agrees
+        (within the tolerance, either way) it joins them and True; when not, the earlier starts are
+        dropped — every later start is judged against the new one — and False: search again."""
+        earlier = [m.samples("output_throughput") for m in self.anchors]
+        latest = self.measure_good_setup().samples("output_throughput")
+        run_cv, bound = self.config.run_to_run_cv, 1 - self.config.max_regression
+        slower = speedup_estimate([latest], earlier, run_cv)
+        faster = speedup_estimate(earlier, [latest], run_cv)
+        off = [decide_threshold(r, bound, Direction.HIGHER_IS_BETTER) is Decision.MISSED for r in (slower, faster)]
+        if not any(off):
+            self.say(f"  the good setup again: {_pct(slower)} of its earlier start(s): it holds")
+            return True
+        self.say(
+            f"  the good setup again: {_pct(slower)} of its earlier start(s), so every start was judged against "
+            "a good setup that was off (or the node moved): searching again against this one"
+        )
+        self.anchors = self.anchors[-1:]
+        self.searched = len(self.starts)
+        return False
 
     def is_bad(self, applied: frozenset[int]) -> bool:
-        """Start the server with `applied` at their bad values; judged, repeated once when unclear."""
+        """Start the server with `applied` at their bad values; judged, repeated once when unclear. A set
+        this search has judged already is not started again (the pair search asks for some twice)."""
+        for start in self.starts[self.searched :]:
+            if start.applied == applied and start.build is None:
+                return start.bad
         return self._judged(applied, None)
 
     def is_bad_build(self, build: str) -> bool:
@@ -92,9 +133,10 @@ class BisectRunner:
         return verdict.startswith("bad")
 
     def _judge(self, runs: Sequence[Measurement]) -> tuple[Decision, Estimate]:
-        assert self.anchor is not None
+        assert self.anchors, "the good setup is measured first"
         current = [m.samples("output_throughput") for m in runs]
-        ratio = speedup_estimate(current, [self.anchor.samples("output_throughput")], self.config.run_to_run_cv)
+        anchors = [m.samples("output_throughput") for m in self.anchors]
+        ratio = speedup_estimate(current, anchors, self.config.run_to_run_cv)
         return decide_threshold(ratio, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER), ratio
 
     def _progress(self, line: str) -> None:

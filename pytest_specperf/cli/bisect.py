@@ -87,7 +87,8 @@ def run_bisect(args: argparse.Namespace) -> int:
     else:
         print(
             f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
-            f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated)"
+            f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated; "
+            "when every start comes out one way, the good setup is measured again)"
         )
     if args.dry_run:
         return OK
@@ -200,7 +201,16 @@ def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict
             f"measures {here.value - 1:+.1%} against the good run (the node, the driver, the hardware)"
         )
         return {"causes": [], "lines": [line]}
-    causes = [runner.found[i] for i in find_causes(len(runner.found), runner.is_bad)]
+    found = find_causes(len(runner.found), runner.is_bad)
+    if runner.one_way() and not runner.good_setup_holds():
+        found = find_causes(len(runner.found), runner.is_bad)
+        if runner.one_way() and not runner.good_setup_holds():
+            line = (
+                "not bisected: the good setup itself moved beyond the tolerance between its starts twice; this "
+                "node is too noisy to bisect by single starts (raise `rounds`, or `max_regression` for the bisection)"
+            )
+            return {"causes": [], "lines": [line, f"{runner.server_starts} server starts"]}
+    causes = [runner.found[i] for i in found]
     both = " (only together)" if len(causes) > 1 else ""
     lines = [f"cause{'s' if len(causes) > 1 else ''}{both}: " + "; ".join(str(c) for c in causes)]
     lines.append("restore: " + "; ".join(c.setting(bad=False) for c in causes))
@@ -253,6 +263,7 @@ def _document(
             {"name": c.name, "good": c.good, "bad": c.bad, "restore": c.setting(bad=False)} for c in result["causes"]
         ],
         "server_starts": runner.server_starts,
+        "good_setup_starts": runner.good_setup_starts,
         "builds": result.get("builds"),
         "lines": result["lines"],
     }

@@ -7,6 +7,7 @@ logged and readiness endpoints turn 200.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 
 from .cli import PROG, SimConfigError, SimServerConfig, parse_config
 from .engine import Engine, EngineSettings, SimSamplingParams
+from .nccl import SOCKET_COMM_FACTOR, SOCKET_FALLBACK_ENV, over_sockets
 from .nodes import Rendezvous, follow
 from .server import ServerState, SimHTTPServer
 from .text import SimPrompt
@@ -62,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     missing = tuple(config.profile.nccl.missing(os.environ))
     tuned = config.profile.nccl.is_tuned(os.environ)
+    if over_sockets(os.environ):
+        config = dataclasses.replace(config, profile=config.profile.slower_communication(SOCKET_COMM_FACTOR))
+        log.info(
+            "sim: %s are both set: NCCL communicates over sockets, %gx slower",
+            " and ".join(SOCKET_FALLBACK_ENV),
+            SOCKET_COMM_FACTOR,
+        )
     _banner(config, tuned, missing)
     engine = Engine(
         EngineSettings(

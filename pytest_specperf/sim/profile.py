@@ -372,6 +372,36 @@ class Profile:
         )
         return dataclasses.replace(self, cost=cost)
 
+    def slower_communication(self, factor: float) -> Profile:
+        """This profile with every part's NCCL communication `factor` times slower (the rest of each part
+        unchanged): what NCCL does when it must fall back from NVLink and shared memory to sockets."""
+        if factor <= 0:
+            raise ValueError(f"must be > 0, got {factor}")
+        c = self.cost
+
+        def part(ms: float, share: float) -> float:
+            return ms * (1.0 + share * (factor - 1.0))
+
+        def share(old: float) -> float:
+            return old * factor / (1.0 + old * (factor - 1.0))
+
+        cost = dataclasses.replace(
+            c,
+            plain_step_ms=part(c.plain_step_ms, c.plain_comm_share),
+            plain_per_request_ms=part(c.plain_per_request_ms, c.plain_comm_share),
+            draft_step_ms=part(c.draft_step_ms, c.draft_comm_share),
+            draft_per_token_ms=part(c.draft_per_token_ms, c.draft_comm_share),
+            verify_fixed_ms=part(c.verify_fixed_ms, c.verify_comm_share),
+            verify_per_token_ms=part(c.verify_per_token_ms, c.verify_comm_share),
+            prefill_fixed_ms=part(c.prefill_fixed_ms, c.prefill_comm_share),
+            prefill_per_token_ms=part(c.prefill_per_token_ms, c.prefill_comm_share),
+            plain_comm_share=share(c.plain_comm_share),
+            draft_comm_share=share(c.draft_comm_share),
+            verify_comm_share=share(c.verify_comm_share),
+            prefill_comm_share=share(c.prefill_comm_share),
+        )
+        return dataclasses.replace(self, cost=cost)
+
     def scaled_acceptance(self, factor: float) -> Profile:
         """This profile with every draft position's acceptance times `factor`: what a draft model trained
         on other data (or an older checkpoint) does to the accept length, the cycle unchanged."""

@@ -1,6 +1,6 @@
 """`specperf bisect` on the simulator: the seed's story, a night that lost its NCCL tuning among ten
 harmless differences, and the variable found by starting servers; bad input refused before any start;
-every server stopped on SIGTERM."""
+every server stopped on SIGINT and SIGTERM."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_the_dry_run_lists_the_differences_and_the_plan_and_starts_nothing(lost_
     assert "start 1" not in done.stdout
 
 
-def test_sigterm_stops_every_server_bisect_started(lost_tuning) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_every_server_bisect_started(lost_tuning, stop: signal.Signals) -> None:
     command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1"]
     proc = subprocess.Popen(
         command, cwd=lost_tuning.pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -89,7 +90,7 @@ def test_sigterm_stops_every_server_bisect_started(lost_tuning) -> None:
             seen.append(line)
             if "eagle3-5step~2.log" in line:
                 break
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         code = proc.wait(timeout=120)
         seen += proc.stdout.readlines()
         assert code == 130, "".join(seen)
@@ -142,3 +143,69 @@ def test_bisect_finds_the_first_slow_engine_build_oldest_first(pytester: pytest.
     ratios = {start["build"]: start["ratio"] for start in document["starts"]}
     assert ratios[builds[-1]] < 0.85 and all(r > 0.85 for b, r in ratios.items() if b in builds[:3])
     assert f"restore: python = {builds[2]!r}" in done.stdout
+
+
+#: a stand-in SGLang whose next start runs twice as fast when the file `fast-once` exists (then removed):
+#: a good-setup start that landed fast, as one on a busy node can
+FAST_ONCE = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "sglang.launch_server" ]; then
+    shift 2
+    scale=0.1
+    if [ -e {marker} ]; then rm -f {marker}; scale=0.05; fi
+    exec {python} -m pytest_specperf.sim "$@" --sim-time-scale $scale --sim-seed 1
+fi
+exec {python} "$@"
+"""
+
+
+def test_a_good_setup_start_that_was_off_is_measured_again_and_the_search_redone(pytester: pytest.Pytester) -> None:
+    """The good setup's first start runs twice as fast: every start of the search reads bad against it,
+    and the search, taken alone, would name the first harmless variable it tried (they sort before the
+    NCCL ones). Because every start came out one way, bisect measures the good setup again, finds it
+    far from its first start, and searches again against the new one: the NCCL variable is named."""
+    marker = pytester.path / "fast-once"
+    launcher = pytester.path / "sglang-python"
+    launcher.write_text(FAST_ONCE.format(python=sys.executable, marker=marker))
+    launcher.chmod(0o755)
+    harmless = "env = { " + ", ".join(f'CUDA_HARMLESS_{i} = "{i}"' for i in range(10)) + " }\n"
+    config = config_text(
+        pytester.path.name[-8:], servers=SPEC_SERVERS, workloads=STEADY_WORKLOAD, extra="rounds = 4\n" + TUNED_ENV
+    )
+    config = config.replace('launcher = "sim"', f'launcher = "sglang"\npython = "{launcher}"')
+    config = config.replace("rounds = 2\n", "")
+    pytester.makefile(".toml", specperf=config)
+    pytester.makepyfile(test_suite=ONE_MEASURED_TEST)
+    pytester.runpytest_subprocess("--specperf-update", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (pytester.path / "specperf.toml").write_text(config.replace(TUNED_ENV, harmless))
+    pytester.runpytest_subprocess("--specperf-record", "-p", "no:cacheprovider")  # the night without the tuning
+    marker.touch()
+    command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1", "--json", "bisect.json"]
+    done = subprocess.run(command, cwd=pytester.path, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not marker.exists()  # the first start was the fast one
+    document = json.loads((pytester.path / "bisect.json").read_text())
+    assert [d["name"] for d in document["differences"] if d["applicable"]][:2] == ["CUDA_HARMLESS_0", "CUDA_HARMLESS_1"]
+    [cause] = document["causes"]
+    assert cause["name"].startswith("NCCL_"), done.stdout
+    assert "searching again against this one" in done.stdout
+    assert document["good_setup_starts"] == 2
+
+
+def test_two_differences_that_only_act_together_are_reported_as_a_pair(make_suite) -> None:
+    """NCCL falls back to sockets only with both NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 (either alone
+    leaves a transport): among six harmless variables, sorted so that the two land in different halves,
+    neither half is bad alone, and bisect reports the two together."""
+    suite = verdict_suite(make_suite, extra=TUNED_ENV)
+    suite.run("--specperf-update").assert_outcomes(passed=1)
+    harmless = [f'CUDA_HARMLESS_{i} = "{i}"' for i in range(3)] + [f'SGLANG_HARMLESS_{i} = "{i}"' for i in range(3)]
+    pair = ['NCCL_P2P_DISABLE = "1"', 'NCCL_SHM_DISABLE = "1"']
+    set_in_config(suite, TUNED_ENV, TUNED_ENV.replace(" }", ", " + ", ".join(harmless + pair) + " }"))
+    suite.run("--specperf-record")  # slower: NCCL over sockets
+    done = bisect(suite, KEY, "--good", "1", "--json", "bisect.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads((suite.pytester.path / "bisect.json").read_text())
+    applicable = [d["name"] for d in document["differences"] if d["applicable"]]
+    assert applicable.index("NCCL_SHM_DISABLE") == len(applicable) // 2  # the pair straddles the halves
+    assert sorted(c["name"] for c in document["causes"]) == ["NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"], done.stdout
+    assert "causes (only together): NCCL_P2P_DISABLE: unset → 1; NCCL_SHM_DISABLE: unset → 1" in done.stdout
+    assert "restore: unset NCCL_P2P_DISABLE; unset NCCL_SHM_DISABLE" in done.stdout

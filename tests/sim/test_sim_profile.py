@@ -6,6 +6,7 @@ from importlib import resources
 
 import pytest
 
+from pytest_specperf.sim.nccl import SOCKET_COMM_FACTOR, over_sockets
 from pytest_specperf.sim.profile import (
     AcceptanceModel,
     ProfileError,
@@ -182,3 +183,16 @@ def test_profile_file_errors(tmp_path):
         load_profile(copy)
     copy.write_text(src)
     assert load_profile(str(copy)).name == "kimi-k2.5-tp8"  # a path works as well as a name
+
+
+def test_nccl_falls_back_to_sockets_only_with_both_transports_disabled(kimi):
+    # Kimi's plain step: 15.9 ms, 46.45% of it communication; over sockets 4x slower:
+    # 15.9 x (1 + 0.4645 x 3) = 38.06 ms. Either variable alone leaves a transport: no change.
+    assert not over_sockets({"NCCL_P2P_DISABLE": "1"})
+    assert not over_sockets({"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "0"})
+    assert over_sockets({"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"})
+    slow = kimi.slower_communication(SOCKET_COMM_FACTOR)
+    assert slow.plain_step_ms(1) == pytest.approx(15.9 * (1 + 0.4645 * 3), rel=1e-3)
+    # the communication share grows to 4 x 0.4645 / (1 + 3 x 0.4645) = 78.3%, and tuning still shrinks it
+    assert slow.cost.plain_comm_share == pytest.approx(4 * 0.4645 / (1 + 3 * 0.4645), rel=1e-3)
+    assert slow.cycle_ms(5, 1, 6, 1) > kimi.cycle_ms(5, 1, 6, 1) * 1.5
