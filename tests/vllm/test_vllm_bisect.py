@@ -5,24 +5,15 @@ starts real servers with subsets of the differences and names that flag.
 vLLM's CPU build on a shared 2-core machine is noisy (round-to-round CV of 15% and more at two
 rounds), so the suite measures four rounds of longer answers and bisects with a 20% tolerance:
 serving four streams one at a time costs far more than that, and the harmless differences cost
-nothing a busy machine can stretch to it."""
+nothing a busy machine can stretch to it. One good-setup start can still read 30% off the next ones
+for no cause; then every start of the search reads bad, and bisect measures the good setup again and
+searches against the new start."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-
-import pytest
-
-#: Opt-in (SPECPERF_VLLM_BISECT=1): on a shared 2-core machine one good-setup start of vLLM's CPU build
-#: can read 30% off the next ones for no cause, and bisect judges every start against it; CI's lane
-#: therefore does not run this test until bisect measures its good setup more than once.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("SPECPERF_VLLM_BISECT") != "1",
-    reason="opt-in: SPECPERF_VLLM_BISECT=1 (one vLLM CPU start is too noisy to anchor a bisection in CI)",
-)
 
 SERVERS = """
 [specperf.servers.plain]
@@ -46,7 +37,9 @@ TEST = "import pytest\n\n@pytest.mark.specperf(server='plain', workload='wide')\
 
 
 def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm_suite) -> None:
-    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false\nmax_regression = 0.2")
+    # this machine's start-to-start spread (10-15%), not the 2% default: a start near the tolerance is
+    # then unclear and measured once more, instead of judged on one noisy start
+    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false\nmax_regression = 0.2\nrun_to_run_cv = 0.1")
     config = suite.path / "specperf.toml"
     config.write_text(config.read_text().replace("rounds = 2", "rounds = 4"))
     suite.run("--specperf-update").assert_outcomes(passed=1)
@@ -61,5 +54,6 @@ def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm
     applicable = [d["name"] for d in document["differences"] if d["applicable"]]
     assert len(applicable) == 4, applicable
     assert [c["name"] for c in document["causes"]] == ["server.flag --max-num-seqs"], done.stdout
-    assert document["server_starts"] <= 1 + 2 * 3  # ⌈log₂ 4⌉ + 1 after the good setup, each at most twice
+    # ⌈log₂ 4⌉ + 1 after the good setup, each at most twice; a search that came out one way: once more
+    assert document["server_starts"] <= 3 + 2 * (2 * 3)
     assert "restore:" in done.stdout and "--max-num-seqs" in done.stdout.split("restore:")[1]
