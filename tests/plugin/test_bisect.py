@@ -169,7 +169,10 @@ def test_a_good_setup_start_that_was_off_is_measured_again_and_the_search_redone
     launcher.chmod(0o755)
     harmless = "env = { " + ", ".join(f'CUDA_HARMLESS_{i} = "{i}"' for i in range(10)) + " }\n"
     config = config_text(
-        pytester.path.name[-8:], servers=SPEC_SERVERS, workloads=STEADY_WORKLOAD, extra="rounds = 4\n" + TUNED_ENV
+        pytester.path.name[-8:],
+        servers=SPEC_SERVERS,
+        workloads=STEADY_WORKLOAD,
+        extra="rounds = 4\nmax_regression = 0.15\n" + TUNED_ENV,  # 15%: a busy machine cannot fake a cause
     )
     config = config.replace('launcher = "sim"', f'launcher = "sglang"\npython = "{launcher}"')
     config = config.replace("rounds = 2\n", "")
@@ -195,7 +198,7 @@ def test_two_differences_that_only_act_together_are_reported_as_a_pair(make_suit
     """NCCL falls back to sockets only with both NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 (either alone
     leaves a transport): among six harmless variables, sorted so that the two land in different halves,
     neither half is bad alone, and bisect reports the two together."""
-    suite = verdict_suite(make_suite, extra=TUNED_ENV)
+    suite = verdict_suite(make_suite, extra="max_regression = 0.15\n" + TUNED_ENV)  # sockets cost about 35%
     suite.run("--specperf-update").assert_outcomes(passed=1)
     harmless = [f'CUDA_HARMLESS_{i} = "{i}"' for i in range(3)] + [f'SGLANG_HARMLESS_{i} = "{i}"' for i in range(3)]
     pair = ['NCCL_P2P_DISABLE = "1"', 'NCCL_SHM_DISABLE = "1"']
