@@ -189,6 +189,7 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []
+        self._prefilling: list[Request] = []  # off the queue, in their prefill step: in flight too
         self._cache: set[bytes] = set()
         self.counters = Counters()
         self._ids = itertools.count(1)
@@ -297,7 +298,7 @@ class Engine:
 
     # ---- scheduler thread -----------------------------------------------------------------------
     def _idle(self) -> bool:
-        return not self._running and not self._waiting
+        return not self._running and not self._waiting and not self._prefilling
 
     def _loop(self) -> None:
         while True:
@@ -309,7 +310,7 @@ class Engine:
                 if self._stop:
                     return
                 self._drop_aborted()
-                admit = self._admit()
+                admit = self._prefilling = self._admit()
                 batch = list(self._running)
             try:
                 if admit:
@@ -322,6 +323,7 @@ class Engine:
 
     def _fail(self, reqs: list[Request]) -> None:
         with self._cond:
+            self._prefilling = []
             for req in reqs:
                 if req in self._running:
                     self._running.remove(req)
@@ -374,6 +376,7 @@ class Engine:
         )
         done = time.perf_counter()
         with self._cond:
+            self._prefilling = []
             for req in admit:
                 self._cache.add(req.prompt.digest)
                 req.first_token_at = done

@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+import threading
 
 import pytest
 
 from pytest_specperf.sim.cli import SimConfigError, parse_config
-from pytest_specperf.sim.engine import Engine, EngineSettings
+from pytest_specperf.sim.engine import Engine, EngineSettings, SimSamplingParams
 from pytest_specperf.sim.profile_files import load_profile
+from pytest_specperf.sim.text import SimPrompt
 
 
 def engine(**kw: object) -> Engine:
@@ -136,3 +138,25 @@ def test_a_simulated_night_after_a_level_shift_is_slower(sim_factory) -> None:
         return float(line.split("run speed factor ")[1].split()[0])
 
     assert factor(2) == 1.0 and factor(3) == 1.25
+
+
+def test_a_request_in_its_prefill_step_keeps_the_engine_busy() -> None:
+    """SGLang flushes its cache only when no request is in flight. A request taken off the queue for its
+    prefill step is in flight too: a flush landing in that step used to succeed, and the request then
+    ran on a flushed server (the disconnect test saw it as one running request after a 200 flush)."""
+    e = engine()
+    in_prefill, release = threading.Event(), threading.Event()
+
+    def held(cost_ms: float) -> None:  # the step's sleep: held open until the test has looked
+        in_prefill.set()
+        release.wait(10)
+
+    e._wait_until = held  # type: ignore[method-assign]
+    e.start()
+    try:
+        e.submit(SimPrompt.from_text("a prompt"), SimSamplingParams(max_new_tokens=1))
+        assert in_prefill.wait(10)
+        assert not e.flush_cache(timeout=0)
+    finally:
+        release.set()
+        e.stop()
