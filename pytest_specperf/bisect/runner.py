@@ -32,6 +32,9 @@ from pytest_specperf.servers.pool import ServerPool
 from pytest_specperf.verdict.history import speedup_estimate
 from pytest_specperf.verdict.stats import Decision, Direction, Estimate, decide_threshold
 
+#: What a start is judged on.
+THROUGHPUT = "output_throughput"
+
 
 @dataclass(frozen=True)
 class Start:
@@ -68,12 +71,15 @@ class BisectRunner:
         return sum(s.starts for s in self.starts) + self.good_setup_starts
 
     def measure_good_setup(self, build: str | None = None) -> Measurement:
+        measurement = self._good_setup_start(build)
+        self.anchors.append(measurement)
+        return measurement
+
+    def _good_setup_start(self, build: str | None = None) -> Measurement:
         on = f" on build {build}" if build else ""
         self.say(f"start {self.server_starts + 1}: the good setup{on} ({self._describe(frozenset())})")
         self.good_setup_starts += 1
-        measurement = self._measure(frozenset(), build)
-        self.anchors.append(measurement)
-        return measurement
+        return self._measure(frozenset(), build)
 
     def one_way(self) -> bool:
         """Every start of the current search came out the same way (all bad or all good): what one
@@ -85,20 +91,20 @@ class BisectRunner:
         """Measure the good setup once more and judge it against its earlier starts. When it agrees
         (within the tolerance, either way) it joins them and True; when not, the earlier starts are
         dropped — every later start is judged against the new one — and False: search again."""
-        earlier = [m.samples("output_throughput") for m in self.anchors]
-        latest = self.measure_good_setup().samples("output_throughput")
-        run_cv, bound = self.config.run_to_run_cv, 1 - self.config.max_regression
-        slower = speedup_estimate([latest], earlier, run_cv)
-        faster = speedup_estimate(earlier, [latest], run_cv)
-        off = [decide_threshold(r, bound, Direction.HIGHER_IS_BETTER) is Decision.MISSED for r in (slower, faster)]
-        if not any(off):
+        latest = self._good_setup_start()
+        slower_decision, slower = self._judge([latest])  # the rule every start is judged by
+        faster = speedup_estimate(self._anchor_samples(), [latest.samples(THROUGHPUT)], self.config.run_to_run_cv)
+        faster_decision = decide_threshold(faster, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER)
+        off = Decision.MISSED in (slower_decision, faster_decision)
+        if not off:
+            self.anchors.append(latest)
             self.say(f"  the good setup again: {_pct(slower)} of its earlier start(s): it holds")
             return True
         self.say(
             f"  the good setup again: {_pct(slower)} of its earlier start(s), so every start was judged against "
             "a good setup that was off (or the node moved): searching again against this one"
         )
-        self.anchors = self.anchors[-1:]
+        self.anchors = [latest]
         self.searched = len(self.starts)
         return False
 
@@ -134,10 +140,12 @@ class BisectRunner:
 
     def _judge(self, runs: Sequence[Measurement]) -> tuple[Decision, Estimate]:
         assert self.anchors, "the good setup is measured first"
-        current = [m.samples("output_throughput") for m in runs]
-        anchors = [m.samples("output_throughput") for m in self.anchors]
-        ratio = speedup_estimate(current, anchors, self.config.run_to_run_cv)
+        current = [m.samples(THROUGHPUT) for m in runs]
+        ratio = speedup_estimate(current, self._anchor_samples(), self.config.run_to_run_cv)
         return decide_threshold(ratio, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER), ratio
+
+    def _anchor_samples(self) -> list[list[float]]:
+        return [m.samples(THROUGHPUT) for m in self.anchors]
 
     def _progress(self, line: str) -> None:
         self.say(f"  {line}")
