@@ -3,12 +3,13 @@
 Why: bisect is only worth its GPU starts if it names the right difference in few of them, on servers
 whose starts differ by a few percent. Each trial is a fresh suite in a temporary folder (two servers,
 the simulator with 2% start-to-start and 1% round-to-round spread, its own `--sim-seed`): a night with
-the three NCCL tuning variables stored as the level, a night that lost them among ten harmless
-`SGLANG_*` changes recorded after it, then `specperf bisect` on the speculative key. A trial counts
-when the cause it names is an NCCL variable; the starts it used are reported.
+the three NCCL tuning variables stored as the level, a night that lost `--lost` of them among ten
+harmless `SGLANG_*` changes recorded after it, then `specperf bisect` on the speculative key. The
+simulator counts a server as tuned only with all three, so each lost variable is a cause on its own.
+A trial counts when bisect names exactly the lost variables; the starts it used are reported.
 
-    python benchmarks/bisect_trials.py               # 20 trials (the figure in docs/bisect.md)
-    python benchmarks/bisect_trials.py --trials 5
+    python benchmarks/bisect_trials.py               # 20 trials, one variable lost (figures in docs/bisect.md)
+    python benchmarks/bisect_trials.py --lost 3 --trials 10
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,8 @@ import textwrap
 import time
 from pathlib import Path
 
-TUNED = 'NCCL_ALGO = "Ring", NCCL_PROTO = "LL128", NCCL_MIN_NCHANNELS = "16"'
+TUNING = {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "16", "NCCL_PROTO": "LL128"}
+TUNED = ", ".join(f'{name} = "{value}"' for name, value in TUNING.items())
 HARMLESS = ", ".join(f'SGLANG_HARMLESS_{i} = "{i}"' for i in range(10))
 KEY = "eagle3/default/c1"
 
@@ -56,14 +59,20 @@ def config(seed: int, env: str) -> str:
 TEST = 'import pytest\n\n\n@pytest.mark.specperf(min_speedup=1.0)\ndef test_speedup(specperf):\n    """A night."""\n'
 
 
-def trial(seed: int) -> dict[str, object]:
+def lost_night(lost: int) -> str:
+    """The env of the night that lost the first `lost` tuning variables among the harmless changes."""
+    kept = [f'{name} = "{value}"' for name, value in list(TUNING.items())[lost:]]
+    return ", ".join([*kept, HARMLESS])
+
+
+def trial(seed: int, lost: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="specperf-bisect-trial-") as folder:
         here = Path(folder)
         (here / "test_perf.py").write_text(TEST)
         (here / "specperf.toml").write_text(config(seed, TUNED))
         pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
         subprocess.run([*pytest, "--specperf-update"], cwd=here, capture_output=True, check=True)
-        (here / "specperf.toml").write_text(config(seed, HARMLESS))
+        (here / "specperf.toml").write_text(config(seed, lost_night(lost)))
         subprocess.run([*pytest, "--specperf-record"], cwd=here, capture_output=True, check=False)
         command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1", "--json", "out.json"]
         done = subprocess.run(command, cwd=here, capture_output=True, text=True, check=False)
@@ -77,7 +86,7 @@ def trial(seed: int) -> dict[str, object]:
         "causes": causes,
         "starts": document["server_starts"],
         "differences": applicable,
-        "found": len(causes) == 1 and causes[0].startswith("NCCL_"),
+        "found": sorted(causes) == sorted(TUNING)[:lost],
     }
 
 
@@ -85,19 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--lost", type=int, choices=(1, 2, 3), default=1, help="NCCL variables the night lost")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = [trial(seed) for seed in range(args.first_seed, args.first_seed + args.trials)]
+    results = [trial(seed, args.lost) for seed in range(args.first_seed, args.first_seed + args.trials)]
     for r in results:
         print(f"seed {r['seed']}: {', '.join(r['causes']) or 'no cause'} in {r['starts']} starts")  # type: ignore[arg-type]
     found = sum(1 for r in results if r["found"])
     count = int(results[0]["differences"])  # type: ignore[call-overload]
-    bound = math.ceil(math.log2(count)) + 2
-    within = sum(1 for r in results if r["found"] and int(r["starts"]) <= bound)  # type: ignore[call-overload]
-    print(
-        f"NCCL variable named in {found} of {len(results)} trials; in at most {bound} starts "
-        f"(⌈log₂ {count}⌉ + 2) in {within}; {time.perf_counter() - started:.0f} s"
-    )
+    starts = sorted(int(r["starts"]) for r in results)  # type: ignore[call-overload]
+    summary = f"{args.lost} of the NCCL variables lost, {count} differences: exactly those named in {found} of "
+    summary += f"{len(results)} trials; starts min/median/max {starts[0]}/{statistics.median(starts):g}/{starts[-1]}"
+    if args.lost == 1:  # one cause: the good setup, ⌈log₂ N⌉ halvings and the answer's check
+        bound = math.ceil(math.log2(count)) + 2
+        within = sum(1 for r in results if r["found"] and int(r["starts"]) <= bound)  # type: ignore[call-overload]
+        summary += f"; in at most {bound} starts (⌈log₂ {count}⌉ + 2) in {within}"
+    print(f"{summary}; {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -8,6 +8,12 @@ the other half holds the cause when this one does not). A single cause among N d
 difference harmless on its own, some differences only act together: the search starts again,
 trying both halves at every level, and finds them as a pair.
 
+An answer is checked before it counts (`every_cause`): the bad setup with the causes at their good
+values must be good. When it is still bad, the rest holds another cause (the search assumed one), or
+one noisy start sent the search into a harmless half: the rest is searched the same way, and a cause
+found earlier that the final answer does not need is dropped. The answer is then what a user
+restores, not a half a single start pointed at.
+
 Engine builds are a dimension of their own: an ordered list, oldest first, whose first build is
 good and last bad; `first_bad` finds the first bad one as `git bisect` finds a commit.
 """
@@ -21,13 +27,35 @@ from collections.abc import Callable, Sequence
 IsBad = Callable[[frozenset[int]], bool]
 
 
-def find_causes(count: int, is_bad: IsBad) -> tuple[int, ...]:
-    """The differences (indices) whose bad values make a start bad; all `count` together are known bad."""
-    everything = list(range(count))
+def find_causes(count: int, is_bad: IsBad, candidates: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The differences (indices) whose bad values make a start bad, among `candidates` (default: all
+    `count`), which together are known bad; the others stay at their good values."""
+    everything = list(range(count)) if candidates is None else list(candidates)
     found, confirmed = narrow(everything, frozenset(), is_bad)
     if confirmed or is_bad(frozenset(found)):
         return tuple(found)
     return tuple(sorted(together(everything, frozenset(), is_bad)))
+
+
+def unexplained(count: int, causes: Sequence[Sequence[int]], is_bad: IsBad) -> frozenset[int]:
+    """The differences a start leaves at their bad values when `causes` are restored, if that start is
+    still bad (one start; none when nothing is left); empty when the causes explain the regression."""
+    rest = frozenset(range(count)).difference(*causes)
+    return rest if rest and is_bad(rest) else frozenset()
+
+
+def every_cause(count: int, first: tuple[int, ...], is_bad: IsBad) -> list[tuple[int, ...]]:
+    """The causes that explain the regression, as groups (one difference, or a pair that only acts
+    together), `first` found by `find_causes`: while restoring the groups leaves a bad start, the rest is
+    searched for one more; then a group the others explain the regression without is dropped."""
+    groups = [first]
+    while rest := unexplained(count, groups, is_bad):
+        groups.append(find_causes(count, is_bad, sorted(rest)))
+    for group in list(groups):
+        others = [g for g in groups if g != group]
+        if others and not unexplained(count, others, is_bad):
+            groups = others
+    return groups
 
 
 def together(candidates: Sequence[int], base: frozenset[int], is_bad: IsBad) -> list[int]:
@@ -58,8 +86,9 @@ def narrow(candidates: Sequence[int], base: frozenset[int], is_bad: IsBad) -> tu
 
 
 def most_starts(count: int) -> int:
-    """The starts `find_causes` takes for one cause among `count`: ⌈log₂ count⌉, plus one check."""
-    return max(0, (count - 1).bit_length()) + 1
+    """The starts `every_cause` takes for one cause among `count`: ⌈log₂ count⌉, one when the last half
+    was kept untested, one that checks the answer (none when the one difference is the answer)."""
+    return max(0, (count - 1).bit_length()) + 1 + (count > 1)
 
 
 def first_bad(count: int, is_bad_at: Callable[[int], bool]) -> int:

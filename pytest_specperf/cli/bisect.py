@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_specperf.bisect.differences import Difference, differences
 from pytest_specperf.bisect.runner import BisectRunner, Start
-from pytest_specperf.bisect.search import find_causes, first_bad, most_starts
+from pytest_specperf.bisect.search import every_cause, find_causes, first_bad, most_starts, unexplained
 from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
 from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
 from pytest_specperf.config.loading import apply_overrides, find_config_file
@@ -87,8 +87,8 @@ def run_bisect(args: argparse.Namespace) -> int:
     else:
         print(
             f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
-            f"{len(applicable)} applicable differences (a start that is not clearly good or bad is repeated; "
-            "when every start comes out one way, the good setup is measured again)"
+            f"{len(applicable)} applicable differences, the answer's check included (a start that is not clearly "
+            "good or bad is repeated; when every start comes out one way, the good setup is measured again)"
         )
     if args.dry_run:
         return OK
@@ -201,25 +201,52 @@ def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict
             f"measures {here.value - 1:+.1%} against the good run (the node, the driver, the hardware)"
         )
         return {"causes": [], "lines": [line]}
-    found = find_causes(len(runner.found), runner.is_bad)
-    if runner.one_way() and not runner.good_setup_holds():
-        found = find_causes(len(runner.found), runner.is_bad)
-        if runner.one_way() and not runner.good_setup_holds():
-            line = (
-                "not bisected: the good setup itself moved beyond the tolerance between its starts twice; this "
-                "node is too noisy to bisect by single starts (raise `rounds`, or `max_regression` for the bisection)"
-            )
-            return {"causes": [], "lines": [line, f"{runner.server_starts} server starts"]}
-    causes = [runner.found[i] for i in found]
-    both = " (only together)" if len(causes) > 1 else ""
-    lines = [f"cause{'s' if len(causes) > 1 else ''}{both}: " + "; ".join(str(c) for c in causes)]
+    groups = _search(runner)
+    if groups is None:
+        line = (
+            "not bisected: the good setup itself moved beyond the tolerance between its starts twice; this "
+            "node is too noisy to bisect by single starts (raise `rounds`, or `max_regression` for the bisection)"
+        )
+        return {"causes": [], "lines": [line, f"{runner.server_starts} server starts"]}
+    causes = [runner.found[i] for group in groups for i in group]
+    lines = [_causes_line([[runner.found[i] for i in group] for group in groups])]
     lines.append("restore: " + "; ".join(c.setting(bad=False) for c in causes))
+    if len(causes) < len(runner.found):
+        lines.append(
+            "checked: with these at their good values and every other difference at its bad value, a start is good"
+        )
     variables = [c for c in causes if c.kind == "env"]
     if variables:
         settings = " ".join(c.setting(bad=False).replace("unset ", "-u ") for c in variables)
         lines.append(f"check: env {settings} pytest  (with the good values the key should be back at its level)")
     lines.append(f"{runner.server_starts} server starts")
-    return {"causes": causes, "lines": lines}
+    return {"causes": causes, "groups": groups, "lines": lines}
+
+
+def _search(runner: BisectRunner) -> list[tuple[int, ...]] | None:
+    """The causes, as groups; None when the good setup moved beyond the tolerance twice.
+
+    The good setup is measured again before an answer counts when every start came out one way (its
+    check included: a good check makes a search of bad starts not one way), and when the check is bad:
+    a node that slowed down after the good setup's start reads that way too, and following the check
+    costs a whole search more."""
+    count = len(runner.found)
+    for _ in range(2):
+        first = find_causes(count, runner.is_bad)
+        check_bad = bool(unexplained(count, [first], runner.is_bad))
+        if not (check_bad or runner.one_way()) or runner.good_setup_holds():
+            return every_cause(count, first, runner.is_bad)
+    return None
+
+
+def _causes_line(groups: list[list[Difference]]) -> str:
+    """The line that names the causes: one, a pair that only acts together, or several groups each on its own."""
+    if len(groups) == 1:
+        [group] = groups
+        both = " (only together)" if len(group) > 1 else ""
+        return f"cause{'s' if len(group) > 1 else ''}{both}: " + "; ".join(str(c) for c in group)
+    parts = [" + ".join(str(c) for c in g) + (" (only together)" if len(g) > 1 else "") for g in groups]
+    return "causes (each costs throughput on its own; restore every one): " + "; ".join(parts)
 
 
 def _bisect_builds(runner: BisectRunner, builds: list[str], good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
@@ -262,6 +289,7 @@ def _document(
         "causes": [
             {"name": c.name, "good": c.good, "bad": c.bad, "restore": c.setting(bad=False)} for c in result["causes"]
         ],
+        "cause_groups": [[runner.found[i].name for i in group] for group in result.get("groups", [])],
         "server_starts": runner.server_starts,
         "good_setup_starts": runner.good_setup_starts,
         "builds": result.get("builds"),

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, STEADY_WORKLOAD, config_text
@@ -34,18 +35,22 @@ def bisect(suite, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=suite.pytester.path, capture_output=True, text=True, timeout=900, check=False)
 
 
-def test_bisect_names_the_lost_nccl_variable_among_ten_harmless_differences(lost_tuning) -> None:
+def test_bisect_names_the_lost_nccl_variables_among_ten_harmless_differences(lost_tuning) -> None:
+    """The simulator counts a server as NCCL-tuned only with all three variables: restoring the first one
+    found leaves the check start bad, so the rest is searched until all three are named."""
     done = bisect(lost_tuning, KEY, "--good", "1", "--json", "bisect.json", "--run-dir", "bisect-logs")
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads((lost_tuning.pytester.path / "bisect.json").read_text())
     applicable = [d for d in document["differences"] if d["applicable"]]
     assert len(applicable) == 13  # three NCCL variables, ten harmless ones
-    [cause] = document["causes"]
-    assert cause["name"].startswith("NCCL_") and cause["bad"] == "unset"
-    assert document["server_starts"] <= 1 + most_starts(len(applicable))  # 6: ⌈log₂ 13⌉ + 2
+    assert document["cause_groups"] == [["NCCL_ALGO"], ["NCCL_MIN_NCHANNELS"], ["NCCL_PROTO"]], done.stdout
+    assert all(cause["bad"] == "unset" for cause in document["causes"])
+    # the good setup, each cause found and checked, and one start more for each that the others do not need
+    assert document["server_starts"] <= 1 + 3 * most_starts(len(applicable)) + 3
     lines = done.stdout.splitlines()
-    assert f"cause: {cause['name']}: {cause['good']} → unset" in lines
-    assert f"restore: {cause['name']}={cause['good']}" in lines
+    causes = "causes (each costs throughput on its own; restore every one): "
+    assert f"{causes}NCCL_ALGO: Ring → unset; NCCL_MIN_NCHANNELS: 16 → unset; NCCL_PROTO: LL128 → unset" in lines
+    assert "restore: NCCL_ALGO=Ring; NCCL_MIN_NCHANNELS=16; NCCL_PROTO=LL128" in lines
     assert any(line.startswith("  sim.nccl_tuned: true → false  (cannot be set by a start") for line in lines)
     assert lost_tuning.processes() == []
 
@@ -73,7 +78,9 @@ def test_the_dry_run_lists_the_differences_and_the_plan_and_starts_nothing(lost_
     done = bisect(lost_tuning, KEY, "--good", "1", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "  NCCL_ALGO: Ring → unset" in done.stdout.splitlines()
-    assert "plan: the good setup, then at most 5 starts for one cause among 13 applicable differences" in done.stdout
+    assert "plan: the good setup, then at most 6 starts for one cause among 13 applicable differences, the answer" in (
+        done.stdout
+    )
     assert "start 1" not in done.stdout
 
 
@@ -145,53 +152,87 @@ def test_bisect_finds_the_first_slow_engine_build_oldest_first(pytester: pytest.
     assert f"restore: python = {builds[2]!r}" in done.stdout
 
 
-#: a stand-in SGLang whose next start runs twice as fast when the file `fast-once` exists (then removed):
-#: a good-setup start that landed fast, as one on a busy node can
-FAST_ONCE = """#!/bin/sh
+#: a stand-in SGLang whose next start runs at `scale` instead of 0.1 (0.05: twice as fast, 0.2: twice as
+#: slow) when the file `marker` exists (then removed) and the condition `when` holds: a start that landed
+#: off, as one on a busy node can
+ONCE = """#!/bin/sh
 if [ "$1" = "-m" ] && [ "$2" = "sglang.launch_server" ]; then
     shift 2
     scale=0.1
-    if [ -e {marker} ]; then rm -f {marker}; scale=0.05; fi
+    if [ -e {marker} ] && {when}; then rm -f {marker}; scale={scale}; fi
     exec {python} -m pytest_specperf.sim "$@" --sim-time-scale $scale --sim-seed 1
 fi
 exec {python} "$@"
 """
 
 
-def test_a_good_setup_start_that_was_off_is_measured_again_and_the_search_redone(pytester: pytest.Pytester) -> None:
-    """The good setup's first start runs twice as fast: every start of the search reads bad against it,
-    and the search, taken alone, would name the first harmless variable it tried (they sort before the
-    NCCL ones). Because every start came out one way, bisect measures the good setup again, finds it
-    far from its first start, and searches again against the new one: the NCCL variable is named."""
-    marker = pytester.path / "fast-once"
+def once_off_suite(pytester: pytest.Pytester, good_env: str, bad_env: str, *, when: str, scale: float) -> Path:
+    """A suite on the `ONCE` stand-in with a stored night of `good_env` and a recorded night of
+    `bad_env`; returns the marker that makes the next start (where `when` holds) land off."""
+    marker = pytester.path / "off-once"
     launcher = pytester.path / "sglang-python"
-    launcher.write_text(FAST_ONCE.format(python=sys.executable, marker=marker))
+    launcher.write_text(ONCE.format(python=sys.executable, marker=marker, when=when, scale=scale))
     launcher.chmod(0o755)
-    harmless = "env = { " + ", ".join(f'CUDA_HARMLESS_{i} = "{i}"' for i in range(10)) + " }\n"
     config = config_text(
         pytester.path.name[-8:],
         servers=SPEC_SERVERS,
         workloads=STEADY_WORKLOAD,
-        extra="rounds = 4\nmax_regression = 0.15\n" + TUNED_ENV,  # 15%: a busy machine cannot fake a cause
+        extra="rounds = 4\nmax_regression = 0.15\n" + good_env,  # 15%: a busy machine cannot fake a cause
     )
     config = config.replace('launcher = "sim"', f'launcher = "sglang"\npython = "{launcher}"')
     config = config.replace("rounds = 2\n", "")
     pytester.makefile(".toml", specperf=config)
     pytester.makepyfile(test_suite=ONE_MEASURED_TEST)
     pytester.runpytest_subprocess("--specperf-update", "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    (pytester.path / "specperf.toml").write_text(config.replace(TUNED_ENV, harmless))
-    pytester.runpytest_subprocess("--specperf-record", "-p", "no:cacheprovider")  # the night without the tuning
+    (pytester.path / "specperf.toml").write_text(config.replace(good_env, bad_env))
+    pytester.runpytest_subprocess("--specperf-record", "-p", "no:cacheprovider")  # the night that lost the tuning
     marker.touch()
+    return marker
+
+
+def bisect_in(pytester: pytest.Pytester) -> tuple[subprocess.CompletedProcess[str], dict]:
     command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1", "--json", "bisect.json"]
     done = subprocess.run(command, cwd=pytester.path, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads((pytester.path / "bisect.json").read_text())
+
+
+def test_a_good_setup_start_that_was_off_is_measured_again_and_the_search_redone(pytester: pytest.Pytester) -> None:
+    """The good setup's first start runs twice as fast: every start of the search reads bad against it,
+    and the search, taken alone, would name the first harmless variable it tried (they sort before the
+    NCCL ones). Because every start came out one way, bisect measures the good setup again, finds it
+    far from its first start, and searches again against the new one: the NCCL variables are named."""
+    harmless = "env = { " + ", ".join(f'CUDA_HARMLESS_{i} = "{i}"' for i in range(10)) + " }\n"
+    marker = once_off_suite(pytester, TUNED_ENV, harmless, when="true", scale=0.05)
+    done, document = bisect_in(pytester)
     assert not marker.exists()  # the first start was the fast one
-    document = json.loads((pytester.path / "bisect.json").read_text())
     assert [d["name"] for d in document["differences"] if d["applicable"]][:2] == ["CUDA_HARMLESS_0", "CUDA_HARMLESS_1"]
-    [cause] = document["causes"]
-    assert cause["name"].startswith("NCCL_"), done.stdout
+    assert {c["name"] for c in document["causes"]} == {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS"}, done.stdout
     assert "searching again against this one" in done.stdout
-    assert document["good_setup_starts"] == 2
+    # the first, the one that finds it off, and one before the rest is searched (the second search's check
+    # is bad: the other two NCCL variables), which holds
+    assert document["good_setup_starts"] == 3
+
+
+def test_a_harmless_half_that_read_slow_once_is_not_named(pytester: pytest.Pytester) -> None:
+    """The real vLLM bisection that named a harmless pair: of four differences, the start of the two
+    harmless ones that sort first lands twice as slow for no cause; each of the two alone is good, so the
+    search, taken alone, reported them as acting only together. Its check (the other two at their bad
+    values, these at their good ones) is bad: the rest is searched, NCCL_ALGO found, the pair dropped."""
+    kept = TUNED_ENV.rstrip().replace('NCCL_ALGO = "Ring", ', "").replace(" }", ", ")
+    harmless = kept + 'CUDA_HARMLESS_A = "1", CUDA_HARMLESS_B = "2", SGLANG_HARMLESS = "3" }\n'
+    marker = once_off_suite(pytester, TUNED_ENV, harmless, when='[ -n "$CUDA_HARMLESS_A" ]', scale=0.2)
+    done, document = bisect_in(pytester)
+    assert not marker.exists()  # the harmless half's start was the slow one
+    applicable = [d["name"] for d in document["differences"] if d["applicable"]]
+    assert applicable == ["CUDA_HARMLESS_A", "CUDA_HARMLESS_B", "NCCL_ALGO", "SGLANG_HARMLESS"]
+    assert document["starts"][0]["bad_values"] == ["CUDA_HARMLESS_A", "CUDA_HARMLESS_B"]
+    assert document["starts"][0]["verdict"] == "bad"
+    assert [c["name"] for c in document["causes"]] == ["NCCL_ALGO"], done.stdout
+    assert "cause: NCCL_ALGO: Ring → unset" in done.stdout
+    assert "checked: with these at their good values and every other difference at its bad value, a start is good" in (
+        done.stdout
+    )
 
 
 def test_two_differences_that_only_act_together_are_reported_as_a_pair(make_suite) -> None:

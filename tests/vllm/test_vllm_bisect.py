@@ -3,11 +3,13 @@ one of which costs throughput (`--max-num-seqs 1` serves four concurrent streams
 starts real servers with subsets of the differences and names that flag.
 
 vLLM's CPU build on a shared 2-core machine is noisy (round-to-round CV of 15% and more at two
-rounds), so the suite measures four rounds of longer answers and bisects with a 20% tolerance:
-serving four streams one at a time costs far more than that, and the harmless differences cost
-nothing a busy machine can stretch to it. One good-setup start can still read 30% off the next ones
-for no cause; then every start of the search reads bad, and bisect measures the good setup again and
-searches against the new start."""
+rounds), so the suite measures four rounds of longer answers and bisects with a 40% tolerance:
+serving four streams one at a time costs about two thirds of the throughput, and a start of the
+harmless differences has read up to a third slow here (-37% and, repeated, -29% in one CI run, when
+the tolerance was 20%). A start can still read further off: a good-setup start that does makes every
+start of the search read bad, and bisect measures the good setup again and searches against the new
+start; a harmless half's start that does sends the search into that half, and the answer's check (the
+other differences at their bad values) finds the flag that costs throughput after all."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ TEST = "import pytest\n\n@pytest.mark.specperf(server='plain', workload='wide')\
 def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm_suite) -> None:
     # this machine's start-to-start spread (10-15%), not the 2% default: a start near the tolerance is
     # then unclear and measured once more, instead of judged on one noisy start
-    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false\nmax_regression = 0.2\nrun_to_run_cv = 0.1")
+    suite = vllm_suite(TEST, servers=GOOD, extra="confirm = false\nmax_regression = 0.4\nrun_to_run_cv = 0.1")
     config = suite.path / "specperf.toml"
     config.write_text(config.read_text().replace("rounds = 2", "rounds = 4"))
     suite.run("--specperf-update").assert_outcomes(passed=1)
@@ -54,6 +56,7 @@ def test_bisect_names_the_flag_that_costs_throughput_among_four_differences(vllm
     applicable = [d["name"] for d in document["differences"] if d["applicable"]]
     assert len(applicable) == 4, applicable
     assert [c["name"] for c in document["causes"]] == ["server.flag --max-num-seqs"], done.stdout
-    # ⌈log₂ 4⌉ + 1 after the good setup, each at most twice; a search that came out one way: once more
-    assert document["server_starts"] <= 3 + 2 * (2 * 3)
+    # ⌈log₂ 4⌉ + 2 after the good setup when no start is off; with one that is, the rest searched and the
+    # checks that drop the harmless half: at most 8 sets, each started at most twice, the good setup thrice
+    assert document["server_starts"] <= 3 + 2 * 8
     assert "restore:" in done.stdout and "--max-num-seqs" in done.stdout.split("restore:")[1]
