@@ -35,6 +35,7 @@ from scipy.stats import t as student_t
 from pytest_specperf.sim.nights import NightNoise
 from pytest_specperf.store.records import DEFAULT_HISTORY, kept_runs
 from pytest_specperf.verdict.nightly import (
+    BEYOND_CONFIDENCE,
     NightVerdict,
     PastRun,
     Restarts,
@@ -126,7 +127,7 @@ def store(night: Night) -> None:
     key, verdict = night.key, night.verdict
     assert verdict is not None
     status = stored_status(verdict.decision)
-    key.history += [PastRun(tuple(s[:ROUNDS]), status, str(key.nights)) for s in night.starts]
+    key.history += [PastRun(tuple(s), status, str(key.nights)) for s in night.starts]
     key.history = kept_runs(
         key.history, DEFAULT_HISTORY, night_of=lambda r: r.night, counted=lambda r: r.status.counted
     )
@@ -217,11 +218,11 @@ def persistent(change: float, count: int = 3):
 def pooled_ceiling(change: float, count: int = 3):
     """What no night-by-night rule can beat: an oracle that knows which nights the change began with
     and pools every start of `count` nights (one, or two each) against the 10 recorded runs, flagged
-    when the interval (one-sided 95%) lies wholly beyond the tolerance, as a REGRESSION must."""
+    when the interval (at `BEYOND_CONFIDENCE`) lies wholly beyond the tolerance, as a REGRESSION's must."""
 
     def scenario(noise: NightNoise, trials: int, rng: np.random.Generator) -> dict[str, float]:
         start_sd = math.sqrt(noise.cv**2 + ROUND_CV**2 / ROUNDS)
-        reach = float(student_t.ppf(0.95, 9))
+        reach = float(student_t.ppf((1.0 + BEYOND_CONFIDENCE) / 2.0, 9))
         shares = {}
         for per_night in (1, 2):
             starts, hits = count * per_night, 0

@@ -351,14 +351,18 @@ def smallest_detectable_change(
     rounds: int,
     starts: int = 1,
     higher_is_better: bool = True,
+    confidence: float = DEFAULT_CONFIDENCE,
+    change_confidence: float | None = None,
 ) -> float | None:
     """The change (as a ratio, e.g. 0.90 for -10%) that a night of `rounds` rounds on `starts`
     server starts flags as a REGRESSION with `DETECTION_POWER`, given this history.
 
-    A night is flagged when its interval clears the tolerance: d + t·SE < log(1 - m). With the true
-    change D, d ~ N(D, SE), so P(flag) = 0.8 at D = log(1 - m) - (t + z_0.8)·SE. SE takes tonight's
-    round noise at the planned rounds (the first start's round CV) and the history's fixed part.
-    None when tonight's round noise is unknown (one round).
+    A night is flagged when its interval at `confidence` (two-sided) clears the tolerance,
+    d + t·SE < log(1 - m), and — with `change_confidence` — its interval at that confidence clears
+    the level, d + t'·SE < 0: on a noisy key the second binds. Both are bounds on the same d, so with
+    the true change D, d ~ N(D, SE), P(flag) = 0.8 at D = min(log(1 - m) - t·SE, -t'·SE) - z_0.8·SE.
+    SE takes tonight's round noise at the planned rounds (the first start's round CV) and the
+    history's fixed part. None when tonight's round noise is unknown (one round).
     """
     if comparison.round_cv is None and comparison.round_variance > 0.0:
         return None  # tonight's round noise unknown (one round) while the runs have some
@@ -367,11 +371,12 @@ def smallest_detectable_change(
     noise = (comparison.round_cv or 0.0) ** 2 / (rounds * starts)
     df = _satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
     se = math.sqrt(fixed + noise)
-    z = _one_sided_t(DETECTION_POWER, math.inf)
-    reach = _t_quantile(comparison.ratio.confidence, df) * se + z * se
+    z = _one_sided_t(DETECTION_POWER, math.inf) * se
+    beyond = _t_quantile(confidence, df) * se
+    changed = _t_quantile(change_confidence, df) * se if change_confidence is not None else 0.0
     if higher_is_better:
-        return math.exp(math.log(1.0 - max_regression) - reach)
-    return math.exp(math.log(1.0 + max_regression) + reach)
+        return math.exp(min(math.log(1.0 - max_regression) - beyond, -changed) - z)
+    return math.exp(max(math.log(1.0 + max_regression) + beyond, changed) + z)
 
 
 def spread_lower_bound(comparison: HistoryComparison, confidence: float = 0.90) -> float | None:
