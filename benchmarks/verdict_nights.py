@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import t as student_t
 
-from pytest_specperf.sim.nights import NightNoise
-from pytest_specperf.store.records import DEFAULT_HISTORY, kept_runs
+from pytest_specperf.sim.nights import NightNoise, node_speed
+from pytest_specperf.store.records import VERDICT_NIGHTS, kept_runs
+from pytest_specperf.verdict.control import judged_speedup
 from pytest_specperf.verdict.nightly import (
     BEYOND_CONFIDENCE,
     NightVerdict,
@@ -128,9 +129,7 @@ def store(night: Night) -> None:
     assert verdict is not None
     status = stored_status(verdict.decision)
     key.history += [PastRun(tuple(s), status, str(key.nights)) for s in night.starts]
-    key.history = kept_runs(
-        key.history, DEFAULT_HISTORY, night_of=lambda r: r.night, counted=lambda r: r.status.counted
-    )
+    key.history = kept_runs(key.history, VERDICT_NIGHTS, night_of=lambda r: r.night, counted=lambda r: r.status.counted)
     key.nights += 1
 
 
@@ -266,6 +265,133 @@ def shared_start(noise: NightNoise, trials: int, rng: np.random.Generator, keys:
     return {"nights with a false REGRESSION": bad_nights / trials, "nights with a restart": restart_nights / trials}
 
 
+def suite_restarts(noise: NightNoise, trials: int, rng: np.random.Generator, servers: int = 5, keys: int = 20):
+    """What the rules cost on a GPU: 5 servers x 20 unchanged keys (offsets of one server's keys correlate
+    at 0.8), histories of 10 nights grown night by night, then one night: second starts (server restarts)
+    per night, granted as the session grants them (`max_restarts` per session)."""
+    restarts = red = 0
+    for _ in range(trials):
+        suite = []
+        for _ in range(servers):
+            common = (int(rng.integers(2**31)), noise)
+            suite.append([Key(int(rng.integers(2**31)), noise, common=common) for _ in range(keys)])
+        for key in (k for server in suite for k in server):
+            while len(key.history) < 10:
+                nights(key, rng, 1)
+        granted = Restarts(MAX_RESTARTS)
+        for server in suite:
+            on = [1]
+            tonight = [one_night(key, rng, 1.0, on, granted, searches=servers * keys) for key in server]
+            red += any(flagged(n) for n in tonight)
+        restarts += granted.used
+    per_key = restarts / trials / (servers * keys)
+    return {
+        "second starts per key and night (x100: per night)": per_key,
+        "nights with a false REGRESSION": red / trials,
+    }
+
+
+#: The node's swing between sessions (log SD; clipped at x3): about x2 at two SDs.
+NODE_SWING = 0.35
+SPEEDUP = 1.2
+
+
+@dataclass
+class SpeedupNight:
+    """One night of a speculative key judged on its speedup: its starts' rounds over the same-session
+    reference's mean, the node's speed and the key's own start offsets."""
+
+    rng: np.random.Generator
+    night: int
+    seed: int
+    speed: float  # the node's speed times the speedup, over the reference's mean
+    history: list[PastRun]
+    starts: list[list[float]] = field(default_factory=list)
+
+    def rounds(self, start: int, count: int = ROUNDS) -> list[float]:
+        level = self.speed * NORMAL.speed(self.seed, self.night, start)
+        return (level * (1.0 + ROUND_CV * self.rng.standard_normal(count))).tolist()
+
+    def look(self) -> NightVerdict:
+        return judge_night([judged_speedup(self.starts)], self.history, TOLERANCE, rounds=ROUNDS)
+
+    def extend(self) -> bool:
+        if len(self.starts) > 1 or len(self.starts[0]) >= MAX_ROUNDS:
+            return False
+        self.starts[0] += self.rounds(1, MAX_ROUNDS - ROUNDS)
+        return True
+
+    def second_start(self, _: NightVerdict) -> bool:
+        self.starts.append(self.rounds(2))
+        return True
+
+    def judged(self) -> NightVerdict:
+        self.starts = [self.rounds(1)]
+        return looked(
+            self.look,
+            settled=lambda v: v.decision is Decision.MET,
+            extend=self.extend,
+            confirmable=lambda v: v.decision in (Decision.SUSPECT, Decision.MISSED),
+            second_start=self.second_start,
+        )
+
+
+def _speedup_key(
+    rng: np.random.Generator, change: float, count: int, swing: float = NODE_SWING
+) -> list[tuple[NightVerdict, float]]:
+    """A reference and a speculative server sharing each night's node (`sim.nights.node_speed`), each with
+    its own start offsets (2%) and round noise: 10 nights grown, then `count` nights with the speedup
+    changed by `change`. The speculative key is judged on its speedup over the same-session reference
+    (verdict/control.py) through the session's looks; returns each later night's verdict and the
+    reference's ratio to its own level that night."""
+    node_seed, ref, spec = (int(rng.integers(2**31)) for _ in range(3))
+    ref_hist: list[float] = []
+    history: list[PastRun] = []
+    found = []
+    for n in range(10 + count):
+        node = node_speed(swing, node_seed, n)
+        speedup = SPEEDUP * (1.0 - change if n >= 10 else 1.0)
+        ref_rounds = 100.0 * node * NORMAL.speed(ref, n, 1) * (1.0 + ROUND_CV * rng.standard_normal(ROUNDS))
+        ref_mean = float(np.mean(ref_rounds))
+        night = SpeedupNight(rng, n, spec, 100.0 * node * speedup / ref_mean, history)
+        verdict = night.judged()
+        level = math.exp(float(np.mean(np.log(ref_hist[-30:])))) if ref_hist else ref_mean
+        if n >= 10:
+            found.append((verdict, ref_mean / level))
+        status = stored_status(verdict.decision)
+        history.append(PastRun(tuple(judged_speedup(night.starts)), status, str(n)))
+        ref_hist.append(ref_mean)
+    return found
+
+
+def node_swing(noise: NightNoise, trials: int, rng: np.random.Generator) -> dict[str, float]:
+    """Speculation unchanged while the node swings about x2 between sessions: REGRESSIONs of the speedup,
+    and how often a night the reference moved beyond the tolerance names the node (the speedup held)."""
+    red = nights_seen = moved = named = 0
+    for _ in range(trials):
+        for verdict, ratio in _speedup_key(rng, 0.0, 20):
+            nights_seen += 1
+            red += verdict.decision is Decision.MISSED
+            if abs(math.log(ratio)) > -math.log(1.0 - TOLERANCE.max_regression):
+                moved += 1
+                named += verdict.decision is Decision.MET and not verdict.improved
+    return {
+        "REGRESSION of the speedup (per night)": red / nights_seen,
+        "nights the reference moved beyond 5%": moved / nights_seen,
+        "of those, the speedup held and the node is named": named / max(moved, 1),
+    }
+
+
+def node_swing_change(noise: NightNoise, trials: int, rng: np.random.Generator) -> dict[str, float]:
+    """The speedup 10% lower from one night on, under the same node swing: flagged within three nights."""
+    first = within = 0
+    for _ in range(trials):
+        caught = [verdict.decision is Decision.MISSED for verdict, _ in _speedup_key(rng, 0.10, 3)]
+        first += caught[0]
+        within += any(caught)
+    return {"first night": first / trials, "within 3 nights": within / trials}
+
+
 NORMAL, HEAVY = NightNoise(cv=0.02), NightNoise(cv=0.02, df=3.0)
 SCENARIOS: dict[str, tuple[Callable[..., dict[str, float]], list[tuple[str, NightNoise]]]] = {
     "unchanged": (
@@ -283,7 +409,12 @@ SCENARIOS: dict[str, tuple[Callable[..., dict[str, float]], list[tuple[str, Nigh
     "+15% then back": (improvement_lost, [("normal", NORMAL)]),
     "20 keys": (shared_start, [("normal", NORMAL), ("normal, night SD 3%", NightNoise(cv=0.03))]),
     "-8% ceiling": (pooled_ceiling(0.08), [("normal", NORMAL)]),
+    "node x2 unchanged": (node_swing, [("normal", NORMAL)]),
+    "node x2 speedup -10%": (node_swing_change, [("normal", NORMAL)]),
+    "5 servers x 20 keys": (suite_restarts, [("start SD 2%", NORMAL), ("start SD 5%", NightNoise(cv=0.05))]),
 }
+#: Scenarios whose trials are suites (many keys each): a tenth, or a hundredth, of the trials.
+SUITE_SHARE = {"20 keys": 10, "5 servers x 20 keys": 100}
 
 
 def run_cell(args: tuple[str, str, NightNoise, int, int]) -> tuple[str, str, dict[str, float], float]:
@@ -307,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(SCENARIOS):
         for j, (label, noise) in enumerate(SCENARIOS[name][1]):
             if name in only:
-                trials = args.trials // 10 if name == "20 keys" else args.trials
+                trials = args.trials // SUITE_SHARE.get(name, 1)
                 cells.append((name, label, noise, max(trials, 10), args.seed + 100 * i + j))
     print(
         f"nightly gate, max_regression 5%, {ROUNDS} rounds (+{MAX_ROUNDS - ROUNDS} and a second start when "
@@ -317,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as workers:
         for name, label, shares, _ in workers.map(run_cell, cells):
-            trials = max(args.trials // 10 if name == "20 keys" else args.trials, 10)
+            trials = max(args.trials // SUITE_SHARE.get(name, 1), 10)
             for measure, share in shares.items():
                 print(f"| {name} | {label} | {measure} | {100 * share:.2f}% (n={trials}) |")
     print(f"({time.perf_counter() - started:.0f} s)")

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scipy.stats import t as student_t
 
@@ -79,6 +79,14 @@ class Night:
     plain: dict[str, bool] = field(default_factory=dict)  # --compare: other gates' "red?" on this night
 
 
+class Series(NamedTuple):
+    """A CSV file's nights: the value column's name, the rows with a value, and the runs without one."""
+
+    column: str
+    rows: list[Row]
+    missing: tuple[int, ...] = ()  # runs whose value cell is empty: no night to judge, reported and skipped
+
+
 @dataclass
 class Replay:
     """The nights of a series, and what the gate could see at the end."""
@@ -99,11 +107,13 @@ def read_series(
     update: str | None = None,
     run: str | None = None,
     allow_gaps: bool = False,
-) -> tuple[str, list[Row]]:
-    """The rows of a CSV file with a header (the value column's name, the rows); BacktestError names
-    the file, the row and the column of anything it cannot read. The run column (`run`, else a
-    column named "run" when there is one) must count up with no duplicate, no step back and — unless
-    `allow_gaps` — no gap: a replay of rows out of order judges each night against the wrong past."""
+) -> Series:
+    """The nights of a CSV file with a header; BacktestError names the file, the row and the column of
+    anything it cannot read. The run column (`run`, else a column named "run" when there is one) must
+    count up with no duplicate, no step back and — unless `allow_gaps` — no gap: a replay of rows out
+    of order judges each night against the wrong past. A row whose value is empty is a night that was
+    not measured (a CI job that failed, a node that was down): it is skipped and named in `missing`,
+    and it leaves no gap in the run numbers."""
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -129,17 +139,16 @@ def read_series(
     numbers = _run_numbers(path, records, run, allow_gaps)
     named = {c for c in (commit, time, rounds, update, run) if c is not None}
     column = value if value is not None else _value_column(path, header, records, named)
-    rows = [
-        Row(
-            number,
-            _samples(path, i, record, column, rounds),
-            _cell(record, time),
-            _cell(record, commit),
-            _flag(path, i, record, update),
-        )
-        for i, (number, record) in enumerate(zip(numbers, records, strict=True))
-    ]
-    return column, rows
+    rows, missing = [], []
+    for i, (number, record) in enumerate(zip(numbers, records, strict=True)):
+        samples = _samples(path, i, record, column, rounds)
+        if samples is None:
+            missing.append(number)
+            continue
+        rows.append(Row(number, samples, _cell(record, time), _cell(record, commit), _flag(path, i, record, update)))
+    if len(rows) < 2:
+        raise BacktestError(f"{path}: {len(rows)} row(s) with a value in {column!r}; a backtest needs at least 2")
+    return Series(column, rows, tuple(missing))
 
 
 def _run_numbers(path: Path, records: list[dict[str, str]], column: str | None, allow_gaps: bool) -> list[int]:
@@ -188,9 +197,11 @@ def _value_column(path: Path, header: list[str], records: list[dict[str, str]], 
 
 
 def _mostly_numbers(records: list[dict[str, str]], column: str) -> bool:
-    """At least 9 cells in 10 are numbers (and at least 2 of them): a column of values with a typo."""
-    numbers = sum(_number(r.get(column)) is not None for r in records)
-    return numbers >= 2 and numbers >= 0.9 * len(records)
+    """At least 9 filled cells in 10 are numbers (and at least 2 of them): a column of values with a typo.
+    Empty cells are nights without a value, not text."""
+    filled = [r for r in records if (r.get(column) or "").strip()]
+    numbers = sum(_number(r.get(column)) is not None for r in filled)
+    return numbers >= 2 and numbers >= 0.9 * len(filled)
 
 
 def _counter(records: list[dict[str, str]], column: str) -> bool:
@@ -206,8 +217,13 @@ def _number(text: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _samples(path: Path, index: int, record: dict[str, str], column: str, rounds: str | None) -> tuple[float, ...]:
-    """The row's per-round values (`rounds`, separated by ';'), else its one value; positive numbers."""
+def _samples(
+    path: Path, index: int, record: dict[str, str], column: str, rounds: str | None
+) -> tuple[float, ...] | None:
+    """The row's per-round values (`rounds`, separated by ';'), else its one value; positive numbers.
+    None when both cells are empty: a night without a value."""
+    if not (record.get(column) or "").strip() and not (rounds is not None and (record.get(rounds) or "").strip()):
+        return None
     where = f"{path}: row {index + 2}, column {rounds or column!r}"  # row 1 is the header
     if rounds is not None and (record.get(rounds) or "").strip():
         parts = [p for p in (record.get(rounds) or "").split(";") if p.strip()]
@@ -239,12 +255,14 @@ def replay(rows: Sequence[Row], tolerance: Tolerance, *, history: int = 90, comp
     `judge_night` on its one start, then stored with its mark. `compare`: also the plain gates."""
     result = Replay()
     past: list[tuple[Row, PastRun]] = []
+    earlier: list[PastRun] = []  # the segment before the current one: the key's spread until this one has its own
     for row in rows:
         if row.update or not past:  # a new segment: this night is the new normal, nothing to compare with
+            earlier = [p for _, p in past] or earlier
             past = [(row, PastRun(row.samples, RunStatus.ACCEPTED, str(row.index)))]
             result.nights.append(Night(row, Verdict.NEW, None, None, False, None))
             continue
-        verdict = judge_night([row.samples], [p for _, p in past], tolerance, rounds=len(row.samples))
+        verdict = judge_night([row.samples], [p for _, p in past], tolerance, rounds=len(row.samples), earlier=earlier)
         outcome = verdict_of(
             missed=verdict.decision is Decision.MISSED,
             incomparable=False,
@@ -366,9 +384,12 @@ def summary(result: Replay, tolerance: Tolerance) -> dict[str, Any]:
     }
 
 
-def describe_summary(data: dict[str, Any], tolerance: Tolerance) -> list[str]:
+def describe_summary(data: dict[str, Any], tolerance: Tolerance, missing: Sequence[int] = ()) -> list[str]:
     counts = ", ".join(f"{k} {v}" for k, v in data["outcomes"].items())
     lines = [f"{data['nights']} nights: {counts}; {data['restarts']} second starts would have been asked for"]
+    if missing:
+        runs = ", ".join(str(run) for run in missing)
+        lines.append(f"{len(missing)} night(s) without a value (an empty cell), skipped: run(s) {runs}")
     if data.get("plain_red") is not None:
         red = data["plain_red"]
         lines.append(
@@ -392,7 +413,9 @@ def describe_summary(data: dict[str, Any], tolerance: Tolerance) -> list[str]:
     return lines
 
 
-def to_json(result: Replay, column: str, path: Path, tolerance: Tolerance) -> dict[str, Any]:
+def to_json(
+    result: Replay, column: str, path: Path, tolerance: Tolerance, missing: Sequence[int] = ()
+) -> dict[str, Any]:
     nights = []
     for night in result.nights:
         v = night.verdict
@@ -428,5 +451,6 @@ def to_json(result: Replay, column: str, path: Path, tolerance: Tolerance) -> di
         "tolerance": tolerance.max_regression,
         "direction": tolerance.direction.value,
         "nights": nights,
+        "missing": list(missing),
         "summary": summary(result, tolerance),
     }

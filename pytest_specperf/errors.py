@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class SpecperfError(Exception):
@@ -21,6 +21,29 @@ class ConfigError(SpecperfError):
         self.where = where
         self.message = message
         super().__init__(f"{where}: {message}")
+
+
+class ConfigErrors(ConfigError):
+    """Every problem found in one file (or one command line), so that one run names all of them.
+
+    A user who fixes one mistake a run learns of the next only 20 seconds later; the whole list comes at
+    once, each on its own line. `where` and `message` are the first one's.
+    """
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        flat: list[ConfigError] = []
+        for error in errors:
+            flat.extend(error.errors if isinstance(error, ConfigErrors) else (error,))
+        self.errors: tuple[ConfigError, ...] = tuple(flat)
+        super().__init__(flat[0].where, flat[0].message)
+
+    def __str__(self) -> str:
+        return "\n".join(f"{error.where}: {error.message}" for error in self.errors)
+
+    @staticmethod
+    def of(errors: Sequence[ConfigError]) -> ConfigError:
+        """One error as itself, several as one `ConfigErrors`."""
+        return errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
 class ServerError(SpecperfError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 
 from pytest_specperf.config import values as check
 from pytest_specperf.config.loading import apply_overrides, find_config_file, parse_attach
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.settings import GATES, SpecperfConfig
 from pytest_specperf.engines.suite import check_launcher, load_suite
 from pytest_specperf.report.outputs import OutputPaths
 from pytest_specperf.servers.launch import check_command_templates
@@ -71,6 +71,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="pass only checks credibly within their thresholds (config strict)",
     )
     add(
+        "--specperf-gate",
+        choices=GATES,
+        default=None,
+        help="hold a speculative key to its speedup over the same-session reference or to its absolute "
+        "throughput (config gate; default speedup)",
+    )
+    add(
         "--specperf-on-incomparable",
         choices=ON_INCOMPARABLE,
         default="fail",
@@ -111,6 +118,7 @@ class Options:
     record: bool = False
     update_force: bool = False
     strict: bool = False
+    gate: str | None = None
     keep_servers: bool = False
     on_incomparable: str = "fail"
     report: str = "short"
@@ -137,6 +145,7 @@ class Options:
             record=get("specperf_record"),
             update_force=get("specperf_update_force"),
             strict=get("specperf_strict"),
+            gate=get("specperf_gate"),
             keep_servers=get("specperf_keep_servers"),
             on_incomparable=get("specperf_on_incomparable"),
             report=get("specperf_report"),
@@ -181,6 +190,8 @@ def load_suite_config(
         only_servers=list(options.only_servers) if options.only_servers is not None else None,
         sim_time_scale=options.sim_time_scale,
     )
+    if options.gate is not None:
+        config = replace(config, gate=options.gate)
     if options.launcher is not None:
         check_launcher(config, "--specperf-launcher")
     check_command_templates(config)

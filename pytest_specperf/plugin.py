@@ -21,6 +21,7 @@ import pytest
 
 from pytest_specperf import __version__, fixtures, hookspec, interrupts
 from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
+from pytest_specperf.engines.base import engine_for
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.fixtures import RESULT_KEY, SESSION_KEY, TARGET_PARAM, SpecperfResult, fail, item_case
 from pytest_specperf.measure.records import MeasurementKey
@@ -31,15 +32,49 @@ from pytest_specperf.servers.teardown import terminate_tree
 from pytest_specperf.session import SpecperfSession
 from pytest_specperf.session.payload import WorkerPayload
 from pytest_specperf.session.plan import PlannedTest
-from pytest_specperf.verdict.markers import Case, ServerCase, SpecperfMarker, measured_cases, parse_marker
+from pytest_specperf.sim import DEFAULT_PROFILE, load_profile
+from pytest_specperf.sim.profile import ProfileError
+from pytest_specperf.verdict.markers import (
+    MARKER_KEYS,
+    Case,
+    ServerCase,
+    SpecperfMarker,
+    measured_cases,
+    parse_marker,
+)
 from pytest_specperf.verdict.outcome import outcome_of
 
 SESSION_PLUGIN = "specperf-session"
+#: `pytest --markers`: made from the marker's own list of arguments, so a new one is never left out
 MARKER_HELP = (
-    "specperf(server=, workload=, min_speedup=, throughput=, accept_length=, tpot_ms=, ttft_ms=, "
-    "max_regression=, max_regression_accept_length=, lossless=, max_error_rate=): "
-    "measure a server config and check its performance"
+    f"specperf({', '.join(f'{key}=' for key in MARKER_KEYS)}): measure a server config and check its performance"
 )
+
+
+def simulated_header(config: SpecperfConfig) -> str:
+    """The header's simulator line: the profile by the one name every output uses, and the GPUs it models
+    when a server's launch counts other GPUs (its fingerprint counts 1 GPU under a profile of eight)."""
+    name = config.sim_profile or DEFAULT_PROFILE
+    try:
+        modelled = load_profile(name).server.tp_size
+    except ProfileError:  # the server's start names the profile's problem
+        modelled = None
+    counts = {
+        engine_for(config.engine_name(server)).gpu_count(server.args)
+        for server in config.servers.values()
+        if not server.url
+    }
+    unlike = sorted(counts - {modelled}) if modelled is not None else []
+    gpus = (
+        f"; it models {modelled} GPUs, the servers are launched for {', '.join(map(str, unlike))} (their "
+        "fingerprints count those; timings are the profile's)"
+        if unlike
+        else ""
+    )
+    return (
+        f"specperf: SIMULATED servers (pytest_specperf.sim, profile {name}, time scale {config.sim_time_scale:g}"
+        f"{gpus}): numbers model a GPU server, they are not one"
+    )
 
 
 class SpecperfWarning(UserWarning):
@@ -64,7 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
             options, Path(config.rootpath), Path(config.invocation_params.dir), config.args
         )
     except ConfigError as exc:
-        raise pytest.UsageError(f"pytest-specperf: {exc}") from None
+        raise pytest.UsageError("pytest-specperf: " + str(exc).replace("\n", "\n  pytest-specperf: ")) from None
     if options.outputs.plots:
         from pytest_specperf.report.plots import missing_matplotlib
 
@@ -197,10 +232,7 @@ class SpecperfPlugin:
         c = self.config
         lines = [f"specperf {__version__}: config {c.source}, launcher {c.launcher}, store {c.store}"]
         if c.launcher == SIM_LAUNCHER:
-            lines.append(
-                f"specperf: SIMULATED servers (pytest_specperf.sim, profile {c.sim_profile or 'default'}, "
-                f"time scale {c.sim_time_scale:g}): numbers model a GPU server, they are not one"
-            )
+            lines.append(simulated_header(c))
             templates = sorted(s.name for s in c.servers.values() if s.command and not s.is_attached)
             if templates:
                 lines.append(
@@ -322,11 +354,11 @@ class SpecperfPlugin:
         self._shutdown()
         if self.session is None:
             return
-        if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, SIGTERM: checks never ran to the end
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, SIGTERM, a time limit: keys whose checks all ran
             self.session.storing_interrupted()
         else:
             self.session.store_results()  # every check of the session's measurements has run
-        if self.session.store_failed:
+        if self.session.store_failed and exitstatus != pytest.ExitCode.INTERRUPTED:  # a cut job still reads as cut
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         workeroutput = getattr(self.pytest_config, "workeroutput", None)
         if workeroutput is not None:

@@ -1,6 +1,7 @@
 """What every test folder shares: the folder itself on `sys.path`, so the helper modules beside this
-file (`gitrepos`, `standin`, `vllm_models`) are imported by name from any of them, under xdist too;
-and a stand-in HTTP server (`serve`, `canned_server`) for tests that replay what an engine sent."""
+file (`gitrepos`, `lanes`, `standin`, `vllm_models`) are imported by name from any of them, under xdist
+too; a header line per lane that needs more than Python (`lanes.py`: ran, or skipped and why); and a
+stand-in HTTP server (`serve`, `canned_server`) for tests that replay what an engine sent."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from lanes import header_lines
 from standin import QuietServer, send_stream
+
+
+def pytest_report_header() -> list[str]:
+    return header_lines()
 
 
 @pytest.fixture

@@ -28,26 +28,56 @@ Exit codes:
     2  usage error, or a file that is missing, corrupt, not ours, of a newer schema version, or
        (merge) two reports holding different measurements of the same speculative config
 
-Each subcommand is one module here, with its parser (`add_parser`) and its `run_*` function.
+Each subcommand is one module here, with its parser (`add_parser`) and its `run_*` function, declared once
+in `SUBCOMMANDS`. Only the module of the subcommand asked for is imported: `specperf --help` and
+`specperf schema --help` stay quick, since the verdict engine (SciPy) loads only for the command that uses it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from pytest_specperf.cli import accept, backtest, bisect, dashboard, diff, history, merge, schema, show, store, tune
-from pytest_specperf.cli.common import EXIT_CODES, FAILED
+from pytest_specperf import __version__
+from pytest_specperf.cli.exits import EXIT_CODES, FAILED
 from pytest_specperf.errors import SpecperfError
 
-#: The subcommands, in the order `specperf --help` lists them.
-COMMANDS = (show, history, accept, diff, merge, store, backtest, dashboard, schema, tune, bisect)
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One `specperf` subcommand: its name, the one line `specperf --help` shows, and its module."""
+
+    name: str
+    summary: str
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name}"
+
+
+#: The subcommands, in the order `specperf --help` lists them; each module's parser uses `summary`.
+SUBCOMMANDS = (
+    Subcommand("show", "stored baselines as a table"),
+    Subcommand("history", "stored run histories with segments and change points"),
+    Subcommand("accept", "make a change the accepted level, from the run it began with"),
+    Subcommand("diff", "compare two JSON reports, stored baseline files or stores"),
+    Subcommand("merge", "combine the JSON reports of shards into one"),
+    Subcommand("store", "store the runs a session kept when its store could not be written"),
+    Subcommand("backtest", "replay a nightly series (CSV) through the verdict engine"),
+    Subcommand("dashboard", "a static HTML site of the stored histories"),
+    Subcommand("schema", "print the JSON Schema of --specperf-json reports"),
+    Subcommand("tune", "find the best speculative config in a few server starts"),
+    Subcommand("bisect", "find the difference between a good and a bad run that made a key slower"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_asked_for(arguments))
+    args = parser.parse_args(arguments)
     try:
         return int(args.run(args))
     except (SpecperfError, OSError) as exc:
@@ -55,13 +85,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return FAILED
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (`only`) one subcommand's full parser beside the others' names and summaries.
+
+    `only` names no subcommand for `specperf --help` or a mistyped one: every subcommand is then a name
+    and a summary, and argparse prints the help or the list of valid choices."""
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="specperf", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES, formatter_class=formatter
     )
-    names = ",".join(command.__name__.rsplit(".", 1)[-1] for command in COMMANDS)
+    parser.add_argument("--version", action="version", version=f"specperf (pytest-specperf) {__version__}")
+    names = ",".join(command.name for command in SUBCOMMANDS)
     commands = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
-    for command in COMMANDS:
-        command.add_parser(commands, EXIT_CODES, formatter)
+    for command in SUBCOMMANDS:
+        if only is None or command.name == only:
+            importlib.import_module(command.module).add_parser(commands, EXIT_CODES, formatter)
+        else:
+            commands.add_parser(command.name, help=command.summary)
     return parser
+
+
+def _asked_for(arguments: Sequence[str]) -> str:
+    """The subcommand the command line names (its first word that is not an option), or "" for none."""
+    return next((argument for argument in arguments if not argument.startswith("-")), "")

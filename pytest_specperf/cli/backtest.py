@@ -22,6 +22,7 @@ from pytest_specperf.cli.common import OK, REGRESSED
 from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.jsonfile import atomic_write, clean
+from pytest_specperf.store.records import VERDICT_NIGHTS
 from pytest_specperf.verdict.nightly import Tolerance
 from pytest_specperf.verdict.stats import Direction
 from pytest_specperf.verdict.verdicts import Verdict
@@ -61,7 +62,11 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
         help=f"run-to-run CV while a segment has under 3 runs (default {SpecperfConfig.run_to_run_cv:g})",
     )
     parser.add_argument(
-        "--history", type=check.from_command_line, default=SpecperfConfig.history, metavar="N", help="nights kept"
+        "--history",
+        type=check.from_command_line,
+        default=VERDICT_NIGHTS,
+        metavar="N",
+        help=f"nights a night is judged against, as a stored history's verdict reads them (default {VERDICT_NIGHTS})",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
     parser.add_argument(
@@ -84,7 +89,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     args.history = check.integer(args.history, "--history", minimum=2)  # a history needs a night before tonight
     if args.plot is not None:
         require_matplotlib("--plot")  # before a long replay, not after
-    column, rows = read_series(
+    column, rows, missing = read_series(
         args.file,
         value=args.value,
         commit=args.commit,
@@ -103,9 +108,9 @@ def run_backtest(args: argparse.Namespace) -> int:
     print(f"{'run':>5}  {'time / commit':<28} {'value':>12}  {'vs level [90%]':<28} {plain}{'outcome':<12} notes")
     for night in result.nights:
         print(night_line(night))
-    data = to_json(result, column, args.file, tolerance)
+    data = to_json(result, column, args.file, tolerance, missing)
     print()
-    for line in describe_summary(data["summary"], tolerance):
+    for line in describe_summary(data["summary"], tolerance, missing):
         print(line)
     if args.json is not None:
         atomic_write(args.json, json.dumps(clean(data), indent=2, allow_nan=False) + "\n")

@@ -2,9 +2,10 @@
 
 The good and the bad run are two runs of the key's stored history (by default the last run before
 the change in force, and the newest). Every difference between their fingerprints is listed; those
-a start can apply (environment variables, launch flags) are bisected: the good setup is measured on
-this node first (if it is slow too, no difference explains the regression: the node, the driver,
-the hardware), then one start per level of a binary search. Everything wrong with the input is
+a start can set (environment variables; launch flags, in `args` or the simulator's `sim_args`) are
+bisected: the good setup is measured on this node first (if it is slow too, no difference explains
+the regression: the node, the driver, the hardware), then the bad setup (as fast: not reproduced, no
+cause named), then one start per level of a binary search. Everything wrong with the input is
 refused before any server starts.
 """
 
@@ -18,9 +19,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pytest_specperf.bisect.differences import Difference, differences
+from pytest_specperf.bisect.differences import Difference, differences, placed
 from pytest_specperf.bisect.runner import BisectRunner, Start
-from pytest_specperf.bisect.search import every_cause, find_causes, first_bad, most_starts, unexplained
+from pytest_specperf.bisect.search import (
+    FOUND,
+    NOT_REPRODUCED,
+    TOO_NOISY,
+    UNEXPLAINED,
+    Answer,
+    bisect,
+    first_bad,
+    most_starts,
+)
 from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
 from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
 from pytest_specperf.config.loading import apply_overrides, find_config_file
@@ -36,14 +46,23 @@ from pytest_specperf.verdict.checks import Limits
 from pytest_specperf.verdict.history import speedup_estimate
 from pytest_specperf.verdict.stats import Decision, Direction, decide_threshold
 
-NOT_EXPLAINED, INTERRUPTED = 1, 130
+NOT_EXPLAINED, NOT_REPRODUCED_EXIT, UNCERTAIN, INTERRUPTED = 1, 3, 4, 130
+EXITS = """exit codes:
+  0  a cause named, every start it rests on clear (builds: the first slow build named)
+  1  no difference explains it: the good setup is slow on this node too, no difference or pair of them
+     is confidently the cause, or the good setup moved too much between its starts to bisect
+  2  usage error, or bad input (an unknown key, runs of different servers, no difference a start can
+     set, the same run twice), always before any server starts
+  3  not reproduced: tonight's bad setup measures as fast as the good one (the night was the node or noise)
+  4  a cause named, but the answer rests on a start that stayed uncertain after three starts
+  130  interrupted (every server bisect started is stopped)"""
 
 
 def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
     bisect = commands.add_parser(
         "bisect",
         help="find the difference between a good and a bad run that made a key slower",
-        epilog=epilog + "\n  1  bisect: no difference explains the regression\n  130  interrupted",
+        epilog=EXITS,
         formatter_class=formatter,
         description=__doc__.split("\n\n")[1],
     )
@@ -78,7 +97,7 @@ def run_bisect(args: argparse.Namespace) -> int:
     applicable = [d for d in found if d.applicable]
     print(f"bisect {key.label}: good run {good[0] + 1} ({good[1]}), bad run {bad[0] + 1} ({bad[1]})")
     for d in found:
-        print(f"  {d}" + ("" if d.applicable or builds else "  (cannot be set by a start: listed, not tried)"))
+        print(f"  {d}" + ("" if d.applicable or builds else f"  ({d.why_not}: listed, not tried)"))
     if builds:
         print(
             f"plan: the good setup on the oldest build, the newest build, then at most "
@@ -86,9 +105,10 @@ def run_bisect(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"plan: the good setup, then at most {most_starts(len(applicable))} starts for one cause among "
-            f"{len(applicable)} applicable differences, the answer's check included (a start that is not clearly "
-            "good or bad is repeated; when every start comes out one way, the good setup is measured again)"
+            f"plan: the good setup, the bad setup (not slower: not reproduced, no cause named), then at most "
+            f"{most_starts(len(applicable)) - 1} starts for one cause among {len(applicable)} applicable differences, "
+            "the answer's check included (a start that is not clearly good or bad is measured again; when every "
+            "start comes out one way, the good setup is measured again)"
         )
     if args.dry_run:
         return OK
@@ -107,7 +127,17 @@ def run_bisect(args: argparse.Namespace) -> int:
     if args.json is not None:
         atomic_write(args.json, json.dumps(_document(key, good, bad, found, runner, result), indent=2))
         print(f"wrote {args.json}")
-    return OK if result["causes"] or result.get("builds") else NOT_EXPLAINED
+    return _exit_code(result)
+
+
+def _exit_code(result: dict[str, Any]) -> int:
+    if result.get("builds"):
+        return OK
+    if result.get("outcome") == NOT_REPRODUCED:
+        return NOT_REPRODUCED_EXIT
+    if result.get("outcome") == FOUND and result["causes"]:
+        return UNCERTAIN if result.get("uncertain") else OK
+    return NOT_EXPLAINED
 
 
 def _config(args: argparse.Namespace) -> SpecperfConfig:
@@ -161,7 +191,7 @@ def _plan_inputs(
     old, new = entry.runs[good].measurement.fingerprint, entry.runs[bad].measurement.fingerprint
     if old is None or new is None:
         raise SpecperfError(f"{key.label}: run {(good if old is None else bad) + 1} has no fingerprint to compare")
-    found = differences(old, new)
+    found = placed(differences(old, new), config, key.server)
     if builds:
         return key, _run(entry, good), _run(entry, bad), found
     if not found:
@@ -190,53 +220,68 @@ def _run(entry: StoredBaseline, index: int) -> tuple[int, str, Any]:
 
 
 def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
-    """The good setup on this node, then the search; the result's lines and causes."""
+    """The good setup on this node, then the bad setup (reproduce), the search and its check."""
     anchor = runner.measure_good_setup()
-    here = speedup_estimate(
-        [anchor.samples("output_throughput")], [good_run.samples("output_throughput")], config.run_to_run_cv
-    )
+    here = speedup_estimate([anchor], [good_run.samples("output_throughput")], config.run_to_run_cv)
     if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
         line = (
             f"no difference in the fingerprint explains it: with every difference at its good value this node "
             f"measures {here.value - 1:+.1%} against the good run (the node, the driver, the hardware)"
         )
-        return {"causes": [], "lines": [line]}
-    groups = _search(runner)
-    if groups is None:
-        line = (
+        return {"outcome": UNEXPLAINED, "causes": [], "lines": [line]}
+    answer = bisect(len(runner.found), runner.judge, runner.good_setup_holds)
+    result: dict[str, Any] = {"outcome": answer.outcome, "causes": [], "uncertain": bool(answer.uncertain)}
+    result["uncertain_starts"] = [[runner.found[i].name for i in sorted(s)] for s in answer.uncertain]
+    if answer.outcome == NOT_REPRODUCED:
+        lines = [NOT_REPRODUCED_LINE] + ([f"  ({answer.note})"] if answer.note else [])
+    elif answer.outcome == TOO_NOISY:
+        lines = [
             "not bisected: the good setup itself moved beyond the tolerance between its starts twice; this "
             "node is too noisy to bisect by single starts (raise `rounds`, or `max_regression` for the bisection)"
-        )
-        return {"causes": [], "lines": [line, f"{runner.server_starts} server starts"]}
+        ]
+    elif answer.outcome == UNEXPLAINED:
+        lines = [f"no difference explains it: {answer.note}"]
+    else:
+        lines = _found_lines(runner, answer, result)
+    if answer.uncertain:
+        lines.append(_uncertain_line(runner, answer))
+    lines.append(f"{runner.server_starts} server starts")
+    result["lines"] = lines
+    return result
+
+
+NOT_REPRODUCED_LINE = (
+    "not reproduced: tonight's setup measures as fast as the good one — the night was the node or noise "
+    "(no difference is named)"
+)
+
+
+def _found_lines(runner: BisectRunner, answer: Answer, result: dict[str, Any]) -> list[str]:
+    groups = [list(g) for g in answer.groups]
     causes = [runner.found[i] for group in groups for i in group]
-    lines = [_causes_line([[runner.found[i] for i in group] for group in groups])]
+    result.update(causes=causes, groups=groups)
+    lines = [("uncertain: " if answer.uncertain else "") + _causes_line([[runner.found[i] for i in g] for g in groups])]
     lines.append("restore: " + "; ".join(c.setting(bad=False) for c in causes))
     if len(causes) < len(runner.found):
         lines.append(
             "checked: with these at their good values and every other difference at its bad value, a start is good"
+            if answer.checked
+            else "checked: every other difference was at its bad value in a start that was good"
         )
     variables = [c for c in causes if c.kind == "env"]
     if variables:
         settings = " ".join(c.setting(bad=False).replace("unset ", "-u ") for c in variables)
         lines.append(f"check: env {settings} pytest  (with the good values the key should be back at its level)")
-    lines.append(f"{runner.server_starts} server starts")
-    return {"causes": causes, "groups": groups, "lines": lines}
+    return lines
 
 
-def _search(runner: BisectRunner) -> list[tuple[int, ...]] | None:
-    """The causes, as groups; None when the good setup moved beyond the tolerance twice.
-
-    The good setup is measured again before an answer counts when every start came out one way (its
-    check included: a good check makes a search of bad starts not one way), and when the check is bad:
-    a node that slowed down after the good setup's start reads that way too, and following the check
-    costs a whole search more."""
-    count = len(runner.found)
-    for _ in range(2):
-        first = find_causes(count, runner.is_bad)
-        check_bad = bool(unexplained(count, [first], runner.is_bad))
-        if not (check_bad or runner.one_way()) or runner.good_setup_holds():
-            return every_cause(count, first, runner.is_bad)
-    return None
+def _uncertain_line(runner: BisectRunner, answer: Answer) -> str:
+    sets = ["{" + ", ".join(runner.found[i].name for i in sorted(s)) + "}" for s in answer.uncertain]
+    return (
+        "the answer rests on start(s) that stayed unclear after three starts each: "
+        + "; ".join(sets)
+        + " (raise `rounds`, or set `run_to_run_cv` to this node's start-to-start spread)"
+    )
 
 
 def _causes_line(groups: list[list[Difference]]) -> str:
@@ -252,9 +297,7 @@ def _causes_line(groups: list[list[Difference]]) -> str:
 def _bisect_builds(runner: BisectRunner, builds: list[str], good_run: Any, config: SpecperfConfig) -> dict[str, Any]:
     """The good setup on the oldest build, the newest build, then a binary search for the first slow one."""
     anchor = runner.measure_good_setup(builds[0])
-    here = speedup_estimate(
-        [anchor.samples("output_throughput")], [good_run.samples("output_throughput")], config.run_to_run_cv
-    )
+    here = speedup_estimate([anchor], [good_run.samples("output_throughput")], config.run_to_run_cv)
     if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
         line = (
             f"no build explains it: the oldest build ({builds[0]}) measures {here.value - 1:+.1%} against the good "
@@ -284,12 +327,18 @@ def _document(
         "key": key.label,
         "good_run": {"number": good[0] + 1, "name": good[1]},
         "bad_run": {"number": bad[0] + 1, "name": bad[1]},
-        "differences": [{"name": d.name, "good": d.good, "bad": d.bad, "applicable": d.applicable} for d in found],
+        "differences": [
+            {"name": d.name, "good": d.good, "bad": d.bad, "applicable": d.applicable, "carrier": _carrier(d)}
+            for d in found
+        ],
         "starts": [_start_json(s, runner) for s in runner.starts],
         "causes": [
             {"name": c.name, "good": c.good, "bad": c.bad, "restore": c.setting(bad=False)} for c in result["causes"]
         ],
         "cause_groups": [[runner.found[i].name for i in group] for group in result.get("groups", [])],
+        "outcome": result.get("outcome"),
+        "uncertain": result.get("uncertain", False),
+        "uncertain_starts": result.get("uncertain_starts", []),
         "server_starts": runner.server_starts,
         "good_setup_starts": runner.good_setup_starts,
         "builds": result.get("builds"),
@@ -297,11 +346,19 @@ def _document(
     }
 
 
+def _carrier(difference: Difference) -> str | None:
+    """Where a start sets it: "env", "args", "sim_args"; None when it cannot be set."""
+    if not difference.applicable:
+        return None
+    return "env" if difference.kind == "env" else difference.carrier
+
+
 def _start_json(start: Start, runner: BisectRunner) -> dict[str, Any]:
     return {
         "build": start.build,
         "bad_values": [runner.found[i].name for i in sorted(start.applied)],
         "verdict": start.verdict,
+        "certain": not start.verdict.endswith("(uncertain)"),
         "ratio": start.ratio.value,
         "server_starts": start.starts,
     }

@@ -7,6 +7,10 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_specperf.cli.exits import EXIT_CODES as EXIT_CODES  # the subcommands import them from here
+from pytest_specperf.cli.exits import FAILED as FAILED
+from pytest_specperf.cli.exits import OK as OK
+from pytest_specperf.cli.exits import REGRESSED as REGRESSED
 from pytest_specperf.config import values as check
 from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
 from pytest_specperf.config.settings import SpecperfConfig
@@ -16,13 +20,6 @@ from pytest_specperf.measure.records import Measurement
 from pytest_specperf.report.terminal import pm
 from pytest_specperf.store import Store, open_store
 from pytest_specperf.verdict.stats import mean_estimate
-
-OK, REGRESSED, FAILED = 0, 1, 2
-EXIT_CODES = """exit codes:
-  0  done (diff: no measurement credibly regressed; backtest: the last night is not a REGRESSION)
-  1  diff: a measurement credibly regressed beyond the tolerance (throughput or accept length);
-     backtest: the series' last night is a REGRESSION; accept: no key had a change to accept
-  2  usage error; a missing, corrupt, foreign or newer-schema file; conflicting measurements (merge)"""
 
 STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
 STORE_HELP = "store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)"

@@ -24,8 +24,9 @@ from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
 from pytest_specperf.report.jsonreport import ReportError, is_report, load_report, read_document
 from pytest_specperf.report.terminal import text_table
+from pytest_specperf.store.compact import read_history
 from pytest_specperf.store.records import KIND as BASELINE_KIND
-from pytest_specperf.store.records import StoredBaseline, read_baseline
+from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, check_regression
 from pytest_specperf.verdict.drift import FingerprintDiff, diff
 from pytest_specperf.verdict.stats import Decision, Estimate, RegressionResult, decide_regression
@@ -142,11 +143,13 @@ def load_side(given: str | Path) -> Side:
         if not histories:
             raise SpecperfError(f"{shown(str(given))}: no stored baselines in this store")
         return _history_side(shown(str(given)), histories)
+    if path.suffix == ".jsonl":  # a history of the append-only layout (store/compact.py)
+        return _history_side(path, [read_history(path)])
     data = read_document(path)
     if is_report(data):
         found = load_report(path, data).measurements
     elif data.get("kind") == BASELINE_KIND:
-        return _history_side(path, [read_baseline(path)])
+        return _history_side(path, [read_history(path)])
     else:
         raise ReportError(f"{path}: neither a pytest-specperf JSON report nor a stored baseline")
     return Side(path, {m.key.label: m for m in found})

@@ -72,7 +72,8 @@ def run_history(args: argparse.Namespace) -> int:
     root = shown(args.store)
     server, _, workload = args.select.partition("/")
     with opened_store(args.store) as store:
-        stored = store.entries()
+        select = getattr(store, "histories_of", None)  # the selected histories and their references only
+        stored = select(server, workload) if select is not None else store.entries()
         where = {entry.path: _where(store, entry.path) for entry in stored}
     entries = [
         e for e in stored if server in ("", e.measurement.key.server) and workload in ("", e.measurement.key.workload)

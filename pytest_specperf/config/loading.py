@@ -9,10 +9,11 @@ What an engine allows (its flags, its speculative settings) is checked next, by 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import string
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -25,13 +26,14 @@ from pytest_specperf.config.settings import (
     DEFAULT_ENGINE,
     DEFAULT_ENV_PATTERNS,
     DEFAULT_STARTUP_TIMEOUT,
+    GATES,
     HTTP_URL,
     ServerConfig,
     SpecperfConfig,
     display_path,
 )
 from pytest_specperf.config.workloads import DEFAULT_WORKLOAD, WorkloadConfig, load_prompts, parse_workload
-from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.errors import ConfigError, ConfigErrors, did_you_mean
 
 # --------------------------------------------------------------------------------------------
 # Loading
@@ -110,6 +112,7 @@ GLOBAL_KEYS = {
     "confirm",
     "max_restarts",
     "strict",
+    "gate",
     "env",
     "env_patterns",
     "api_key",
@@ -123,8 +126,40 @@ GLOBAL_KEYS = {
 SERVER_KEYS = {f.name for f in fields(ServerConfig)} - {"name"}
 
 
+class Problems:
+    """The mistakes found so far in one file: each check runs, and `raise_any` names all of them at once.
+
+    A check that fails gives its default instead, so the rest of the file is still read; a check across
+    values (`max_rounds` against `rounds`) runs only on a file without other mistakes, where its
+    inputs are what the user wrote.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigError as exc:
+            self.errors.append(exc)
+
+    def checked(self, check: Callable[[], Any], fallback: Any) -> Any:
+        """`check()`, or `fallback` when it found a mistake (recorded)."""
+        try:
+            return check()
+        except ConfigError as exc:
+            self.errors.append(exc)
+            return fallback
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ConfigErrors.of(self.errors)
+
+
 class _Parser:
-    """Turns raw TOML tables into config dataclasses, naming file and key on every error.
+    """Turns raw TOML tables into config dataclasses, naming file and key on every error, every error of
+    the file at once.
 
     `blank` is the empty config of the file (its source and table): it names places (`where`).
     """
@@ -134,10 +169,12 @@ class _Parser:
         self.blank = blank
         self.path = blank.source
         self.where = blank.where
+        self.problems = Problems()
 
     def parse(self, table: dict[str, Any]) -> SpecperfConfig:
-        check.known_keys(table, GLOBAL_KEYS, self.where(""))
-        get = _Getter(table, self.where(""))
+        with self.problems.collecting():
+            check.known_keys(table, GLOBAL_KEYS, self.where(""))
+        get = _Getter(table, self.where(""), self.problems)
         self.engine = get.string("engine", DEFAULT_ENGINE)
         base = self.path.parent
         values: dict[str, Any] = {
@@ -156,52 +193,69 @@ class _Parser:
             "max_rounds": get.setting("max_rounds", None),
             "max_regression": get.setting("max_regression", 0.05),
             "max_regression_accept_length": get.setting("max_regression_accept_length", 0.02),
-            "history": get.setting("history", 30),
+            "history": get.setting("history", 0),  # 0: every night (a retention only when one asks)
             "run_to_run_cv": get.setting("run_to_run_cv", 0.02),
             "run_to_run_cv_accept_length": get.setting("run_to_run_cv_accept_length", 0.005),
             "confirm": get.boolean("confirm", True),
             "max_restarts": get.integer("max_restarts", 4, minimum=0),
             "strict": get.boolean("strict", False),
+            "gate": get.choice("gate", GATES, "speedup"),
             "env": get.string_map("env"),
             "env_patterns": tuple(get.string_list("env_patterns", DEFAULT_ENV_PATTERNS)),
             "api_key": get.string("api_key", None),
             "sim_profile": get.string("sim_profile", None),
             "sim_time_scale": get.setting("sim_time_scale", 1.0),
-            "sim_args": tuple(check_sim_args(get.string_list("sim_args", ()), self.where("", "sim_args"))),
+            "sim_args": tuple(
+                self.problems.checked(
+                    lambda: check_sim_args(get.string_list("sim_args", ()), self.where("", "sim_args")), ()
+                )
+            ),
         }
-        if values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
-            raise ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
+        if not self.problems.errors and values["max_rounds"] is not None and values["max_rounds"] < values["rounds"]:
+            self.problems.errors.append(
+                ConfigError(self.where("", "max_rounds"), f"must be >= rounds ({values['rounds']})")
+            )
         values["servers"] = MappingProxyType(self.parse_servers(get.subtable("servers")))
         values["workloads"] = MappingProxyType(self.parse_workloads(get.subtable("workloads"), base))
         values["tune"] = MappingProxyType(get.subtable("tune"))  # `specperf tune` validates it
+        self.problems.raise_any()
         return SpecperfConfig(**values)
 
     def parse_store(self, get: _Getter, base: Path) -> StoreLocation:
         """`store`, and `offline_store` (a git store's fallback directory, when its remote is unreachable)."""
-        store = StoreLocation.parse(get.string("store", ".specperf"), base=base, where=self.where("", "store"))
+        store_where = self.where("", "store")
+        default = StoreLocation.parse(".specperf", base=base, where=store_where)
+        store = self.problems.checked(
+            lambda: StoreLocation.parse(get.string("store", ".specperf"), base=base, where=store_where), default
+        )
         offline = get.string("offline_store", None)
         if offline is not None and not store.is_git:
-            raise ConfigError(self.where("", "offline_store"), 'applies to a git store only (store = "git:...")')
+            self.problems.errors.append(
+                ConfigError(self.where("", "offline_store"), 'applies to a git store only (store = "git:...")')
+            )
+            return store
         return replace(store, offline=base / offline) if offline is not None else store
 
     def parse_servers(self, tables: dict[str, Any]) -> dict[str, ServerConfig]:
         servers = {}
         for name, table in tables.items():
             where = self.where(f"servers.{name}")
-            check_name(name, where)
-            if not isinstance(table, dict):
-                raise ConfigError(where, "must be a table")
-            servers[name] = parse_server(name, table, where, engine=self.engine)
+            with self.problems.collecting():
+                check_name(name, where)
+                if not isinstance(table, dict):
+                    raise ConfigError(where, "must be a table")
+                servers[name] = parse_server(name, table, where, engine=self.engine)
         return servers
 
     def parse_workloads(self, tables: dict[str, Any], base: Path) -> dict[str, WorkloadConfig]:
         workloads = {}
         for name, table in tables.items():
-            check_name(name, self.where(f"workloads.{name}"))
-            if not isinstance(table, dict):
-                raise ConfigError(self.where(f"workloads.{name}"), "must be a table")
-            workloads[name] = parse_workload(name, table, self.where(f"workloads.{name}"), base)
-            load_prompts(workloads[name].prompts, base)  # a bad line fails now, not after a server start
+            with self.problems.collecting():
+                check_name(name, self.where(f"workloads.{name}"))
+                if not isinstance(table, dict):
+                    raise ConfigError(self.where(f"workloads.{name}"), "must be a table")
+                workloads[name] = parse_workload(name, table, self.where(f"workloads.{name}"), base)
+                load_prompts(workloads[name].prompts, base)  # a bad line fails now, not after a server start
         if "default" not in workloads:
             workloads["default"] = DEFAULT_WORKLOAD
         return workloads
@@ -229,9 +283,12 @@ def check_reference(config: SpecperfConfig) -> None:
 
 def parse_server(name: str, table: dict[str, Any], where: str, engine: str = DEFAULT_ENGINE) -> ServerConfig:
     """One `[specperf.servers.NAME]` table (`where` names it), running its own `engine` or the
-    suite's; its engine's rules are applied once the whole file is read (engines/suite.py)."""
-    check.known_keys(table, SERVER_KEYS, where)
-    get = _Getter(table, where)
+    suite's; its engine's rules are applied once the whole file is read (engines/suite.py). Every
+    mistake of the table is named at once."""
+    problems = Problems()
+    with problems.collecting():
+        check.known_keys(table, SERVER_KEYS, where)
+    get = _Getter(table, where, problems)
     algorithm = get.string("algorithm", None)
     own_engine = get.string("engine", engine)
     spec_config = get.subtable("speculative_config") if "speculative_config" in table else None
@@ -254,9 +311,13 @@ def parse_server(name: str, table: dict[str, Any], where: str, engine: str = DEF
         engine=own_engine,
         speculative_config=MappingProxyType(dict(spec_config)) if spec_config is not None else None,
     )
-    check_sim_args(server.sim_args, f"{where} sim_args")
-    check_attach(server, table, where)
-    check_command(server, where)
+    for check_server in (
+        lambda: check_sim_args(server.sim_args, f"{where} sim_args"),
+        lambda: check_attach(server, table, where),
+        lambda: check_command(server, where),
+    ):
+        problems.checked(check_server, None)
+    problems.raise_any()
     return server
 
 
@@ -303,34 +364,37 @@ def check_name(name: str, where: str) -> None:
 
 
 class _Getter:
-    """Reads from one table with defaults; the checks themselves are `config.values`, named by key."""
+    """Reads from one table with defaults; the checks themselves are `config.values`, named by key. A
+    value that fails its check is recorded in `problems` and read as the default, so the rest of the
+    table is still checked."""
 
-    def __init__(self, table: Mapping[str, Any], where: str) -> None:
+    def __init__(self, table: Mapping[str, Any], where: str, problems: Problems) -> None:
         self.table = table
         self.where = where
+        self.problems = problems
 
-    def _read(self, key: str, default: Any) -> tuple[Any, str]:
-        return self.table.get(key, default), f"{self.where} {key}"
+    def _get(self, key: str, default: Any, check_value: Callable[[Any, str], Any], fallback: Any = None) -> Any:
+        """The checked value of `key` (None stays None), or `fallback` (default: `default`) if it is wrong."""
+        value, where = self.table.get(key, default), f"{self.where} {key}"
+        if value is None:
+            return None
+        return self.problems.checked(lambda: check_value(value, where), default if fallback is None else fallback)
 
     def setting(self, key: str, default: Any) -> Any:
         """A setting other front ends accept too, checked by its one rule (config/values.py `SETTINGS`)."""
-        value, where = self._read(key, default)
-        return None if value is None else check.setting(key, value, where)
+        return self._get(key, default, lambda value, where: check.setting(key, value, where))
 
     def string(self, key: str, default: str | None) -> Any:
-        value, where = self._read(key, default)
-        return None if value is None else check.string(value, where)
+        return self._get(key, default, check.string)
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value, where = self._read(key, default)
-        return check.choice(check.string(value, where), where, choices)
+        return self._get(key, default, lambda value, where: check.choice(check.string(value, where), where, choices))
 
     def boolean(self, key: str, default: bool) -> bool:
-        return check.boolean(*self._read(key, default))
+        return bool(self._get(key, default, check.boolean))
 
     def integer(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        value, where = self._read(key, default)
-        return None if value is None else check.integer(value, where, minimum=minimum)
+        return self._get(key, default, lambda value, where: check.integer(value, where, minimum=minimum))
 
     def number(
         self,
@@ -340,19 +404,20 @@ class _Getter:
         maximum: float | None = None,
         exclusive: bool = False,
     ) -> Any:
-        value, where = self._read(key, default)
-        if value is None:
-            return None
-        return check.number(value, where, minimum=minimum, maximum=maximum, exclusive_min=exclusive)
+        return self._get(
+            key,
+            default,
+            lambda value, where: check.number(value, where, minimum=minimum, maximum=maximum, exclusive_min=exclusive),
+        )
 
     def string_list(self, key: str, default: Any) -> list[str]:
-        return check.string_list(*self._read(key, default))
+        return list(self._get(key, default, check.string_list, fallback=()) or ())
 
     def string_map(self, key: str) -> dict[str, str]:
-        return check.string_map(*self._read(key, {}))
+        return dict(self._get(key, {}, check.string_map) or {})
 
     def subtable(self, key: str) -> dict[str, Any]:
-        return check.table(*self._read(key, {}))
+        return dict(self._get(key, {}, check.table) or {})
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,14 @@ repository that every machine recording into the history shares (the git store):
 A git URL never carries credentials: they come from git's own configuration (a credential helper,
 an SSH key, the CI's token as actions/checkout stores it), so they are never in a committed config,
 a message or a report. A URL with a password or token, or an HTTP(S) URL with a user name, is refused.
+
+A third form is a database (store/postgres.py), by its libpq URL::
+
+    store = "postgresql://db.example.com/perf"     host and database; the user and password from libpq's
+    store = "postgresql:///perf?service=perf"       environment (PGUSER, PGPASSWORD), ~/.pgpass, a service file
+
+A PostgreSQL URL with a password (in its user part or as ``password=``) is refused, and the refusal
+never repeats the password. `DATABASE_SCHEMES` names the URL schemes that are databases.
 """
 
 from __future__ import annotations
@@ -19,12 +27,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pytest_specperf.errors import ConfigError
 from pytest_specperf.redact import redact_url
 
 GIT_PREFIX = "git:"
+#: URL schemes of the database stores (store/__init__.py `BACKENDS` opens them)
+DATABASE_SCHEMES = ("postgresql", "postgres")
 #: What `git check-ref-format --branch` refuses, as a pattern (checked without running git).
 _BAD_BRANCH = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|/\.|\.lock/|^@$")
 _LOCAL_PATH = re.compile(r"^(?:/|\./|\.\./|~)")
@@ -41,14 +51,25 @@ class StoreLocation:
     url: str | None = None
     base: Path | None = None
     offline: Path | None = None
+    #: a database store's libpq URL (never with a password)
+    database: str | None = None
 
     @property
     def is_git(self) -> bool:
         return self.branch is not None
 
+    @property
+    def scheme(self) -> str:
+        """Which backend keeps the histories: "file", "git", or a database URL's scheme (``postgresql``)."""
+        if self.database is not None:
+            return urlsplit(self.database).scheme.lower()
+        return "git" if self.branch is not None else "file"
+
     def shown(self) -> str:
         """As a report header names it: a folder relative to the working directory when below it (as the
         user would type it), a git store as its setting."""
+        if self.database is not None:
+            return self.database
         if self.branch is None and self.path is not None:
             try:
                 return str(self.path.resolve().relative_to(Path.cwd().resolve()))
@@ -58,6 +79,8 @@ class StoreLocation:
 
     def __str__(self) -> str:
         """The setting as written, credentials never shown (they are refused anyway)."""
+        if self.database is not None:
+            return self.database
         if self.branch is None:
             return str(self.path)
         return f"{GIT_PREFIX}{redact_url(self.url)}#{self.branch}" if self.url else f"{GIT_PREFIX}{self.branch}"
@@ -65,6 +88,8 @@ class StoreLocation:
     @classmethod
     def parse(cls, value: str, *, base: Path, where: str) -> StoreLocation:
         """`value` as the config or the command line gives it; relative paths are relative to `base`."""
+        if urlsplit(value).scheme.lower() in DATABASE_SCHEMES and "://" in value:
+            return cls(database=_database_url(value, where), base=base)
         if not value.startswith(GIT_PREFIX):
             return cls(path=base / value)
         rest = value[len(GIT_PREFIX) :]
@@ -95,3 +120,17 @@ def _has_credentials(url: str) -> bool:
         return True
     bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if parts.netloc else url
     return redact_url(bare) != bare
+
+
+def _database_url(value: str, where: str) -> str:
+    """A database URL as given, refused when it carries a password (which the refusal never repeats)."""
+    parts = urlsplit(value)
+    options = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    if parts.password is not None or "password" in options:
+        shown = urlunsplit(parts._replace(netloc=parts.hostname or "", query=""))
+        raise ConfigError(
+            where,
+            f"the database URL {shown!r} carries a password; remove it: libpq reads the credentials from its "
+            "environment (PGUSER, PGPASSWORD), ~/.pgpass or a service file, never from the plugin's config",
+        )
+    return value

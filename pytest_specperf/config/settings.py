@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 #: The engine a suite runs when it names none.
 DEFAULT_ENGINE = "sglang"
+#: What a speculative key's nightly verdict may be held to (`gate`): its speedup over the same-session
+#: reference, or its absolute throughput.
+GATES = ("speedup", "throughput")
 #: The launcher that starts the built-in simulator in place of a real engine (dry runs).
 SIM_LAUNCHER = "sim"
 #: Seconds a server may take to become ready: SGLang's own CI allows an hour on H200 (download,
@@ -117,7 +120,9 @@ class SpecperfConfig:
     max_rounds: int | None = None
     max_regression: float = 0.05
     max_regression_accept_length: float = 0.02
-    history: int = 90
+    #: retention: nights a stored history keeps (N > 0); 0, the default, keeps every night (the verdict
+    #: reads the newest nights it needs: store/records.py VERDICT_NIGHTS)
+    history: int = 0
     run_to_run_cv: float = 0.02
     run_to_run_cv_accept_length: float = 0.005
     #: confirm a REGRESSION or SUSPECT check on a second server start (verdict/nightly.py)
@@ -126,6 +131,10 @@ class SpecperfConfig:
     max_restarts: int = 4
     #: the strict reading: a check passes only when credibly within its threshold (--specperf-strict)
     strict: bool = False
+    #: what a speculative key's nightly verdict is held to (--specperf-gate): "speedup", its speedup over
+    #: the reference measured in the same session (the node's speed cancels), or "throughput", its
+    #: absolute tok/s (docs/verdicts.md, "The same-session reference as a control")
+    gate: str = "speedup"
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     env_patterns: tuple[str, ...] = DEFAULT_ENV_PATTERNS
     api_key: str | None = field(default=None, repr=False)

@@ -22,17 +22,19 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pytest_specperf.errors import ConfigError, did_you_mean
+from pytest_specperf.errors import ConfigError, ConfigErrors, did_you_mean
 
 
 def known_keys(table: Mapping[str, Any], allowed: Collection[str], where: str) -> None:
     """Refuse a key not in `allowed`, in one sentence for config tables, markers and tune tables alike:
     `<where> <key>: unknown key (did you mean 'rounds'?); allowed: ...`."""
-    for key in table:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}"
-            )
+    unknown = [
+        ConfigError(f"{where} {key}", f"unknown key{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+        for key in table
+        if key not in allowed
+    ]
+    if unknown:
+        raise ConfigErrors.of(unknown)  # every unknown key of the table at once
 
 
 def type_name(value: Any) -> str:
@@ -159,7 +161,7 @@ def from_command_line(text: str) -> Any:
 SETTINGS: dict[str, Callable[[Any, str], Any]] = {
     "rounds": lambda value, where: integer(value, where, minimum=2),
     "max_rounds": lambda value, where: integer(value, where, minimum=2),
-    "history": lambda value, where: integer(value, where, minimum=1),
+    "history": lambda value, where: integer(value, where, minimum=0),  # 0: every night
     "max_regression": fraction,
     "max_regression_accept_length": fraction,
     "max_error_rate": share,

@@ -14,7 +14,7 @@ import re
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_specperf.engines.flags import EngineFlags
@@ -55,6 +55,24 @@ def count_list(value: Any) -> tuple[int, ...] | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
         return None
     return tuple(value)
+
+
+def draft_depth(algorithm: str | None, num_steps: int | None, num_draft_tokens: int | None) -> int | None:
+    """The most drafts one verify step can accept: the draft positions acceptance by position spans.
+
+    The server's resolved sizes say it, not the histograms: a histogram of accepted drafts ends at the
+    deepest acceptance its request saw (SGLang's `[63]`: 63 steps that accepted nothing), so only the
+    draft's shape says how many positions were drafted and missed. An EAGLE-style tree (a chain is the
+    tree of topk 1) is `num_steps` deep and holds `num_draft_tokens - 1` drafts besides its root, so no
+    path is longer than either. An n-gram draft is a lookup of up to `num_draft_tokens - 1` tokens whose
+    `num_steps` is no depth (SGLang reports `num_draft_tokens // topk`, 1 for its defaults of 12 and 10).
+    None when the sizes are unknown (a plain server)."""
+    tokens = num_draft_tokens - 1 if num_draft_tokens is not None and num_draft_tokens > 1 else None
+    if algorithm is not None and algorithm.upper() == "NGRAM" and tokens is not None:
+        return tokens
+    if num_steps is None:
+        return tokens
+    return num_steps if tokens is None else min(num_steps, tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +165,92 @@ class ReportedSettings:
     gpu_count: int | None = None
 
 
+@dataclass(frozen=True)
+class LikeForLike:
+    """What an engine says makes no difference between a speedup's reference and its speculative
+    server (verdict/drift.py `unlike_reference`), each from the engine's own rules:
+
+    * `forced`: settings the engine sets for speculation itself (fingerprint entry -> value): a
+      speculative server that reports the value without asking for it got it from the engine;
+    * `automatic`: settings the engine resolves from the machine when nobody asks (free memory);
+    * `resolved`: settings whose `auto` stands for another fingerprint entry (the model's dtype);
+    * `inert`: per device, entries that cannot act there (CUDA graphs on a CPU);
+    * `effects`: launch flags whose effect the server reports under other entries (fnmatch patterns).
+    """
+
+    forced: Mapping[str, str] = field(default_factory=dict)
+    automatic: tuple[str, ...] = ()
+    resolved: Mapping[str, str] = field(default_factory=dict)
+    inert: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    effects: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+_RELEASE = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
+
+
+def release(version: str) -> tuple[int, ...] | None:
+    """A version's release numbers (`0.26.0+cpu` -> (0, 26, 0), `0.0.0.dev0` -> (0, 0, 0)); None
+    when it does not begin with one."""
+    found = _RELEASE.match(version)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """The releases of an engine the plugin supports, both ends included: from `oldest` up to
+    every release that begins with `newest` ("0.32" takes 0.32.0 and any 0.32.x).
+
+    Each end is one the project runs: docs/engines/ say how (a CI lane on that release, or its
+    parser replayed from its wheel), and a release outside is measured but named once per session.
+    """
+
+    oldest: str
+    newest: str
+
+    def __contains__(self, version: object) -> bool:
+        found = release(version) if isinstance(version, str) else None
+        low, high = release(self.oldest), release(self.newest)
+        if found is None or low is None or high is None:
+            return False
+        return low <= found and found[: len(high)] <= high
+
+    def __str__(self) -> str:
+        newest = self.newest if release(self.newest) == release(self.oldest) else f"{self.newest}.x"
+        return self.oldest if newest == self.oldest else f"{self.oldest} to {newest}"
+
+
+#: A log line that warns or reports an error, whatever the engine: a logger's level word (vLLM's
+#: `WARNING 12-04 18:40:02 [vllm.py:1164] ...`, behind a `(EngineCore pid=1)` prefix or not), a
+#: Python warning (`x.py:52: UserWarning: ...` and its `warnings.warn(` line), a raised exception.
+NOT_PROGRESS = (
+    r"(?-i:.*?(?:\b(?:WARNING|WARN|ERROR|CRITICAL|FATAL)\b|\w*(?:Warning|Error|Exception)\b:"
+    r"|warnings\.warn\())"
+)
+_NOT_PROGRESS = re.compile(NOT_PROGRESS)
+
+
+def is_warning(line: str) -> bool:
+    """A line that warns or reports an error: never a start's progress (`NOT_PROGRESS`)."""
+    return _NOT_PROGRESS.match(line) is not None
+
+
+def milestone(pattern: str) -> re.Pattern[str]:
+    """A start-up milestone: a log line matching `pattern` (case-insensitive) that is not a warning
+    or an error. vLLM's `WARNING 12-04 18:40:02 [vllm.py:1164] Enforce eager set, disabling
+    torch.compile ...` names a compile step that never happens; a progress line that took it for
+    one would show a step the start skips, and would count it as progress past an earlier error."""
+    return re.compile(rf"^(?!{NOT_PROGRESS})(?=.*?(?:{pattern}))", re.IGNORECASE)
+
+
 class Engine(ABC):
     """One serving engine's contract, as the plugin relies on it (see docs/engines/)."""
 
     name: ClassVar[str]
-    #: versions this plugin was checked against; another version is measured and named in the report
-    known_versions: ClassVar[tuple[str, ...]]
+    #: versions this plugin was checked against (where an engine states no `supported_versions`)
+    known_versions: ClassVar[tuple[str, ...]] = ()
+    #: the releases this plugin supports (docs/engines/ say which and how each end is run); a server
+    #: of another release is measured as usual and named once in the session's report
+    supported_versions: ClassVar[VersionRange | None] = None
     #: GET path that answers 200 once the server can serve (polled while watching the process)
     readiness_path: ClassVar[str]
     #: POST path that clears the prefix cache before each round, or None where the server has none
@@ -185,6 +283,8 @@ class Engine(ABC):
         "num_draft_tokens",
         "speculative_config",
     )
+    #: what the engine says makes no difference to a speedup's like-for-like check (`LikeForLike`)
+    like_for_like: ClassVar[LikeForLike] = LikeForLike()
     #: log lines that echo the launch (its arguments, its command line): never the cause of a failure
     launch_echo: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: known causes of a failed start: (log pattern, one-line diagnosis with the usual fix)
@@ -308,13 +408,23 @@ class Engine(ABC):
         return None
 
     def version_note(self, version: object) -> str | None:
-        """A note when the server's version is not one this plugin was checked against.
+        """A line naming a server version outside the releases this plugin supports (said once per
+        session, in the report's warnings).
 
         A local suffix (`0.5.23+specperf-sim`, `0.32.0+cpu`) is the same release; an unknown or
         absent version says nothing.
         """
         if not isinstance(version, str) or not version.strip():
             return None
+        supported = self.supported_versions
+        if supported is not None:
+            if version in supported:
+                return None
+            return (
+                f"{self.name} {version} is outside the versions this plugin supports ({self.name} {supported}); "
+                f"it is measured as usual, but its flags, endpoints, streams or counters may differ from "
+                f"docs/engines/{self.name}.md"
+            )
         if version.split("+", 1)[0] in self.known_versions:
             return None
         return (
@@ -322,6 +432,16 @@ class Engine(ABC):
             f"(known: {', '.join(self.known_versions)}); it is measured as usual, but its endpoints, "
             f"streams or counters may differ from docs/engines/{self.name}.md"
         )
+
+    def adds_flag(self, flag: str, flags: EngineFlags | None, *, when_unknown: bool) -> bool:
+        """Whether a flag the plugin adds by itself goes on the command line: only where the engine's
+        parser has it (a release without it exits with "unrecognized arguments", and the server is
+        lost for a number it can read elsewhere). Where the installed parser could not be read, the
+        engine decides (`when_unknown`): yes for a flag every supported release has, no for one that
+        only some have."""
+        if flags is None or not flags.installed:
+            return when_unknown
+        return flag in flags.options
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pytest_specperf.config import values as check
-from pytest_specperf.config.loading import load_config
+from pytest_specperf.config.loading import Problems, load_config
 from pytest_specperf.config.settings import SIM_LAUNCHER, ServerConfig, SpecperfConfig
 from pytest_specperf.engines.base import Engine, engine_for, engine_names
 from pytest_specperf.engines.flags import EngineFlags
@@ -35,14 +35,19 @@ def load_suite(path: Path, prefix: str) -> SpecperfConfig:
 def check_config(config: SpecperfConfig) -> SpecperfConfig:
     """The config with every server checked against its engine and its args spelled as the engine
     reads them; each engine's flags, where they were found (`notes`) and what makes numbers noisier
-    than they look (`warnings`) are kept on it."""
-    check.choice(config.engine, config.where("", "engine"), engine_names())
-    check.choice(config.launcher, config.where("", "launcher"), launchers())
+    than they look (`warnings`) are kept on it. Every server's mistakes are named at once."""
+    problems = Problems()
+    with problems.collecting():
+        check.choice(config.engine, config.where("", "engine"), engine_names())
+    with problems.collecting():
+        check.choice(config.launcher, config.where("", "launcher"), launchers())
+    problems.raise_any()  # the servers' checks need the suite's engine
     flags = EngineFlagsOf(config.python, config.env)
-    servers = {
-        name: check_server(server, config.where(f"servers.{name}"), flags, config.engine)
-        for name, server in config.servers.items()
-    }
+    servers = {}
+    for name, server in config.servers.items():
+        with problems.collecting():
+            servers[name] = check_server(server, config.where(f"servers.{name}"), flags, config.engine)
+    problems.raise_any()
     config = replace(config, servers=MappingProxyType(servers), engine_flags=MappingProxyType(dict(flags.found)))
     check_launcher(config, config.where("", "launcher"))
     return replace(config, notes=flag_notes(config), warnings=engine_warnings(config))

@@ -1,10 +1,11 @@
 """vLLM: launch flags, readiness, OpenAI request and stream formats, per-request speculation metrics.
 
-Checked against vLLM 0.32.0 (its CPU build runs this project's real-engine tests) and read from
-vLLM 0.33.0's source (docs/engines/vllm.md). Speculation is configured by one `--speculative-config`
-JSON; the portable keys (algorithm, draft_model, num_steps, and eagle_topk/num_draft_tokens for a
-tree where the installed vLLM has `speculative_token_tree`) map onto it, and a server's raw
-`speculative_config` table is passed as it is.
+Supported: vLLM 0.26.0 to 0.32.x (`SUPPORTED`). 0.32.0's CPU build runs this project's real-engine
+tests, 0.27.0's (the oldest CPU build whose torch is served) a speculative start, and 0.26.0's parser,
+read from its wheel, is replayed (docs/engines/vllm.md); what changed in 0.33.0 was read from its
+source. Speculation is configured by one `--speculative-config` JSON; the portable keys (algorithm,
+draft_model, num_steps, and eagle_topk/num_draft_tokens for a tree where the installed vLLM has
+`speculative_token_tree`) map onto it, and a server's raw `speculative_config` table is passed as it is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specperf.engines import vllm_tuning
-from pytest_specperf.engines.base import Engine, EngineRequest, SpecCounters, SpecCounts, StreamMode, count_list
+from pytest_specperf.engines.base import (
+    Engine,
+    EngineRequest,
+    SpecCounters,
+    SpecCounts,
+    StreamMode,
+    VersionRange,
+    count_list,
+    milestone,
+)
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
 from pytest_specperf.engines.tuning import Candidate
 from pytest_specperf.errors import ConfigError
@@ -29,6 +39,11 @@ if TYPE_CHECKING:
     from pytest_specperf.config.workloads import Prompt, SamplingParams
 
 KNOWN_VERSION = "0.32.0"
+#: The releases the plugin supports: 0.26.0 (its parser replayed from the wheel; run on a GPU) to 0.32.x.
+SUPPORTED = VersionRange("0.26.0", "0.32")
+#: Per-request speculation counts on each final usage event; added by the plugin where the installed
+#: vLLM has it (0.26.0 does not: τ then comes from the `/metrics` counters).
+PER_REQUEST_METRICS = "--per-request-spec-decode-metrics"
 #: The portable `algorithm` values and vLLM's speculative `method` for each.
 METHODS = {
     "EAGLE": "eagle",
@@ -49,7 +64,7 @@ RESERVED_FLAGS: Mapping[str, str] = {
     "--port": "the plugin picks a free port",
     "--model": "use the `model` key",
     "--speculative-config": "use algorithm/draft_model/num_steps, or a `speculative_config` table",
-    "--per-request-spec-decode-metrics": "the plugin sets it on speculative servers (it reads accept length from it)",
+    PER_REQUEST_METRICS: "the plugin sets it on speculative servers where the installed vLLM has it",
     "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
 }
 #: vLLM's short options (engine/arg_utils.py), spelled out where the installed parser cannot be asked:
@@ -124,7 +139,9 @@ FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"CUDA out of memory|torch\.OutOfMemoryError|No available memory for the cache blocks",
     r"^terminate called after throwing|^Fatal Python error:",
 ))
-STARTUP_MILESTONES = tuple(re.compile(p, re.IGNORECASE) for p in (
+#: Start-up milestones a progress line shows; a WARNING line never is one ("Enforce eager set,
+#: disabling torch.compile" names a compile step that does not happen).
+STARTUP_MILESTONES = tuple(milestone(p) for p in (
     r"Resolved architecture", r"Loading (weights|safetensors)", r"Model loading took", r"KV cache",
     r"torch\.compile|Compiling|Capturing CUDA graph", r"Starting vLLM (API )?server", r"Application startup complete",
 ))
@@ -143,6 +160,7 @@ def shipped_flags(reason: str) -> EngineFlags:
 class VLLM(Engine):
     name = "vllm"
     known_versions = (KNOWN_VERSION,)
+    supported_versions = SUPPORTED
     readiness_path = "/health"
     flush_path = None  # POST /reset_prefix_cache exists only with VLLM_SERVER_DEV_MODE=1
     module = "vllm.entrypoints.openai.api_server"  # deprecated in 0.33 for `vllm serve`, which the CPU wheel breaks
@@ -151,7 +169,7 @@ class VLLM(Engine):
     speculation_keys = (
         *Engine.speculation_keys,
         "server.flag --speculative-config",
-        "server.flag --per-request-spec-decode-metrics",
+        f"server.flag {PER_REQUEST_METRICS}",
     )
     launch_echo = LAUNCH_ECHO
     startup_failures = STARTUP_FAILURES
@@ -285,8 +303,11 @@ class VLLM(Engine):
         spec = self.speculative_config(server)
         if spec is not None:
             args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
-            # per-request accept length; a startup error on a server without speculation
-            args += ["--per-request-spec-decode-metrics", "summary"]
+            # per-request accept length (a startup error on a server without speculation), only where
+            # the installed vLLM has the flag; elsewhere τ comes from the /metrics counters
+            flags = config.engine_flags.get(self.name) or self.flags(config.python, config.env)
+            if self.adds_flag(PER_REQUEST_METRICS, flags, when_unknown=False):
+                args += [PER_REQUEST_METRICS, "summary"]
         args += list(server.args)
         api_key = config.api_key_for(server)
         if api_key:

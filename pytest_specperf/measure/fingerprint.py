@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -53,6 +54,28 @@ LAUNCH_KEYS: tuple[str, ...] = (
     "tp_size",
     "workload_hash",
 )
+
+#: Variables a container image fixes, recorded as one entry (`IMAGE_ENTRY`): NVIDIA's CUDA images set
+#: `NVIDIA_REQUIRE_CUDA` (about 2 KB), `NVIDIA_DRIVER_CAPABILITIES`, `NVIDIA_PRODUCT_NAME`, `CUDA_VERSION`,
+#: `NCCL_VERSION`, `NV_*` and `NVARCH` in their Dockerfiles, NGC's framework images `NVIDIA_BUILD_ID`,
+#: `NVIDIA_PYTORCH_VERSION`, `PYTORCH_VERSION`, `CUDA_DRIVER_VERSION`, `CUDNN_VERSION`. They describe the
+#: image, and change all at once with it: one drift line names them. A family list rather than a length
+#: limit, so that a long tuning value (an `SGLANG_*` JSON) is never hidden in a digest.
+IMAGE_VARIABLES: tuple[str, ...] = (
+    "NVIDIA_*",
+    "NV_*",
+    "NVARCH",
+    "CUDA_VERSION",
+    "CUDA_DRIVER_VERSION",
+    "CUDNN_VERSION",
+    "NCCL_VERSION",
+    "PYTORCH_VERSION",
+)
+#: Of those families, the variables a job or a person sets: placement and a tuning switch stay entries of
+#: their own (`NVIDIA_TF32_OVERRIDE=0` changes the kernels' math).
+NOT_IMAGE_VARIABLES: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_*", "NVIDIA_TF32_OVERRIDE")
+#: The environment entry that holds them: a digest of them all, then each name with its own digest.
+IMAGE_ENTRY = "image.variables"
 
 # Flags whose value changes every run and says nothing about performance (the simulator's start seed
 # stands for "another server start", which every night is).
@@ -200,7 +223,8 @@ class Fingerprint:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "identity", {str(k): _text(v) for k, v in self.identity.items()})
-        object.__setattr__(self, "environment", {str(k): _text(v) for k, v in self.environment.items()})
+        environment = {str(k): _text(v) for k, v in self.environment.items()}
+        object.__setattr__(self, "environment", compact_image_variables(environment))
 
     def to_dict(self) -> dict[str, dict[str, str]]:
         return {
@@ -249,6 +273,42 @@ class Fingerprint:
         return f"{text} (profile {profile})" if profile not in (None, UNSET) else text
 
 
+def is_image_variable(name: str) -> bool:
+    """Whether a variable is one a container image fixes (`IMAGE_VARIABLES`), not a tuning one."""
+    if is_secret_name(name) or any(fnmatch.fnmatchcase(name, p) for p in NOT_IMAGE_VARIABLES):
+        return False
+    return any(fnmatch.fnmatchcase(name, p) for p in IMAGE_VARIABLES)
+
+
+def _digest(text: str, size: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def image_digests(value: str) -> dict[str, str]:
+    """Each variable's digest in an `IMAGE_ENTRY` value ("3f9a0c1b7e2d CUDA_VERSION=1a2b3c4d ...")."""
+    pairs = (word.partition("=") for word in value.split()[1:])
+    return {name: digest for name, eq, digest in pairs if eq}
+
+
+def image_entry(digests: Mapping[str, str]) -> str:
+    """An `IMAGE_ENTRY` value from each variable's digest: their digest first, then each name=digest."""
+    pairs = [f"{name}={digest}" for name, digest in sorted(digests.items())]
+    return " ".join([_digest(" ".join(pairs), 12), *pairs])
+
+
+def compact_image_variables(environment: Mapping[str, str]) -> dict[str, str]:
+    """The environment with the image's variables folded into one `IMAGE_ENTRY` (a 2 KB
+    `NVIDIA_REQUIRE_CUDA` would otherwise make an image change pages of drift). Fingerprints stored
+    with the variables in full fold the same way when read, so they compare with new ones unchanged."""
+    image = {name: value for name, value in environment.items() if is_image_variable(name)}
+    if not image:
+        return dict(environment)
+    digests = image_digests(environment.get(IMAGE_ENTRY, ""))
+    digests.update({name: _digest(value, 8) for name, value in image.items()})
+    kept = {name: value for name, value in environment.items() if name not in image}
+    return {**kept, IMAGE_ENTRY: image_entry(digests)}
+
+
 def capture(
     *,
     launch_identity: Mapping[str, object],
@@ -286,6 +346,7 @@ def capture(
         **_versions(info, gpus, engine.name),
         **_server_settings(info, engine),
         **_simulator_environment(marker),
+        **(_model_environment(launch_identity.get("model")) if local else {}),
         **_selected_env(server_env, engine.reported_env(info), env_patterns),
     }
     return Fingerprint(identity=identity, environment=environment).redacted()
@@ -393,6 +454,22 @@ def _leaves(prefix: str, value: object) -> dict[str, str]:
         if inner is not None and not is_secret_name(str(key)):
             found.update(_leaves(f"{prefix}.{key}", inner))
     return found
+
+
+def _model_environment(model: object) -> dict[str, str]:
+    """The model's own dtype (`model.dtype`), from its `config.json` when the model is a local folder.
+
+    An engine's `dtype auto` runs the model in this dtype: a server asked for `bfloat16` and one left
+    at `auto` run alike when the model is bf16 (verdict/drift.py reads `auto` as this value).
+    """
+    if not isinstance(model, str) or not model:
+        return {}
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    dtype = config.get("torch_dtype", config.get("dtype")) if isinstance(config, Mapping) else None
+    return {"model.dtype": dtype} if isinstance(dtype, str) else {}
 
 
 def _simulator_environment(marker: Mapping[str, Any] | None) -> dict[str, str]:

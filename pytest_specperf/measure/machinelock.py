@@ -42,6 +42,8 @@ INTERVALS = "measurements.jsonl"
 KEEP_S = 24 * 3600.0  # intervals older than this are dropped when the file grows
 MAX_BYTES = 256 * 1024
 WAIT_TIMEOUT_S = 6 * 3600.0  # a night; a measurement never legitimately holds the lock longer
+#: How a measurement's note that it waited for another session begins (`is_wait_note`).
+WAIT_NOTE = "waited "
 
 
 def lock_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -77,6 +79,11 @@ class Interval:
     end: float | None = None
 
 
+def is_wait_note(note: str) -> bool:
+    """Whether a measurement's note is the one saying it waited for another session's measurement."""
+    return note.startswith(WAIT_NOTE) and "for another session's measurement" in note
+
+
 @dataclass
 class Holding:
     """What happened around one measurement: how long we waited, for whom, and who overlapped us."""
@@ -91,7 +98,7 @@ class Holding:
         if self.waited_for is None:
             return None
         return (
-            f"waited {self.waited_s:.1f} s for another session's measurement on this machine "
+            f"{WAIT_NOTE}{self.waited_s:.1f} s for another session's measurement on this machine "
             f"({self.waited_for}) to finish"
         )
 

@@ -14,20 +14,37 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from pytest_specperf.engines.base import SpecCounters
+from pytest_specperf.engines.base import SpecCounters, draft_depth
 from pytest_specperf.measure.fingerprint import Fingerprint
 
+#: The one label of acceptance by draft position, and what it means (docs/metrics.md): every report,
+#: the JSON's descriptions, the dashboard and `specperf tune` say it in these words.
+POSITIONS_LABEL = "acceptance by draft position"
+POSITIONS_MEANING = "the share of verify steps that accepted at least that many drafts"
 
-def acceptance_from_histograms(histograms: Sequence[Sequence[int]]) -> tuple[float, ...] | None:
-    """Per draft position i (1, 2, ...): the share of verify steps that accepted at least i drafts,
-    from histograms of verify steps by drafts accepted (`h[a]`: steps that accepted exactly a). The
-    same definition as counters of drafts accepted per position; None when no step was counted."""
+
+def acceptance_from_histograms(
+    histograms: Sequence[Sequence[int]], positions: int | None = None
+) -> tuple[float, ...] | None:
+    """Acceptance by draft position (docs/metrics.md): per position i (1, 2, ...) the share of verify
+    steps whose draft was accepted up to i, from histograms of verify steps by drafts accepted (`h[a]`:
+    steps that accepted exactly a). A histogram ends at the deepest acceptance its request saw, so the
+    positions past every histogram's end, up to the draft's depth `positions`, count zeros: a total
+    collapse (`[63]`) reads 0.00 at every position, not nothing. The same definition as counters of
+    drafts accepted per position; None when no step was counted or no position is known."""
     depth = max((len(h) for h in histograms), default=0)
     totals = [sum(h[a] for h in histograms if a < len(h)) for a in range(depth)]
     steps = sum(totals)
-    if steps == 0 or depth < 2:
+    count = max(depth - 1, positions or 0)
+    if steps == 0 or count < 1:
         return None
-    return tuple(sum(totals[i:]) / steps for i in range(1, depth))
+    return tuple(sum(totals[i:]) / steps for i in range(1, count + 1))
+
+
+def padded(shares: tuple[float, ...], positions: int | None) -> tuple[float, ...]:
+    """Shares by draft position with zeros for the positions up to `positions` that they end before."""
+    missing = (positions or 0) - len(shares)
+    return shares + (0.0,) * missing if missing > 0 else shares
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +180,14 @@ class RoundSample:
             return None
         return self.spec_counters.acceptance_per_position
 
-    @property
-    def position_shares(self) -> tuple[float, ...] | None:
-        """This round's acceptance per draft position: the server's counters, else its responses' histograms."""
-        return self.acceptance_per_position or acceptance_from_histograms(
-            [rec.accept_histogram for rec in self.records if rec.ok and rec.accept_histogram]
+    def position_shares(self, positions: int | None = None) -> tuple[float, ...] | None:
+        """This round's acceptance by draft position, up to the draft's depth `positions`: the server's
+        counters, else its responses' histograms."""
+        counted = self.acceptance_per_position
+        if counted is not None:
+            return padded(counted, positions)
+        return acceptance_from_histograms(
+            [rec.accept_histogram for rec in self.records if rec.ok and rec.accept_histogram], positions
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,6 +318,13 @@ class Measurement:
         return sum(r.request_count for r in self.rounds)
 
     @property
+    def accept_length_per_request(self) -> float | None:
+        """The mean over rounds of each round's mean of the requests' own τ (SGLang's per-request
+        `spec_accept_length`), as the rounds' pooled τ are averaged: shown beside τ where the two differ."""
+        means = [r.accept_length_per_request for r in self.rounds if r.accept_length_per_request is not None]
+        return sum(means) / len(means) if means else None
+
+    @property
     def accept_length_source(self) -> str | None:
         """Where the rounds' accept lengths came from ("responses", "prometheus"; both joined by "+")."""
         sources = sorted({r.accept_length_source for r in self.rounds if r.accept_length_source})
@@ -321,19 +348,33 @@ class Measurement:
         )
 
     @property
+    def draft_positions(self) -> int | None:
+        """How many draft positions the server drafts, from its resolved sizes (engines/base.py `draft_depth`);
+        the algorithm from the fingerprint where the record does not keep it (a JSON report's entry)."""
+        algorithm = self.algorithm
+        if algorithm is None and self.fingerprint is not None:
+            algorithm = self.fingerprint.identity.get("algorithm")
+        return draft_depth(algorithm, self.num_steps, self.num_draft_tokens)
+
+    @property
     def acceptance_per_position(self) -> tuple[float, ...] | None:
-        """Per draft position, over all rounds: Σ accepted there / Σ verify steps, from the server's
-        counters (vLLM), else from the responses' histograms (SGLang's `spec_correct_drafts_histogram`);
-        None without either."""
+        """Acceptance by draft position over all rounds (docs/metrics.md): per position, Σ verify steps
+        whose draft was accepted up to it / Σ verify steps, from the server's counters (vLLM), else from
+        the responses' histograms (SGLang's `spec_correct_drafts_histogram`), with zeros for the positions
+        of the draft that no step reached; None without either."""
+        positions = self.draft_positions
         counters = self.spec_counters
         if counters is not None and counters.acceptance_per_position:
-            return counters.acceptance_per_position
-        shares = acceptance_from_histograms(
-            [rec.accept_histogram for r in self.rounds for rec in r.records if rec.ok and rec.accept_histogram]
+            return padded(counters.acceptance_per_position, positions)
+        return acceptance_from_histograms(
+            [rec.accept_histogram for r in self.rounds for rec in r.records if rec.ok and rec.accept_histogram],
+            positions,
         )
-        if shares is None or not self.num_steps or len(shares) >= self.num_steps:
-            return shares
-        return shares + (0.0,) * (self.num_steps - len(shares))  # a histogram ends at the deepest acceptance seen
+
+    def round_position_shares(self) -> list[tuple[float, ...]]:
+        """Each round's acceptance by draft position (one sample per round; rounds without any left out)."""
+        positions = self.draft_positions
+        return [s for r in self.rounds if (s := r.position_shares(positions)) is not None]
 
     @property
     def error_count(self) -> int:

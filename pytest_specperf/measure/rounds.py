@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from pytest_specperf.config.workloads import (
     warmup_plan,
     workload_hash,
 )
-from pytest_specperf.engines.base import Engine, ReportedSettings, SpecCounters
+from pytest_specperf.engines.base import Engine, ReportedSettings, SpecCounters, draft_depth
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.fingerprint import Fingerprint, capture
 from pytest_specperf.measure.http import ServerClient
@@ -39,6 +39,31 @@ from pytest_specperf.measure.records import (
     RequestRecord,
     RoundSample,
 )
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How far a measurement got when the session was cut short (Ctrl-C, SIGTERM, a time limit): the
+    rounds it completed of the rounds it was taking. A measurement cut short is kept with its
+    completed rounds, shown as such, and never stored."""
+
+    rounds: int
+    planned: int
+
+    @property
+    def text(self) -> str:
+        return f"interrupted after {self.rounds} of {self.planned} rounds"
+
+
+@dataclass
+class Underway:
+    """The measurement being taken now, and the round count it is taking (`Cut` when it is cut short)."""
+
+    measurement: Measurement
+    planned: int
+
+    def cut(self) -> Cut:
+        return Cut(len(self.measurement.rounds), self.planned)
 
 
 class MeasuredServer(Protocol):
@@ -149,12 +174,12 @@ def acceptance_rate(
     return None
 
 
-def accept_length_ceiling(num_steps: int, num_draft_tokens: int | None) -> int:
-    """The most tokens one verify step can yield: the accepted path (no deeper than the draft's
-    steps, no longer than its draft tokens minus the root) plus the bonus token. `steps * topk + 1`
-    counts every node of a tree, which no single path reaches."""
-    depth = num_steps if num_draft_tokens is None else min(num_steps, num_draft_tokens - 1)
-    return depth + 1
+def accept_length_ceiling(num_steps: int, num_draft_tokens: int | None, algorithm: str | None = None) -> int:
+    """The most tokens one verify step can yield: the deepest accepted path (`draft_depth`: no deeper
+    than a tree's steps, no longer than its draft tokens minus the root; an n-gram draft's steps are no
+    depth) plus the bonus token. `steps * topk + 1` counts every node of a tree, which no path reaches."""
+    depth = draft_depth(algorithm, num_steps, num_draft_tokens)
+    return (num_steps if depth is None else depth) + 1
 
 
 #: Adds a site's own facts to a measurement's fingerprint: (server, key, identity, environment), the
@@ -179,6 +204,9 @@ class Measurer:
         self.update_fingerprint = update_fingerprint
         self._prompts: dict[str, list[Prompt]] = {}
         self._info: dict[tuple[Any, ...], dict[str, Any]] = {}
+        #: the measurement being taken (warm-up or rounds), None between measurements; read when the
+        #: session is cut short, so the rounds completed are kept (session/measurements.py)
+        self.underway: Underway | None = None
         self._no_counters: set[tuple[Any, ...]] = set()
 
     def prompts(self, workload: WorkloadConfig) -> list[Prompt]:
@@ -214,28 +242,37 @@ class Measurer:
             algorithm=cfg.algorithm,
         )
         prompts = self.prompts(workload)
-        warmup = warmup_plan(workload, prompts)
-        if warmup:
-            self._say(f"{measurement.key.label}: warmup, {len(warmup)} requests", detail=True)
-            self._run(server, client, workload, warmup, concurrency)
+        self.underway = Underway(measurement, self.config.rounds)
+        self._warm_up(server, client, workload, measurement.key, "warmup")
         self.extend(measurement, server, workload, self.config.rounds)
         _refuse_all_failed(measurement, server)
         measurement.fingerprint = self._fingerprint(server, client, info, reported, measurement)
         measurement.warnings.extend(sanity_warnings(measurement, reported, speculative=cfg.is_speculative))
-        # notes, not warnings: the numbers are no less true, so the run may be recorded
-        unknown = client.engine.version_note(info.get("version"))
+        # a note, not a warning: the numbers are no less true, so the run may be recorded (a version
+        # outside the supported range is the report's, once a session: report/analysis.py)
         repeats = repeat_note(workload, prompts)
-        measurement.notes += [note for note in (unknown, repeats) if note is not None]
+        measurement.notes += [repeats] if repeats is not None else []
+        self.underway = None
         return measurement
 
     def add_start(self, measurement: Measurement, server: MeasuredServer, workload: WorkloadConfig) -> None:
         """Warmup, then `rounds` rounds on a server start the measurement has no rounds of yet."""
         client = _client(server, workload, self.config)
-        warmup = warmup_plan(workload, self.prompts(workload))
-        if warmup:
-            self._say(f"{measurement.key.label}: warmup on a second server start, {len(warmup)} requests", detail=True)
-            self._run(server, client, workload, warmup, measurement.key.concurrency)
+        self.underway = Underway(measurement, len(measurement.rounds) + self.config.rounds)
+        self._warm_up(server, client, workload, measurement.key, "warmup on a second server start")
         self.extend(measurement, server, workload, self.config.rounds, start=measurement.starts)
+        self.underway = None
+
+    def _warm_up(
+        self, server: MeasuredServer, client: ServerClient, workload: WorkloadConfig, key: MeasurementKey, what: str
+    ) -> None:
+        """The warm-up before a level's first round: at least as many requests as the level's
+        concurrency, sent closed loop, so the engine has run a batch of that size (`warmup_count`)."""
+        warmup = warmup_plan(workload, self.prompts(workload), key.concurrency)
+        if warmup:
+            requests = f"{len(warmup)} request{'s' if len(warmup) != 1 else ''}"
+            self._say(f"{key.label}: {what}, {requests} at concurrency {key.concurrency}", detail=True)
+            self._run(server, client, workload, warmup, key.concurrency, closed_loop=True)
 
     def _server_info(self, server: MeasuredServer, client: ServerClient) -> dict[str, Any]:
         """The server's info answer once per server start (resolved args, version, simulator marker)."""
@@ -302,6 +339,9 @@ class Measurer:
         plan = request_plan(workload, self.prompts(workload))
         concurrency = measurement.key.concurrency
         target = len(measurement.rounds) + rounds
+        outer = self.underway  # a measurement's first rounds, a second start's: they planned these rounds
+        if outer is None or outer.measurement is not measurement:
+            self.underway = Underway(measurement, target)
         while len(measurement.rounds) < target:
             index = len(measurement.rounds)
             self._flush(server, client, workload)
@@ -317,6 +357,7 @@ class Measurer:
                 + (f", {sample.error_count} errors" if sample.error_count else ""),
                 detail=True,
             )
+        self.underway = outer
 
     def _run(
         self,
@@ -325,7 +366,11 @@ class Measurer:
         workload: WorkloadConfig,
         plan: list[Prompt],
         concurrency: int,
+        *,
+        closed_loop: bool = False,
     ) -> list[RequestRecord]:
+        """One pass over `plan`; `closed_loop` sends it without the workload's arrival rate (a warm-up:
+        every worker busy at once)."""
         sampling = SamplingParams.from_workload(workload)
         try:
             result = run_requests(
@@ -333,7 +378,7 @@ class Measurer:
                 plan,
                 sampling,
                 concurrency=concurrency,
-                request_rate=workload.request_rate,
+                request_rate=None if closed_loop else workload.request_rate,
                 seed=workload.seed,
                 stall_timeout=workload.stall_timeout,
             )
@@ -442,10 +487,10 @@ def sanity_warnings(
         warnings.append(f"{errors} of {total} requests failed; first: {first}")
     accept = [a for a in measurement.samples("accept_length")]
     if measurement.num_steps is not None and accept:
-        ceiling = accept_length_ceiling(measurement.num_steps, measurement.num_draft_tokens)
+        ceiling = accept_length_ceiling(measurement.num_steps, measurement.num_draft_tokens, measurement.algorithm)
         outside = [a for a in accept if not 1.0 <= a <= ceiling]
         if outside:
-            warnings.append(f"accept length {outside[0]:.2f} outside [1, min(steps, draft_tokens - 1) + 1 = {ceiling}]")
+            warnings.append(f"accept length {outside[0]:.2f} outside [1, the draft's depth + 1 = {ceiling}]")
     if speculative is None:
         speculative = measurement.algorithm is not None
     if not speculative and accept:

@@ -7,17 +7,33 @@ the same thing.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.settings import DEFAULT_ENGINE, SpecperfConfig
+from pytest_specperf.config.workloads import warmup_count
+from pytest_specperf.engines import engine_for, engine_names
+from pytest_specperf.measure.fingerprint import UNSET
 from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.measure.rounds import Cut
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
-from pytest_specperf.verdict.checks import Evaluation, Limits, comparable, drift, evaluate, past_runs, rejected_runs
+from pytest_specperf.verdict.checks import (
+    Evaluation,
+    Limits,
+    LosslessMatch,
+    comparable,
+    drift,
+    evaluate,
+    lossless_match,
+    past_runs,
+    rejected_runs,
+)
 from pytest_specperf.verdict.drift import Change, speedup_differences
 from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict
@@ -31,6 +47,11 @@ from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, se
 from pytest_specperf.verdict.verdicts import Verdict, worst
 
 NOISY_CV = 0.05
+#: The verdict cell of a measurement the session was cut short in (Ctrl-C, SIGTERM, a time limit).
+INTERRUPTED = "INTERRUPTED"
+#: `steady_trend`: the fewest rounds a trend is read from, and the share of their variance a line must explain.
+TREND_ROUNDS = 3
+TREND_FIT = 0.9
 #: A key whose run-to-run CV is credibly above tolerance / BLIND_RATIO cannot show a change of the tolerance.
 BLIND_RATIO = 2.5
 
@@ -69,6 +90,11 @@ class Row:
     update_accepts: str | None = None
     #: why the key moved, part by part (`Explanation.to_dict()`), when a history check lies beyond it
     explanation: Mapping[str, Any] | None = None
+    #: a speculative row on a temperature-0 workload: its outputs against the reference's (k of n equal)
+    lossless: LosslessMatch | None = None
+    #: the session was cut short while this measurement was taken: how far it got (its rounds are those it
+    #: completed; nothing was decided on them unless a test of it had finished, and it is not stored)
+    interrupted: Cut | None = None
 
     @property
     def key(self) -> MeasurementKey:
@@ -116,11 +142,18 @@ class Report:
     errors: dict[MeasurementKey, str] = field(default_factory=dict)
     #: servers restarted to confirm checks, with the measurements measured again on the second start
     second_starts: dict[str, list[MeasurementKey]] = field(default_factory=dict)
+    #: measurements the session was cut short in (Ctrl-C, SIGTERM, a time limit), and how far each got
+    interrupted: dict[MeasurementKey, Cut] = field(default_factory=dict)
 
     def unmeasured_errors(self) -> dict[MeasurementKey, str]:
         """Errors of measurements without a row (nothing was measured): the table shows them as ERROR rows."""
         measured = {row.key for row in self.rows}
         return {key: reason for key, reason in self.errors.items() if key not in measured}
+
+    def unmeasured_cuts(self) -> dict[MeasurementKey, Cut]:
+        """Measurements cut short before their first round (no row): the table shows them as rows of their own."""
+        measured = {row.key for row in self.rows}
+        return {key: cut for key, cut in self.interrupted.items() if key not in measured}
 
 
 def build_report(
@@ -134,14 +167,18 @@ def build_report(
     not_stored: dict[MeasurementKey, str] | None = None,
     confirmations: dict[MeasurementKey, str] | None = None,
     searches: int = 1,
+    interrupted: Mapping[MeasurementKey, Cut] | None = None,
 ) -> Report:
     """Rows from each measurement's own evaluation against its history with the config's
     tolerances (the same engine the tests ran; tests' markers may be stricter), each row's verdict
-    the worst of its tests' (`verdicts`), or that evaluation's when no test asked for it."""
-    report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label))
+    the worst of its tests' (`verdicts`) and that evaluation's (the words a stored run's status and
+    the dashboard use too: session/storing.py). A measurement
+    the session was cut short in (`interrupted`) is INCONCLUSIVE unless a test of it finished."""
+    report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label), interrupted=dict(interrupted or {}))
     ordered = sorted(
         measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency)
     )
+    report.warnings += version_warnings(ordered)
     for measurement in ordered:
         key = measurement.key
         reference = measurements.get(MeasurementKey(config.reference, key.workload, key.concurrency))
@@ -159,11 +196,18 @@ def build_report(
             reference_baseline=reference_baseline,
             searches=searches,
         )
-        verdict = worst(verdicts.get(key) or [evaluation.verdict])
+        # the key's own verdict at the suite's tolerances, and its tests' (which may be stricter, or check
+        # less: a test of the accept length alone does not hide what the throughput's history says)
+        verdict = worst([*verdicts.get(key, []), evaluation.verdict])
         row = _row(measurement, reference, baseline, evaluation, verdict, updating, reference_baseline)
         row = dataclasses.replace(
-            row, not_stored=(not_stored or {}).get(key), confirmation=(confirmations or {}).get(key)
+            row,
+            not_stored=(not_stored or {}).get(key),
+            confirmation=(confirmations or {}).get(key),
+            lossless=_lossless(config, measurement, reference),
         )
+        if (cut := report.interrupted.get(key)) is not None:
+            row = dataclasses.replace(row, interrupted=cut, verdict=worst(verdicts.get(key) or [Verdict.INCONCLUSIVE]))
         report.rows.append(row)
         changes = drift(baseline, measurement) if baseline is not None and not updating else None
         if changes:
@@ -176,6 +220,10 @@ def build_report(
             )
         report.warnings += _noise_warning(measurement, config)
         report.warnings += history_warnings(row, config.max_regression)
+    report.warnings += [
+        f"{key.label}: {cut.text}: the session was cut short (Ctrl-C, SIGTERM or a time limit)"
+        for key, cut in sorted(report.interrupted.items(), key=lambda kv: kv[0].label)
+    ]
     report.fits = _fits(config, report.rows)
     report.sweeps = sweep_summaries(report.rows)
     fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
@@ -183,6 +231,31 @@ def build_report(
         report.fingerprint_summary = fingerprints[0].summary()
         report.simulated = fingerprints[0].identity.get("launcher") == "sim"
     return report
+
+
+def version_warnings(measurements: list[Measurement]) -> list[str]:
+    """One line per engine release outside the plugin's supported range, however many rows ran on
+    it: the session's fact, not each row's (`Engine.version_note`)."""
+    lines: list[str] = []
+    for measurement in measurements:
+        fingerprint = measurement.fingerprint
+        engine = str(fingerprint.identity.get("engine", DEFAULT_ENGINE)) if fingerprint else None
+        if fingerprint is None or engine not in engine_names():
+            continue
+        version = fingerprint.environment.get(f"{engine}.version")
+        note = engine_for(engine).version_note(None if version == UNSET else version)
+        if note is not None and note not in lines:
+            lines.append(note)
+    return lines
+
+
+def _lossless(config: SpecperfConfig, measurement: Measurement, reference: Measurement | None) -> LosslessMatch | None:
+    """The lossless figure of a speculative measurement on a greedy workload, whether a test checks it or
+    not (a sampled workload's outputs differ by design)."""
+    workload = config.workloads.get(measurement.key.workload)
+    if reference is None or measurement.is_reference or workload is None or workload.temperature > 0:
+        return None
+    return lossless_match(measurement, reference)
 
 
 def confirmation_text(confirmed: bool, first_start: float) -> str:
@@ -365,11 +438,64 @@ def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
     return fits
 
 
+def steady_trend(values: Sequence[float]) -> str | None:
+    """ "rose" or "fell" when rounds move steadily one way, as an engine still warming up does; else None.
+
+    The rule: at least `TREND_ROUNDS` rounds, every round beyond the one before in the same direction,
+    and a straight line through them explaining at least `TREND_FIT` of their variance (what is left
+    about the line is small beside the move). A rank test cannot be the rule: a night has 3 rounds, and
+    with 3 the smallest p-value Kendall's or Mann-Kendall's test can reach is 1/3. The rule is asked only
+    of rounds that spread beyond the noise threshold (`NOISY_CV`): a steady server's rounds at 1% CV may
+    fall in order by chance (the plain c8 rounds of the same H200 night, 810.7 ± 7.9 tok/s), but 3 rounds
+    in a row moving 26% (1017 → 1281 → 1686 tok/s) are an engine not yet warm, not noise.
+    """
+    if len(values) < TREND_ROUNDS:
+        return None
+    steps = [b - a for a, b in itertools.pairwise(values)]
+    if not (all(d > 0 for d in steps) or all(d < 0 for d in steps)):
+        return None
+    x = range(len(values))
+    x_mean, y_mean = statistics.fmean(x), statistics.fmean(values)
+    sxx = math.fsum((i - x_mean) ** 2 for i in x)
+    sxy = math.fsum((i - x_mean) * (v - y_mean) for i, v in zip(x, values, strict=True))
+    syy = math.fsum((v - y_mean) ** 2 for v in values)
+    explained = sxy * sxy / (sxx * syy) if syy > 0 else 0.0
+    if explained < TREND_FIT:
+        return None
+    return "rose" if steps[0] > 0 else "fell"
+
+
+def warming_warning(measurement: Measurement, config: SpecperfConfig) -> str | None:
+    """'still warming up: rounds rose 1017 → 1281 → 1686 tok/s; raise ...' when a server start's rounds
+    spread beyond the noise threshold and move steadily one way (`steady_trend`), else None."""
+    for values in measurement.start_samples("output_throughput"):
+        cv = coefficient_of_variation(values)
+        trend = steady_trend(values) if cv is not None and cv > NOISY_CV else None
+        if trend is None:
+            continue
+        rounds = " → ".join(_tok_s(v) for v in values)
+        key = measurement.key
+        workload = config.workloads.get(key.workload)
+        sent = warmup_count(workload, key.concurrency) if workload is not None else None
+        now = f" ({sent} warm-up requests at c{key.concurrency} tonight)" if sent is not None else ""
+        return (
+            f"{key.label}: still warming up: rounds {trend} {rounds} tok/s; raise `warmup` of workload "
+            f"{key.workload!r}{now} until the first round is as fast as the last, rather than adding rounds"
+        )
+    return None
+
+
+def _tok_s(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _noise_warning(measurement: Measurement, config: SpecperfConfig) -> list[str]:
     samples = measurement.samples("output_throughput")
     cv = coefficient_of_variation(samples)
     if cv is None or cv <= NOISY_CV:
         return []
+    if (warming := warming_warning(measurement, config)) is not None:
+        return [warming]  # the spread is the warm-up's, which more rounds would not resolve
     mean = sum(samples) / len(samples)
     needed = rounds_to_resolve(mean, mean * (1 - config.max_regression), cv)
     hint = f"; about {needed} rounds would resolve a {config.max_regression:.0%} change" if needed else ""

@@ -27,11 +27,13 @@ from pytest_specperf.errors import SpecperfError
 from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
+from pytest_specperf.measure.rounds import Cut
 from pytest_specperf.report.analysis import Fit, Report, Row, sweep_summaries
 from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
 from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
 from pytest_specperf.report.sweep import Crossover, LevelWinner
 from pytest_specperf.store.records import SaveResult, Summary
+from pytest_specperf.verdict.checks import LosslessMatch
 from pytest_specperf.verdict.drift import Change
 from pytest_specperf.verdict.stats import Estimate, coefficient_of_variation
 from pytest_specperf.verdict.trends import HistoryChange, Point
@@ -69,6 +71,10 @@ def report_document(
             for row in report.rows
         ],
         "errors": [error_entry(key, reason) for key, reason in report.errors.items()],
+        "interrupted": [
+            {**_key_json(key), **(cut_json(cut) or {})}
+            for key, cut in sorted(report.interrupted.items(), key=lambda kv: kv[0].label)
+        ],
         "second_starts": [
             {"server": server, "measurements": [key.label for key in keys]}
             for server, keys in sorted(report.second_starts.items())
@@ -88,6 +94,21 @@ def dumps(document: Mapping[str, Any]) -> str:
 def write_json(path: Path, document: Mapping[str, Any]) -> None:
     """Write via a temp file and rename, so a reader never sees half a report."""
     atomic_write(Path(path), dumps(document))
+
+
+def cut_json(cut: Cut | None) -> dict[str, Any] | None:
+    """How far a measurement got when the session was cut short: `{"rounds", "planned", "text"}`."""
+    if cut is None:
+        return None
+    return {"rounds": cut.rounds, "planned": cut.planned, "text": cut.text}
+
+
+def decode_cut(data: Mapping[str, Any] | None) -> Cut | None:
+    return None if data is None else Cut(int(data["rounds"]), int(data["planned"]))
+
+
+def _key_json(key: MeasurementKey) -> dict[str, Any]:
+    return {"label": key.label, "server": key.server, "workload": key.workload, "concurrency": key.concurrency}
 
 
 def error_entry(key: MeasurementKey, reason: str) -> dict[str, Any]:
@@ -143,8 +164,28 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "not_stored": row.not_stored,
         "update_accepts": row.update_accepts,
         "explanation": row.explanation,
+        "interrupted": cut_json(row.interrupted),
+        "lossless": lossless_json(row.lossless),
         "rounds": raw["rounds"],
     }
+
+
+def lossless_json(match: LosslessMatch | None) -> dict[str, Any] | None:
+    """The outputs equal to the reference's, passing or not: `{"equal", "compared", "share", "first_mismatch"}`."""
+    if match is None:
+        return None
+    return {
+        "equal": match.equal,
+        "compared": match.compared,
+        "share": match.share,
+        "first_mismatch": match.first_mismatch,
+    }
+
+
+def decode_lossless(data: Mapping[str, Any] | None) -> LosslessMatch | None:
+    if data is None:
+        return None
+    return LosslessMatch(int(data["equal"]), int(data["compared"]), data.get("first_mismatch"))
 
 
 def point_json(point: Point) -> dict[str, Any]:
@@ -173,6 +214,7 @@ def gate_json(row: Row) -> dict[str, Any] | None:
         "runs": c.runs,
         "run_to_run_cv": c.run_cv,
         "prior": c.prior,
+        "spread_source": c.spread_source,
         "starts": c.starts,
         "detectable_change": None if night.detectable is None else night.detectable - 1.0,
         "rejected": [{"created": created, "ratio": r.ratio, "t": r.t, "limit": r.limit} for created, r in row.rejected],
@@ -412,6 +454,10 @@ def decode_report(data: Mapping[str, Any]) -> Report:
             MeasurementKey(e["server"], e["workload"], int(e["concurrency"])): str(e["reason"])
             for e in data.get("errors", [])
         },
+        interrupted={
+            MeasurementKey(e["server"], e["workload"], int(e["concurrency"])): Cut(int(e["rounds"]), int(e["planned"]))
+            for e in data.get("interrupted", [])
+        },
     )
     report.sweeps = sweep_summaries(rows)
     return report
@@ -442,6 +488,8 @@ def decode_row(entry: Mapping[str, Any]) -> Row:
         gate=entry.get("gate"),
         unlike_reference=tuple(Change(c["name"], c["old"], c["new"]) for c in entry.get("unlike_reference", [])),
         explanation=entry.get("explanation"),
+        interrupted=decode_cut(entry.get("interrupted")),
+        lossless=decode_lossless(entry.get("lossless")),
     )
 
 

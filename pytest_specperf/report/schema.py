@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_specperf.measure.records import POSITIONS_LABEL, POSITIONS_MEANING
 from pytest_specperf.report.costmodel import FitStatus
 from pytest_specperf.verdict.trends import KEY_METRICS
 from pytest_specperf.verdict.verdicts import Verdict
@@ -29,6 +30,13 @@ def _keys(names: str) -> list[str]:
     return names.split()
 
 
+#: Acceptance by draft position, as every output names and defines it (docs/metrics.md).
+POSITIONS_DESCRIPTION = (
+    f"{POSITIONS_LABEL[0].upper()}{POSITIONS_LABEL[1:]} 1, 2, ...: {POSITIONS_MEANING} "
+    "(zeros at the drafted positions no verify step reached)"
+)
+
+
 def _nullable(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"anyOf": [dict(schema), {"type": "null"}]}
 
@@ -37,6 +45,13 @@ _NUM = {"type": "number"}
 _INT = {"type": "integer"}
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
+
+#: How far a measurement got when the session was cut short: "interrupted after 2 of 3 rounds".
+_CUT_PROPERTIES: dict[str, Any] = {
+    "rounds": {"type": "integer", "minimum": 0},
+    "planned": {"type": "integer", "minimum": 1},
+    "text": _STR,
+}
 _ESTIMATE = {"$ref": "#/$defs/estimate"}
 _DISTRIBUTION = {
     "type": "object",
@@ -70,6 +85,22 @@ REPORT_SCHEMA: dict[str, Any] = {
         "warnings": {"type": "array", "items": _STR},
         "saved_baselines": {"type": "array", "items": {"$ref": "#/$defs/saved"}},
         "errors": {"type": "array", "items": {"$ref": "#/$defs/error"}},
+        "interrupted": {
+            "type": "array",
+            "description": "Measurements the session was cut short in (Ctrl-C, SIGTERM, a time limit), with how far "
+            "each got; those with a completed round are also in `measurements`, with the rounds they completed.",
+            "items": {
+                "type": "object",
+                "required": _keys("label server workload concurrency rounds planned text"),
+                "properties": {
+                    "label": _STR,
+                    "server": _STR,
+                    "workload": _STR,
+                    "concurrency": {"type": "integer", "minimum": 1},
+                    **_CUT_PROPERTIES,
+                },
+            },
+        },
         "second_starts": {
             "type": "array",
             "description": "Servers restarted to confirm checks on a second start, and what was measured again.",
@@ -155,7 +186,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "acceptance_rate": _nullable(_NUM),
                 "accept_length_source": {"enum": ["responses", "prometheus"]},
                 "spec_counters": {"$ref": "#/$defs/spec_counters"},
-                "acceptance_per_position": {"type": "array", "items": _NUM},
+                "acceptance_per_position": {
+                    "type": "array",
+                    "items": _NUM,
+                    "description": f"{POSITIONS_DESCRIPTION}, over this round's counter deltas.",
+                },
                 "records": {"type": "array", "items": {"$ref": "#/$defs/record"}},
             },
         },
@@ -232,7 +267,13 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "reason": _nullable(_STR),
                 "summary": {"$ref": "#/$defs/summary"},
                 "accept_length_source": _nullable({"enum": ["responses", "prometheus", "prometheus+responses"]}),
-                "acceptance_per_position": _nullable({"type": "array", "items": _NUM}),
+                "acceptance_per_position": _nullable(
+                    {
+                        "type": "array",
+                        "items": _NUM,
+                        "description": f"{POSITIONS_DESCRIPTION}, pooled over the rounds.",
+                    }
+                ),
                 "estimates": {
                     "type": "object",
                     "required": _keys("output_throughput accept_length mean_tpot_ms mean_ttft_ms speedup vs_baseline"),
@@ -260,6 +301,31 @@ REPORT_SCHEMA: dict[str, Any] = {
                 "not_stored": _nullable(_STR),
                 "update_accepts": _nullable(_STR),
                 "explanation": _nullable({"$ref": "#/$defs/explanation"}),
+                "interrupted": _nullable(
+                    {
+                        "type": "object",
+                        "description": "The session was cut short while this measurement was taken: its rounds "
+                        "are the ones it completed, it is not stored, and nothing was decided on it unless a test "
+                        "of it had finished (verdict INCONCLUSIVE otherwise).",
+                        "required": _keys("rounds planned text"),
+                        "properties": _CUT_PROPERTIES,
+                    }
+                ),
+                "lossless": _nullable(
+                    {
+                        "type": "object",
+                        "description": "A speculative measurement on a temperature-0 workload: its outputs equal "
+                        "to the reference server's for the same prompt in the same round slot, whether a lossless "
+                        "check passed, failed or was not asked for.",
+                        "required": ["equal", "compared", "share", "first_mismatch"],
+                        "properties": {
+                            "equal": _INT,
+                            "compared": _INT,
+                            "share": _NUM,
+                            "first_mismatch": _nullable(_STR),
+                        },
+                    }
+                ),
                 "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
             },
         },
@@ -278,10 +344,23 @@ REPORT_SCHEMA: dict[str, Any] = {
                     for name in ("throughput", "accept_length", "cycle", "reference_tpot", "ttft")
                 },
                 "causes": {"type": "array", "items": {"$ref": "#/$defs/change"}},
+                "candidates": {
+                    "type": "array",
+                    "description": "Differences that changed the same way on the reference, whose plain decoding "
+                    "moved with this key: candidate causes whatever part they act on.",
+                    "items": {"$ref": "#/$defs/change"},
+                },
+                "level_spread": _nullable(
+                    {
+                        "type": "number",
+                        "description": "Highest over lowest throughput of the level's nights, when they differ too "
+                        "much to tell which part moved (part `unclear`).",
+                    }
+                ),
                 "positions": _nullable(
                     {
                         "type": "object",
-                        "description": "Acceptance by draft position at the level and tonight.",
+                        "description": f"{POSITIONS_DESCRIPTION}, at the level and tonight.",
                         "required": ["level", "tonight"],
                         "properties": {
                             "level": {"type": "array", "items": _NUM},

@@ -12,7 +12,6 @@ import math
 import statistics
 import textwrap
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,19 @@ from tabulate import tabulate
 
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
+from pytest_specperf.measure.machinelock import is_wait_note
 from pytest_specperf.measure.records import MeasurementKey
-from pytest_specperf.report.analysis import Fit, Report, Row, SweepSummary
-from pytest_specperf.report.costmodel import FitStatus
-from pytest_specperf.report.sweep import Certainty, Crossover, CrossoverKind, LevelWinner
-from pytest_specperf.verdict.stats import Estimate
+from pytest_specperf.report import details
+from pytest_specperf.report.analysis import INTERRUPTED, Cut, Report, Row
+from pytest_specperf.report.blocks import NAME_WIDTH, WORKLOAD_WIDTH, Block, level, percent, pm, signed_pm, times
+from pytest_specperf.report.details import sweep_blocks
+from pytest_specperf.verdict.results import capped_by
 from pytest_specperf.verdict.verdicts import Verdict
+
+__all__ = ["Block", "level", "pm", "render_markdown", "render_text", "signed_pm", "summary_blocks", "sweep_blocks"]
 
 #: Terminal summary width: CI logs and 120-column terminals show it without wrapping.
 WIDTH = 120
-#: Longest server/workload name shown on one line in a table; longer names wrap inside the cell.
-NAME_WIDTH = 20
-WORKLOAD_WIDTH = 12
-#: Speculative configs per sweep table; more are split into several tables so each fits WIDTH.
-SWEEP_CONFIGS_PER_TABLE = 5
 
 HEADERS = ("server", "workload", "c", "n", "tok/s", "vs baseline", "speedup", "τ", "verdict")
 #: The trend column: tok/s of the last runs of a row's history, tonight last, as a sparkline.
@@ -42,92 +40,23 @@ TREND_RUNS = 5
 #: A sparkline spans at least ±5% around the stored runs' median, so round-to-round wobble stays flat.
 TREND_SPAN = 0.05
 SPARK = "▁▂▃▄▅▆▇"  # odd: no change sits on the middle level
-COST_HEADERS = ("server", "workload", "c", "τ", "TPOT ms", "ref TPOT ms", "cycle ms", "τ*", "τ-τ*", "α")  # noqa: RUF001
-PERCENTILE_HEADERS = (
-    "server",
-    "workload",
-    "c",
-    "TTFT p50",
-    "TTFT p99",
-    "TPOT p50",
-    "TPOT p99",
-    "chunk gap p50",
-    "rounds",
-)
-
-
-# --- cell formats ----------------------------------------------------------------------------------
-
-
-def pm(estimate: Estimate | None, digits: int = 1) -> str:
-    """'71.0±0.4' (half-width of the interval), or '-' when there is nothing to show."""
-    if estimate is None or not math.isfinite(estimate.value):
-        return "-"
-    if not estimate.bounded:
-        return f"{estimate.value:.{digits}f}±?"
-    if estimate.half_width == 0:
-        return f"{estimate.value:.{digits}f}"
-    return f"{estimate.value:.{digits}f}±{estimate.half_width:.{digits}f}"
-
-
-def signed_pm(estimate: Estimate | None, digits: int = 2) -> str:
-    """Like `pm` with an explicit sign: headroom is read by its sign."""
-    text = pm(estimate, digits)
-    return text if text == "-" or text.startswith("-") else f"+{text}"
-
-
-def percent(ratio: Estimate | None) -> str:
-    """A ratio as a signed change with its interval: '-8.2% [-9.9,-6.4]'."""
-    if ratio is None or not math.isfinite(ratio.value):
-        return "-"
-    change = (ratio.value - 1) * 100
-    if not ratio.bounded:
-        return f"{change:+.1f}%"
-    return f"{change:+.1f}% [{(ratio.low - 1) * 100:+.1f},{(ratio.high - 1) * 100:+.1f}]"
-
-
-def times(ratio: Estimate | None) -> str:
-    """A ratio with its interval: '1.15x [1.10,1.19]'."""
-    if ratio is None or not math.isfinite(ratio.value):
-        return "-"
-    if not ratio.bounded:
-        return f"{ratio.value:.2f}x"
-    return f"{ratio.value:.2f}x [{ratio.low:.2f},{ratio.high:.2f}]"
-
-
-def level(concurrency: float) -> str:
-    return f"c{concurrency:g}"
 
 
 # --- blocks ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Block:
-    """One part of the summary; renderers decide how a title, paragraph, bullet or table looks."""
-
-    title: str | None = None
-    lines: tuple[str, ...] = ()
-    headers: tuple[str, ...] = ()
-    cells: tuple[tuple[str, ...], ...] = ()
-    widths: tuple[int | None, ...] = ()
-    bullets: tuple[str, ...] = ()
-    folded: bool = False  # Markdown: inside <details>, as it is secondary
-
-
 def summary_blocks(
-    report: Report, *, store: Any = None, sources: Sequence[str] = (), full: bool = False
+    report: Report, *, store: Any = None, sources: Sequence[str] = (), detail: bool = True, full: bool = False
 ) -> list[Block]:
-    """The whole summary, in reading order. `full` adds the latency percentiles."""
+    """The whole summary, in reading order: the header, the verdict table, what explains it (`detail`:
+    cost model, acceptance by draft position, lossless, τ, fits, sweeps; `details.py`), and what needs
+    attention (drift, warnings, what was stored). `full` adds the latency percentiles. pytest's summary
+    at the default verbosity has no `detail`, so it fits a screen; `-v` or `--specperf-report full`
+    show everything, and so does the Markdown summary."""
     blocks = [header_block(report, store, sources), main_block(report)]
-    blocks += [b for b in (cost_block(report), acceptance_block(report)) if b is not None]
-    blocks += [fit_block(fit) for fit in report.fits]
-    for sweep in report.sweeps:
-        blocks += sweep_blocks(sweep, _reference_name(report))
-    if full:
-        blocks.append(percentile_block(report))
-    blocks += [b for b in (drift_block(report), warnings_block(report), saved_block(report)) if b is not None]
-    return blocks
+    blocks += details.detail_blocks(report, percentiles=full) if detail else []
+    attention = (drift_block(report), warnings_block(report, detail), saved_block(report, detail))
+    return blocks + [b for b in attention if b is not None]
 
 
 def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
@@ -160,7 +89,7 @@ def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
 
 def simulation_note(report: Report) -> str | None:
     """Say plainly which numbers come from the simulator, and how its time scale distorts them."""
-    prints = [r.measurement.fingerprint for r in report.rows]
+    prints = [fp for r in report.rows if (fp := r.measurement.fingerprint) is not None]  # None: cut short
     simulated = [fp for fp in prints if isinstance(fp, Fingerprint) and fp.identity.get("launcher") == "sim"]
     if not simulated:
         return "SIMULATED: these results come from pytest_specperf.sim, not a GPU" if report.simulated else None
@@ -204,6 +133,7 @@ def main_block(report: Report) -> Block:
     headers = (*HEADERS[:-1], TREND_HEADER, *HEADERS[-1:]) if trends else HEADERS
     rows = [row_cells(r) for r in report.rows]
     errors = [error_cells(key) for key in report.unmeasured_errors()]
+    errors += [error_cells(key, cut) for key, cut in report.unmeasured_cuts().items()]
     if trends:
         rows = [[*cells[:-1], trend(r), cells[-1]] for cells, r in zip(rows, report.rows, strict=True)]
         errors = [[*cells[:-1], "-", cells[-1]] for cells in errors]
@@ -241,189 +171,25 @@ def row_cells(row: Row) -> list[str]:
         name,
         key.workload,
         str(key.concurrency),
-        str(len(row.measurement.rounds)),
+        str(len(row.measurement.rounds)) if (cut := row.interrupted) is None else f"{cut.rounds} of {cut.planned}",
         pm(row.throughput),
         percent(row.vs_baseline),
         times(row.speedup) + ("*" if row.unlike_reference and row.speedup is not None else ""),
         tau,
-        row.verdict.value,
+        INTERRUPTED if row.interrupted is not None else verdict_cell(row),
     ]
 
 
-def error_cells(key: MeasurementKey) -> list[str]:
-    """A row for a measurement that could not be made; the warnings say why."""
-    return [key.server, key.workload, str(key.concurrency), "0", "-", "-", "-", "-", Verdict.ERROR.value]
+def verdict_cell(row: Row) -> str:
+    """The row's verdict, with why it is capped where it is ('SUSPECT (1 start, < 3 runs)')."""
+    capped = capped_by(row.night) if row.verdict is Verdict.SUSPECT else None
+    return f"{row.verdict.value} ({capped})" if capped else row.verdict.value
 
 
-def cost_block(report: Report) -> Block | None:
-    """The cost model of each speculative row: why it is (or is not) faster than the reference."""
-    rows = [r for r in report.rows if r.cost is not None]
-    if not rows:
-        return None
-    return Block(
-        title="cost model (per draft-and-verify cycle, against the reference's TPOT):",
-        headers=COST_HEADERS,
-        cells=tuple(tuple(cost_cells(r)) for r in rows),
-        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
-        lines=(
-            "cycle = τ x TPOT; τ* = cycle / ref TPOT: the break-even accept length, speculation pays while τ > τ*",
-            "α: per-draft acceptance implied by τ for a chain of drafts; derived intervals are interval arithmetic "  # noqa: RUF001
-            "(conservative)",
-        ),
-    )
-
-
-def cost_cells(row: Row) -> list[str]:
-    cost = row.cost
-    assert cost is not None
-    implied = cost.implied_acceptance
-    alpha = pm(implied.alpha, 2) if implied is not None and implied.alpha is not None else "-"
-    return [
-        row.key.server,
-        row.key.workload,
-        str(row.key.concurrency),
-        pm(cost.accept_length, 2),
-        pm(cost.tpot_ms, 2),
-        pm(cost.reference_tpot_ms, 2),
-        pm(cost.cycle_ms, 2),
-        pm(cost.break_even_accept_length, 2),
-        signed_pm(cost.headroom, 2),
-        alpha,
-    ]
-
-
-def acceptance_block(report: Report) -> Block | None:
-    """Acceptance per draft position (the server's counters, else its responses' histograms), and which τ
-    came from counters, not responses."""
-    bullets = []
-    for row in report.rows:
-        m = row.measurement
-        per_position = m.acceptance_per_position
-        source = m.accept_length_source or ""
-        if not per_position and "prometheus" not in source:
-            continue
-        line = f"{m.key.label}: " + (" ".join(f"{rate:.2f}" for rate in per_position) if per_position else "-")
-        if "prometheus" in source:
-            line += "; τ from the /metrics counter deltas (the responses carry no per-request counts)"
-        bullets.append(line)
-    if not bullets:
-        return None
-    return Block(
-        title="acceptance by draft position 1, 2, ... (verify steps that accepted a draft there / all verify steps):",
-        bullets=tuple(bullets),
-    )
-
-
-def fit_block(fit: Fit) -> Block:
-    """The verify-cost fit: how much of a cycle is fixed cost that fewer draft tokens cannot remove."""
-    title = f"verify-cost fit, {fit.workload} {level(fit.concurrency)}, over {' / '.join(fit.servers)}:"
-    if fit.fit.status is FitStatus.NOT_ENOUGH_POINTS:
-        return Block(title=title, bullets=(f"{fit.fit.note}; add a config differing only in draft tokens",))
-    a, b = fit.fit.fixed_ms, fit.fit.per_token_ms
-    assert a is not None and b is not None
-    shares = ", ".join(f"{s:.0%}" for s in fit.fit.point_fixed_shares)
-    mostly_fixed = min(fit.fit.point_fixed_shares) > 0.5
-    meaning = (
-        "mostly fixed cost: fewer draft tokens barely shorten a cycle"
-        if mostly_fixed
-        else "per-token cost matters: fewer draft tokens shorten a cycle"
-    )
-    return Block(
-        title=title,
-        bullets=(
-            f"cycle = {_fitted(a, 2)} ms + {_fitted(b, 3)} ms x draft tokens ({fit.fit.note})",
-            f"fixed share of the cycle: {shares} — {meaning}",
-        ),
-    )
-
-
-def _fitted(estimate: Estimate, digits: int) -> str:
-    """A fit coefficient: with its interval when it has one (an exact fit has none, and says so)."""
-    return pm(estimate, digits) if estimate.bounded else f"{estimate.value:.{digits}f}"
-
-
-def sweep_blocks(sweep: SweepSummary, reference: str | None) -> list[Block]:
-    """Speedup by concurrency per config, where each crosses 1.0, and the fastest config per level."""
-    configs = list(sweep.speedups)
-    over = f" over {reference}" if reference else ""
-    title = f"concurrency sweep, workload {sweep.workload}: speedup{over} by concurrency level"
-    blocks = []
-    for start in range(0, max(len(configs), 1), SWEEP_CONFIGS_PER_TABLE):
-        chunk = configs[start : start + SWEEP_CONFIGS_PER_TABLE]
-        cells = tuple((level(c), *(times(sweep.speedups[name].get(c)) for name in chunk)) for c in sweep.levels)
-        blocks.append(
-            Block(
-                title=title if start == 0 else None,
-                headers=("c", *chunk),
-                cells=cells if chunk else (),
-                widths=(None, *([NAME_WIDTH] * len(chunk))),
-            )
-        )
-    bullets = [crossover_line(name, crossover) for name, crossover in sweep.crossovers.items()]
-    if bullets:
-        blocks.append(Block(title="where the speedup crosses 1.0:", bullets=tuple(bullets)))
-    if sweep.winners:
-        blocks.append(
-            Block(title="fastest config per level (tok/s):", bullets=tuple(winner_line(w) for w in sweep.winners))
-        )
-    return blocks
-
-
-def crossover_line(name: str, crossover: Crossover) -> str:
-    text = crossover.describe()
-    if crossover.kind is CrossoverKind.ABOVE_ALL:
-        return f"{name}: speedup >= 1 at every level measured; crossover {text}"
-    if crossover.kind is CrossoverKind.BELOW_ALL:
-        return f"{name}: speedup < 1 at every level measured; crossover {text}"
-    return f"{name}: speedup {text}"
-
-
-def winner_line(winner: LevelWinner) -> str:
-    head = f"{level(winner.concurrency)}: {winner.best} {pm(winner.throughput)}"
-    runner = f"{winner.runner_up} {pm(winner.runner_up_throughput)}"
-    if winner.certainty is Certainty.SOLE:
-        return f"{head} (the only config measured)"
-    if winner.certainty is Certainty.TIED:
-        return f"{head}, tied with {', '.join(winner.tied_with)}"
-    if winner.certainty is Certainty.CLEAR:
-        return f"{head}, clearly ahead of {runner} (intervals do not overlap)"
-    return f"{head}, ahead of {runner} but the intervals overlap: this data cannot order them"
-
-
-def percentile_block(report: Report) -> Block:
-    return Block(
-        title="latency percentiles, ms (each a mean over rounds of the per-round value):",
-        headers=PERCENTILE_HEADERS,
-        cells=tuple(tuple(c) for c in percentile_cells(report)),
-        widths=(NAME_WIDTH, WORKLOAD_WIDTH),
-        folded=True,
-    )
-
-
-def percentile_cells(report: Report) -> list[list[str]]:
-    cells = []
-    for row in report.rows:
-        rounds = row.measurement.rounds
-
-        def mean_of(attr: str, part: str, rounds: Sequence[Any] = rounds) -> str:
-            values = [getattr(getattr(r, attr), part) for r in rounds]
-            values = [v for v in values if v is not None]
-            return f"{sum(values) / len(values):.2f}" if values else "-"
-
-        cells.append(
-            [
-                row.key.server,
-                row.key.workload,
-                str(row.key.concurrency),
-                mean_of("ttft_ms", "p50"),
-                mean_of("ttft_ms", "p99"),
-                mean_of("tpot_ms", "p50"),
-                mean_of("tpot_ms", "p99"),
-                mean_of("chunk_gap_ms", "p50"),
-                str(len(rounds)),
-            ]
-        )
-    return cells
+def error_cells(key: MeasurementKey, cut: Cut | None = None) -> list[str]:
+    """A row for a measurement that could not be made, or was cut short before its first round; the warnings say why."""
+    rounds, verdict = ("0", Verdict.ERROR.value) if cut is None else (f"0 of {cut.planned}", INTERRUPTED)
+    return [key.server, key.workload, str(key.concurrency), rounds, "-", "-", "-", "-", verdict]
 
 
 def drift_block(report: Report) -> Block | None:
@@ -433,26 +199,62 @@ def drift_block(report: Report) -> Block | None:
     return Block(title="environment drift since the stored baseline:", bullets=bullets)
 
 
-def warnings_block(report: Report) -> Block | None:
-    return Block(title="warnings:", bullets=tuple(report.warnings)) if report.warnings else None
+def warnings_block(report: Report, full: bool = True) -> Block | None:
+    """The report's warnings. At the default verbosity each sentence is said once: without a row's `why:`
+    (the failing or warning test's own message gave it), and the waits for another session's
+    measurement (each said as a progress line when it happened) as one line for all of them."""
+    if full:
+        shown = list(report.warnings)
+    else:
+        waits = {f"{r.key.label}: {note}" for r in report.rows for note in r.measurement.notes if is_wait_note(note)}
+        shown = [w for w in report.warnings if w not in _why_lines(report) and w not in waits]
+        waited = sum(1 for r in report.rows if any(is_wait_note(note) for note in r.measurement.notes))
+        if waited:
+            shown.append(
+                f"{waited} measurement{'s' if waited != 1 else ''} waited for another session's measurement on "
+                "this machine (the progress lines above say how long; -v lists them)"
+            )
+    return Block(title="warnings:", bullets=tuple(shown)) if shown else None
 
 
-def saved_block(report: Report) -> Block | None:
+def _why_lines(report: Report) -> set[str]:
+    return {f"{r.key.label}: why: {r.explanation['sentence']}" for r in report.rows if r.explanation}
+
+
+def saved_block(report: Report, full: bool = True) -> Block | None:
+    """What tonight stored, per key under `full`; else one line, and a line per key only where there is
+    something to act on (an unreadable file kept aside)."""
     if report.saved:
+        updating = all(saved.new_segment for _, saved in report.saved)
+        if not full:
+            return _saved_line(report, updating)
         bullets = []
         for key, saved in report.saved:
             old = f"{saved.old.output_throughput:.1f}" if saved.old and saved.old.output_throughput else "none"
             new = f"{saved.new.output_throughput:.1f}" if saved.new.output_throughput else "-"
             line = f"{key.label}: {old} → {new} ({_short_path(saved.path)}; segment {saved.segment}, {saved.runs} runs)"
             if saved.kept_as is not None:
-                line += f"; the previous file was unreadable, kept as {saved.kept_as.name}: {saved.replaced_error}"
+                line += f"; {_kept_aside(saved)}"
             bullets.append(line)
-        if all(saved.new_segment for _, saved in report.saved):
+        if updating:
             return Block(title="stored baselines (--specperf-update), old → new tok/s:", bullets=tuple(bullets))
         return Block(title="recorded runs (--specperf-record), last → tonight tok/s:", bullets=tuple(bullets))
     if any(r.verdict.value == "NEW" for r in report.rows):
         return Block(lines=("NEW: no stored baseline yet for some measurements; store them with --specperf-update",))
     return None
+
+
+def _saved_line(report: Report, updating: bool) -> Block:
+    keys = len(report.saved)
+    what = "stored as the new baselines (--specperf-update)" if updating else "recorded (--specperf-record)"
+    aside = [f"{key.label}: {_kept_aside(saved)}" for key, saved in report.saved if saved.kept_as is not None]
+    line = f"{keys} measurement{'s' if keys != 1 else ''} {what}; -v lists them, old → new tok/s"
+    return Block(lines=(line,), bullets=tuple(aside))
+
+
+def _kept_aside(saved: Any) -> str:
+    assert saved.kept_as is not None
+    return f"the previous file was unreadable, kept as {saved.kept_as.name}: {saved.replaced_error}"
 
 
 def _short_path(path: Path) -> str:
@@ -568,7 +370,7 @@ def _md(text: str) -> str:
 
 
 def terminal_summary(terminalreporter: Any, report: Report, *, store: Any = None, full: bool = False) -> None:
-    """The `pytest_terminal_summary` section: header, tables, cost model, sweep, warnings, updates."""
+    """The `pytest_terminal_summary` section: a screen by default, everything under `full` (-v)."""
     terminalreporter.section("specperf")
-    for line in render_text(summary_blocks(report, store=store, full=full)):
+    for line in render_text(summary_blocks(report, store=store, detail=full, full=full)):
         terminalreporter.write_line(line)

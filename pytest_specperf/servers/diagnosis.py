@@ -8,7 +8,8 @@ Engines echo their launch at every start (SGLang's `server_args=...` line holds 
 `nccl` and `timeout`, and the API key); an echo is never evidence. The cause is the first real
 error after it: a scheduler's own line (Slurm's time limit ended the step: not a crash), a known
 cause of the server's engine (`Engine.startup_failures`), else the first line that reports an error
-in any form.
+in any form. A server that ends after it was ready is read for Slurm's line too (`slurm_end`): a
+`scancel` or a time limit is then named as such, not as a crash.
 """
 
 from __future__ import annotations
@@ -29,24 +30,66 @@ _ANY_ERROR = re.compile(r"\b\w*(Error|Exception)\b:|\berror: |\bfatal\b", re.IGN
 _ABORT = re.compile(r"^terminate called after throwing|^Fatal Python error:")
 #: A raised exception as a traceback ends (`AttributeError: ...`): better evidence than "hit an exception:".
 _EXCEPTION = re.compile(r"(?:^|[\s\].])([A-Z]\w*(?:Error|Exception)): ")
+#: A line a logger wrote at warning level (vLLM's `WARNING 12-04 19:24:57 [system_utils.py:299] ...`): it may
+#: quote an error it warns about, but it is not one.
+_WARNING_LEVEL = re.compile(r"^(?:\(\S+ pid=\d+\) )?WARNING\b")
 #: The plugin's own header lines in a server log (the command it ran).
 _OWN_LINE = "# specperf:"
 #: A traceback frame (`  File "x.py", line 3, in f`): it and the source line under it quote code, not errors.
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 MAX_LOG_BYTES = 20_000_000  # a log beyond this is scanned from its end
 
+#: Slurm's own line when it ends a step or a job, as slurmstepd writes it into the step's output:
+#: `slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-12-04T19:22:32 ***` (scancel), the same
+#: with `JOB 3`, or ending `DUE TO TIME LIMIT ***` (also PREEMPTION, NODE FAILURE, JOB REQUEUE). Older
+#: releases' slurmstepd, and srun's own time-limit line, name no `ON node`. Group 1: the words after `DUE TO`.
+_SLURM_CANCELLED = r"\*\*\* (?:STEP|JOB) \S+ (?:ON \S+ )?CANCELLED AT \S+"
+SLURM_ENDED = re.compile(_SLURM_CANCELLED + r"(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?")
+SLURM_TIME_LIMIT = "TIME LIMIT"
+
 #: A scheduler's own lines, whatever the engine: Slurm's step ended by the allocation, not by the server.
 SCHEDULER_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
-        re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT"),
+        re.compile(f"{_SLURM_CANCELLED} DUE TO {SLURM_TIME_LIMIT}"),
         "Slurm's time limit ended the step while the server was starting (not a crash): give the job more --time, "
         "or leave the server's start more of it",
     ),
     (
-        re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+"),
+        SLURM_ENDED,
         "Slurm cancelled the step while the server was starting (scancel, or the allocation ended): not a crash",
     ),
 )
+
+
+@dataclass(frozen=True)
+class SlurmEnd:
+    """Slurm's line that it ended the server's step: a server gone after it was ready is then named as
+    Slurm's doing, not as a crash with the exit code srun happened to return."""
+
+    line: str
+    reason: str | None  # the words after `DUE TO` ("TIME LIMIT", "PREEMPTION", ...); None for a cancellation
+
+    def after_ready(self, exit_note: str = "") -> str:
+        """What happened, said of the server (`server 'x' ...`), with the usual fix; `exit_note` (how the
+        process ended, e.g. "it exited with code 0") in parentheses before Slurm's line."""
+        if self.reason is None:
+            what = "was cancelled by Slurm after it was ready (scancel, or the allocation ended): not a crash"
+        elif self.reason == SLURM_TIME_LIMIT:
+            what = "was ended by Slurm's time limit after it was ready (not a crash): give the job more --time"
+        else:
+            what = f"was ended by Slurm after it was ready, due to {self.reason.lower()} (not a crash)"
+        note = f" ({exit_note})" if exit_note else ""
+        return f"{what}{note}; Slurm: {self.line.strip()[:300]}"
+
+
+def slurm_end(log_path: Path) -> SlurmEnd | None:
+    """Slurm's first line in a server's log saying it ended the step (None: Slurm did not end it)."""
+    for line in _read(log_path):
+        match = SLURM_ENDED.search(line)
+        if match:
+            return SlurmEnd(line, match.group(1))
+    return None
+
 
 PORT_IN_USE_WORDS = re.compile(r"address already in use|errno 98\b", re.IGNORECASE)
 OUT_OF_MEMORY_WORDS = re.compile(r"out of memory|OutOfMemoryError|Not enough memory", re.IGNORECASE)
@@ -173,8 +216,8 @@ class LogWatch:
             self.fatal = line
         if any(p.search(line) for p in self.engine.startup_milestones):
             self.newest_error = None  # the start went on past it
-        elif _ANY_ERROR.search(line) or _ABORT.search(line):
-            self.newest_error = line
+        elif (_ANY_ERROR.search(line) or _ABORT.search(line)) and not _WARNING_LEVEL.search(line):
+            self.newest_error = line  # not vLLM's `WARNING ... can cause fd limit errors like `OSError: ...``
 
 
 def _read(path: Path) -> list[str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pytest_specperf.config.settings import DEFAULT_ENGINE, SIM_LAUNCHER, ServerConfig, SpecperfConfig
 from pytest_specperf.engines import Engine, EngineFlags, engine_for
+from pytest_specperf.engines.base import is_warning
 from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.redact import is_secret_name, redact_args, redact_text
 from pytest_specperf.servers.diagnosis import Diagnosis, LogWatch, describe_exit, diagnose, is_echo
@@ -451,10 +452,12 @@ class ServerProcess:
 
     def last_log_line(self) -> str:
         """What a long start is doing: its newest milestone (loading weights, capturing CUDA graphs,
-        ...), else its newest line that is not an echo of the launch."""
+        ...; never a warning that mentions one), else its newest line that is neither an echo of the
+        launch nor a warning, else its newest line; an error since the newest milestone is added."""
         tail = [line for line in self.log_tail(200) if line.strip() and not is_echo(line, self.plan.engine)]
         milestones = [line for line in tail if any(p.search(line) for p in self.plan.engine.startup_milestones)]
-        chosen = milestones[-1] if milestones else (tail[-1] if tail else None)
+        news = [line for line in tail if not is_warning(line)]
+        chosen = next((lines[-1] for lines in (milestones, news, tail) if lines), None)
         line = progress_line(self.plan.redact(chosen)) if chosen else "(no output yet)"
         error = self.log_watch.newest_error
         if error is not None and error != chosen:

@@ -23,7 +23,7 @@ from pathlib import Path
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError
-from pytest_specperf.servers.diagnosis import describe_exit
+from pytest_specperf.servers.diagnosis import describe_exit, slurm_end
 from pytest_specperf.servers.gpus import GpuWatch
 from pytest_specperf.servers.launch import LaunchPlan, ServerProcess, build_launch
 from pytest_specperf.servers.registry import SharedRegistry
@@ -70,12 +70,15 @@ class RunningServer:
             code = self.process.exit_code()
             if code is not None:
                 died, meaning = describe_exit(code)
+                self.process.drain_log()  # Slurm's line that it ended the step may be the last one logged
+                ended = slurm_end(self.process.plan.log_path)
                 why = f": {meaning}" if meaning else ""
-                raise ServerError(
-                    f"server {self.name!r} died during the session (it {died}{why}).\n{self.process.describe()}"
-                )
+                what = ended.after_ready(f"it {died}") if ended else f"died during the session (it {died}{why})"
+                raise ServerError(f"server {self.name!r} {what}.\n{self.process.describe()}")
         elif self.pid is not None and not pid_alive(self.pid):
-            raise ServerError(f"server {self.name!r} died during the session (log: {self.log_path})")
+            ended = slurm_end(self.log_path) if self.log_path else None
+            what = ended.after_ready() if ended else "died during the session"
+            raise ServerError(f"server {self.name!r} {what} (log: {self.log_path})")
 
     launch_env: dict[str, str] = field(default_factory=dict, repr=False)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,12 +42,17 @@ from pytest_specperf.session.storing import Recorder
 from pytest_specperf.session.usage import ServerUse
 from pytest_specperf.store import open_store
 from pytest_specperf.store.records import StoredBaseline
+from pytest_specperf.store.unstored import kept_paths
 from pytest_specperf.verdict.checks import Evaluation
 from pytest_specperf.verdict.stats import Decision
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import UpdateFingerprint
     from pytest_specperf.report.analysis import Report
+
+
+#: What a key left out by the rules of storing can do about it (not one a session cut short held back).
+FORCE_HINT = "--specperf-update-force stores it anyway"
 
 
 class SpecperfSession:
@@ -121,9 +127,10 @@ class SpecperfSession:
             updating=options.update,
             forced=options.update_force,
             progress=progress,
-            unstored_path=run_dir.parent / f"specperf-unstored-{self.session_id}.json",
+            unstored_paths=kept_paths(config.store, self.session_id),
         )
         self._worker_pool_warnings: list[str] = []
+        self._worker_tests: Counter[MeasurementKey] = Counter()  # under xdist: the workers' plans' tests per key
 
     @property
     def strict(self) -> bool:
@@ -178,17 +185,37 @@ class SpecperfSession:
 
     def prepare_store(self) -> None:
         self.recorder.prepare()
+        if self.options.storing and self.worker is None:  # a store that cannot be written: found before any server
+            self.store.check_writable()
 
     def store_results(self) -> None:
         """Append the session's measurements to their histories, after all their checks ran (storing.py);
         only the process that sees every verdict stores: the controller under xdist."""
         if self.options.storing and self.worker is None:
-            self.recorder.store_all(self.measurements.done, self.outcomes, self.baselines)
+            rows = {row.key: row.verdict for row in self.report().rows}  # the words the summary will use
+            self.recorder.store_all(self.measurements.done, self.outcomes, self.baselines, rows=rows)
 
     def storing_interrupted(self) -> None:
-        """An interrupted session stores nothing: its tests' checks did not all run."""
+        """A session cut short (Ctrl-C, SIGTERM, a time limit) stores what it would have stored of every
+        key whose measurement completed and whose every check ran; the others are named, with why."""
         if self.options.storing and self.worker is None:
-            self.recorder.interrupted(self.measurements.done)
+            held = self.unfinished()
+            self.recorder.store_all(self.measurements.done, self.outcomes, self.baselines, held=held)
+
+    def tests_per_key(self) -> Counter[MeasurementKey]:
+        """The planned tests of each key (the controller under xdist plans nothing: its workers say)."""
+        return Counter(self.plan.measurement_keys()) | self._worker_tests
+
+    def unfinished(self) -> dict[MeasurementKey, str]:
+        """The keys a session cut short must not store, and why: a measurement cut mid-way (its rounds
+        are not all there), or one whose tests did not all run their checks (one verdict per test)."""
+        tests = self.tests_per_key()
+        cut = self.measurements.cut
+        held = {key: f"{c.text}: the session was cut short" for key, c in cut.items()}
+        for key in self.measurements.done:
+            if key not in cut and len(self.outcomes.of(key)) < tests[key]:
+                held[key] = "the session was cut short before its checks ran"
+        return held
 
     @property
     def store_failed(self) -> bool:
@@ -206,7 +233,7 @@ class SpecperfSession:
     # ---- results -----------------------------------------------------------------------------------
 
     def has_results(self) -> bool:
-        return bool(self.measurements.done or self.errors())
+        return bool(self.measurements.done or self.measurements.cut or self.errors())
 
     def report(self) -> Report:
         """The session's results as one report model (terminal, Markdown and JSON render it)."""
@@ -217,7 +244,7 @@ class SpecperfSession:
         baselines = {} if updating else {k: self.baselines.readable(k) for k in done}
         report = build_report(
             self.config,
-            done,
+            {**self.measurements.partial, **done},  # a measurement cut short keeps the rounds it completed
             self.outcomes.verdicts,
             baselines,
             recorder.saved,
@@ -225,6 +252,7 @@ class SpecperfSession:
             not_stored=recorder.not_stored,
             confirmations=self.looks.confirmations,
             searches=self.plan.searches,
+            interrupted=self.measurements.cut,
         )
         report.errors = dict(sorted(self.errors().items()))
         report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
@@ -234,7 +262,7 @@ class SpecperfSession:
         report.warnings += recorder.warnings
         report.warnings += [f"change point: {change.sentence}" for row in report.rows for change in row.changes]
         report.warnings += [
-            f"not stored {key.label}: {why} (--specperf-update-force stores it anyway)"
+            f"not stored {key.label}: {why}" + ("" if key in recorder.held else f" ({FORCE_HINT})")
             for key, why in sorted(recorder.not_stored.items(), key=lambda kv: kv[0].label)
         ]
         if updating:
@@ -291,6 +319,9 @@ class SpecperfSession:
             pool_warnings=tuple(self.pool.report_lines),
             confirmations=dict(self.looks.confirmations),
             second_starts=tuple(k for keys in self.looks.second_starts.values() for k in keys),
+            tests=dict(self.tests_per_key()),
+            cut={k: (c.rounds, c.planned) for k, c in self.measurements.cut.items()},
+            partial=tuple(self.measurements.partial.values()),
         )
 
     def absorb(self, payload: WorkerPayload) -> None:
@@ -308,3 +339,12 @@ class SpecperfSession:
             self.looks.confirmations.setdefault(key, why)
         for key in payload.second_starts:
             self.looks.second_starts.setdefault(key.server, []).append(key)
+        self._absorb_cut(payload)
+
+    def _absorb_cut(self, payload: WorkerPayload) -> None:
+        """A worker's share of a session cut short: its plan's tests per key, and how far its cut measurements got."""
+        from pytest_specperf.measure.rounds import Cut
+
+        self._worker_tests |= Counter(payload.tests)  # the most any plan holds: every worker plans every test
+        self.measurements.cut.update({key: Cut(*counts) for key, counts in payload.cut.items()})
+        self.measurements.partial.update({m.key: m for m in payload.partial if m.key not in self.measurements.done})

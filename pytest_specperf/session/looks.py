@@ -4,8 +4,10 @@ look can still change the verdict (verdict/nightly.py).
 The second look extends the server start the rounds were measured on to `max_rounds` rounds, and,
 when a check a start's offset can explain is still beyond its threshold, adds `rounds` rounds on a
 second server start: the server is restarted unless it was restarted since (one restart confirms
-every check of a server that fails together), within the session's `max_restarts`. Why a night was
-decided on one start is kept (`confirmations`), and which keys were measured again (`second_starts`).
+every check of a server that fails together), within the session's `max_restarts`. A check whose
+value has no spread across rounds (a deterministic accept length) is never the reason for a second
+start: it would measure the same value again. Why a night was decided on one start is kept
+(`confirmations`), and which keys were measured again (`second_starts`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from pytest_specperf.session.measurements import Measurements
 from pytest_specperf.session.outcomes import Outcomes
 from pytest_specperf.session.plan import Plan
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
-from pytest_specperf.verdict.markers import SpecperfMarker
-from pytest_specperf.verdict.nightly import Restarts, looked
+from pytest_specperf.verdict.control import SPEEDUP_CHECK
+from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
+from pytest_specperf.verdict.nightly import Restarts, looked, second_start_reasons, without_spread
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
@@ -93,9 +96,15 @@ class Looks:
             look,
             settled=lambda e: e.settled,
             extend=lambda: self._extend(result),
-            confirmable=lambda e: e.confirmable,
+            confirmable=lambda e: bool(confirming_checks(result, e)),
             second_start=lambda e: self._second_start(result, e),
         )
+        unmoved = _without_spread(result, evaluation)
+        if unmoved and key not in self.confirmations and result.starts == 1:
+            self.confirmations[key] = (
+                f"decided on one server start: {', '.join(unmoved)} had no spread across {len(result.rounds)} "
+                "rounds (a deterministic value): a second start would measure it again"
+            )
         self.outcomes.add(key, evaluation.verdict)
         return evaluation
 
@@ -118,7 +127,7 @@ class Looks:
         key = result.key
         if result.starts > 1 or not self.config.confirm:
             return False
-        beyond = ", ".join(c.name for c in evaluation.checks if c.beyond and c.start_sensitive)
+        beyond = ", ".join(confirming_checks(result, evaluation))
         current = self.measurements.measured_on_current_start(key)
         restart, why = self.restarts.ask(
             on_current_start=current, cannot=self.pool.cannot_restart(key.server) if current else None
@@ -155,3 +164,31 @@ class Looks:
                 f"{', '.join(needs)} of {key.label} cannot be checked: the reference server "
                 f"{self.config.reference!r} was not measured ({str(failure).splitlines()[0]})"
             )
+
+
+def checked_metric(check: str) -> str:
+    """The measured metric a check judges: `regression:accept_length` the accept length, a range check
+    (`throughput=`, `accept_length=`) its metric, `min_speedup` and the speedup's history check the throughput."""
+    if check == SPEEDUP_CHECK:
+        return "output_throughput"
+    if check.startswith("regression:"):
+        return check.removeprefix("regression:")
+    return RANGE_METRICS.get(check, "output_throughput")
+
+
+def _beyond(result: Measurement, evaluation: Evaluation) -> list[tuple[str, list[float]]]:
+    """The checks beyond their threshold that a start's offset could explain, with their round samples."""
+    return [
+        (c.name, result.samples(checked_metric(c.name))) for c in evaluation.checks if c.beyond and c.start_sensitive
+    ]
+
+
+def confirming_checks(result: Measurement, evaluation: Evaluation) -> list[str]:
+    """The checks a second server start is taken for: beyond their threshold, explainable by a start's
+    offset, and with a value that varies from round to round (verdict/nightly.py `second_start_reasons`)."""
+    return second_start_reasons(_beyond(result, evaluation))
+
+
+def _without_spread(result: Measurement, evaluation: Evaluation) -> list[str]:
+    """The checks beyond their threshold that no second start was taken for: their value had no spread."""
+    return [name for name, samples in _beyond(result, evaluation) if without_spread(samples)]

@@ -22,7 +22,7 @@ from pytest_specperf.servers.pool import RunningServer, ServerPool
 from pytest_specperf.session.plan import Plan
 
 if TYPE_CHECKING:
-    from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
+    from pytest_specperf.measure.rounds import Cut, Measurer  # imports the HTTP client
 
 
 class Measurements:
@@ -50,6 +50,10 @@ class Measurements:
         self.progress = progress
         self.done: dict[MeasurementKey, Measurement] = {}
         self.failures: dict[MeasurementKey, SpecperfError] = {}
+        #: measurements the session was cut short in (Ctrl-C, SIGTERM, a time limit): how far each got,
+        #: and the rounds a first measurement completed (a measurement in `done` keeps its own)
+        self.cut: dict[MeasurementKey, Cut] = {}
+        self.partial: dict[MeasurementKey, Measurement] = {}
         self._starts: dict[MeasurementKey, int] = {}  # the server start each was last measured on
 
     def get(self, key: MeasurementKey) -> Measurement:
@@ -80,6 +84,11 @@ class Measurements:
         except SpecperfError as exc:
             self.failures[key] = exc
             raise
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a cancelled job, a time limit) made one
+            self._interrupted(key)
+            raise
+        finally:
+            self.measurer.underway = None
         return self.done[key]
 
     def reference_of(self, key: MeasurementKey) -> Measurement | None:
@@ -109,13 +118,33 @@ class Measurements:
 
     def more(self, result: Measurement, measure: Callable[[RunningServer], None]) -> None:
         """More rounds of a measurement (a second look, a second server start), under the same locks."""
-        server = self.pool.acquire(result.key.server)
-        with self.session_lock():
-            with self.machine_lock.hold(result.key.label) as holding:
-                measure(server)
-            self._note(result, holding)
-            self._publish(result)
+        try:
+            server = self.pool.acquire(result.key.server)
+            with self.session_lock():
+                with self.machine_lock.hold(result.key.label) as holding:
+                    measure(server)
+                self._note(result, holding)
+                self._publish(result)
+        except KeyboardInterrupt:
+            self._interrupted(result.key)
+            raise
+        finally:
+            self.measurer.underway = None
         self._starts[result.key] = server.start
+
+    def _interrupted(self, key: MeasurementKey) -> None:
+        """The session was cut short while `key` was measured: keep how far it got, and its completed
+        rounds, so the report shows it (never silently gone) and the store leaves it out."""
+        from pytest_specperf.measure.rounds import Cut
+
+        underway = self.measurer.underway
+        if underway is None or underway.measurement.key != key:  # cut while its server started
+            if key not in self.done:  # (more rounds of a measurement made: its checks had not finished)
+                self.cut[key] = Cut(0, self.config.rounds)
+            return
+        self.cut[key] = underway.cut()
+        if key not in self.done and underway.measurement.rounds:
+            self.partial[key] = underway.measurement
 
     def _known(self, key: MeasurementKey) -> bool:
         if key in self.done or key in self.failures:

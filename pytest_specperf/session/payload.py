@@ -39,6 +39,13 @@ class WorkerPayload:
     confirmations: Mapping[MeasurementKey, str] = field(default_factory=dict)
     #: keys measured again on a second server start
     second_starts: tuple[MeasurementKey, ...] = ()
+    #: the tests of each key the session's plan holds (every worker plans every test): a session cut
+    #: short stores a key only once a verdict per test came in (session `unfinished`) ...
+    tests: Mapping[MeasurementKey, int] = field(default_factory=dict)
+    #: ... the measurements this worker was cut short in, as (rounds completed, rounds planned) ...
+    cut: Mapping[MeasurementKey, tuple[int, int]] = field(default_factory=dict)
+    #: ... and the rounds such a first measurement completed
+    partial: tuple[Measurement, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(
@@ -51,6 +58,9 @@ class WorkerPayload:
                 "pool_warnings": list(self.pool_warnings),
                 "confirmations": [{"key": key_dict(k), "why": why} for k, why in self.confirmations.items()],
                 "second_starts": [key_dict(k) for k in self.second_starts],
+                "tests": [{"key": key_dict(k), "tests": n} for k, n in self.tests.items()],
+                "cut": [{"key": key_dict(k), "rounds": r, "planned": n} for k, (r, n) in self.cut.items()],
+                "partial": [m.to_dict() for m in self.partial],
             }
         )
 
@@ -64,4 +74,7 @@ class WorkerPayload:
             pool_warnings=tuple(data["pool_warnings"]),
             confirmations={key_of(e["key"]): str(e["why"]) for e in data["confirmations"]},
             second_starts=tuple(key_of(k) for k in data["second_starts"]),
+            tests={key_of(e["key"]): int(e["tests"]) for e in data.get("tests", [])},
+            cut={key_of(e["key"]): (int(e["rounds"]), int(e["planned"])) for e in data.get("cut", [])},
+            partial=tuple(Measurement.from_dict(m) for m in data.get("partial", [])),
         )

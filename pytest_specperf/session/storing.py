@@ -5,11 +5,14 @@ handed in its results), else the one pytest process. `--specperf-update` starts 
 run is the new normal"), `--specperf-record` appends to the current one. A run is left out when a
 test of it errored, its baseline is INCOMPARABLE (record only), a request failed or a sanity check
 warned (`unfit_to_store`: `not_stored` says why; `--specperf-update-force` stores it anyway). A
+session cut short (Ctrl-C, SIGTERM, a time limit) stores the keys whose measurement completed and
+whose every check ran, by the same rules, and holds back the others, named with why (`held`). A
 REGRESSION or SUSPECT night is stored, marked (`status_of`): it counts in neither the level nor the
 spread, but change points see it. A stored run is one server start. A store that cannot be written
 makes the row ERROR (one line) and the session fail: a nightly job must not go green while its
-history silently stops growing. The night is not lost: its runs are kept in a file beside the run
-directory (store/unstored.py), which `specperf store FILE` appends once the store is fixed.
+history silently stops growing. The night is not lost: its runs are kept in a file beside the store, or
+in the user's cache folder when that cannot be written (store/unstored.py `kept_paths`), which lasts
+beyond later sessions, and `specperf store FILE` appends it once the store is fixed.
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ class Recorder:
         updating: bool,
         forced: bool,
         progress: Callable[[str], None] | None = None,
-        unstored_path: Path | None = None,
+        unstored_paths: Sequence[Path] = (),
     ) -> None:
         self.store = store
-        self.unstored_path = unstored_path
+        #: where to keep the runs the store fails, in the order tried (store/unstored.py `kept_paths`)
+        self.unstored_paths = tuple(unstored_paths)
         self.session_id = session_id
         self.history = history
         self.suite_dir = suite_dir
@@ -80,6 +84,8 @@ class Recorder:
         self.progress = progress
         self.saved: dict[MeasurementKey, SaveResult] = {}
         self.not_stored: dict[MeasurementKey, str] = {}
+        #: the keys a session cut short left out whatever `--specperf-update-force` says, and why
+        self.held: dict[MeasurementKey, str] = {}
         self.failed = False
         self.warnings: list[str] = []
         #: every run tonight meant to store, as built: kept in a file when the store fails them
@@ -96,18 +102,34 @@ class Recorder:
             self._say(line)
 
     def store_all(
-        self, measurements: Mapping[MeasurementKey, Measurement], outcomes: Outcomes, baselines: Baselines
+        self,
+        measurements: Mapping[MeasurementKey, Measurement],
+        outcomes: Outcomes,
+        baselines: Baselines,
+        held: Mapping[MeasurementKey, str] | None = None,
+        rows: Mapping[MeasurementKey, Verdict] | None = None,
     ) -> None:
-        """Append the session's measurements to their histories, after all their checks ran."""
+        """Append the session's measurements to their histories, after all their checks ran; `held`
+        names the ones a session cut short must leave out, and why (`--specperf-update-force` does not
+        store those: their checks never ran, or their rounds are not all there). `rows` is the verdict
+        each key's row of the report shows: a run is marked by it as well as by its tests', so the
+        history (and the dashboard that reads it) says what the summary said of the night; a reference
+        no test checks is SUSPECT in the table and must not be stored as accepted."""
+        held = held or {}
+        self.held.update(held)
+        self.not_stored.update(held)
         for key in measurements:  # the report compares with the history as it was before tonight
             baselines.readable(key)
         for key, measurement in sorted(measurements.items(), key=lambda kv: kv[0].label):
+            if key in held:
+                continue
             verdicts = outcomes.of(key)
             reason = None if self.forced else unfit_to_store(measurement, verdicts, updating=self.updating)
             if reason is not None:
                 self.not_stored[key] = reason
                 continue
-            status = status_of(verdicts, updating=self.updating)
+            row = (rows or {}).get(key)
+            status = status_of([*verdicts, *([row] if row is not None else [])], updating=self.updating)
             runs = [
                 PendingRun(
                     new_run(
@@ -155,15 +177,22 @@ class Recorder:
         self.failure = self.failure or reason
 
     def _keep_pending(self) -> None:
-        """Keep every run tonight meant to store in a file, so that `specperf store` can append them later."""
-        if self.unstored_path is None or not self.pending:
+        """Keep every run tonight meant to store in a file, so that `specperf store` can append them later:
+        in the first of `unstored_paths` that can be written (a store's folder that refused the runs may
+        refuse this file too)."""
+        if not self.unstored_paths or not self.pending:
             return
-        try:
-            write_unstored(self.unstored_path, Unstored(self.store.location, self.history, tuple(self.pending)))
-        except OSError as exc:  # the same full disk, say: the message says the night is lost, and why
-            self.failure = f"{self.failure}; keeping its runs in {self.unstored_path} failed too ({exc.strerror})"
+        unstored = Unstored(self.store.location, self.history, tuple(self.pending))
+        refused = []
+        for path in self.unstored_paths:
+            try:
+                write_unstored(path, unstored)
+            except OSError as exc:  # the same full disk, say: the next place, else the night is lost, and why
+                refused.append(f"{path} ({exc.strerror or exc})")
+                continue
+            self.kept_in = path
             return
-        self.kept_in = self.unstored_path
+        self.failure = f"{self.failure}; keeping its runs failed too: {'; '.join(refused)}"
 
     def failure_line(self) -> str | None:
         """The session's last line when the store failed: what, why, and how the night is stored later."""
@@ -171,16 +200,12 @@ class Recorder:
             return None
         line = f"pytest-specperf: tonight's runs were NOT stored: {self.failure}"
         if self.kept_in is not None:
+            verb = "is" if len(self.pending) == 1 else "are"
             line += (
-                f"; the {runs_word(self.pending)} are kept in {self.kept_in}: once the store is fixed, "
-                f"`specperf store {self.kept_in}` stores them"
+                f"; the {runs_word(self.pending)} {verb} kept in {self.kept_in} (it outlasts later sessions): "
+                f"once the store is fixed, `specperf store {self.kept_in}` stores {'it' if verb == 'is' else 'them'}"
             )
         return line
-
-    def interrupted(self, measurements: Mapping[MeasurementKey, Measurement]) -> None:
-        """An interrupted session stores nothing: its tests' checks did not all run."""
-        for key in measurements:
-            self.not_stored[key] = "the session was interrupted before every check ran"
 
     def _say(self, line: str) -> None:
         if self.progress:

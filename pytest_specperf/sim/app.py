@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             deterministic=config.deterministic,
             night=config.sim.night,
             night_noise=config.sim.night_noise,
+            node_swing=config.sim.node_swing,
+            node_seed=config.sim.node_seed,
+            eager=config.sim.eager,
+            warmup_ramp=config.sim.warmup_ramp,
         )
     )
     if config.sim.run_jitter or config.sim.round_jitter or config.sim.night is not None:

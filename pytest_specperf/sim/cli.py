@@ -8,12 +8,12 @@ the simulator first, in seconds.
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 from dataclasses import dataclass, field
 
 from .nights import NightNoise
 from .nodes import SINGLE_NODE, Nodes
+from .noise_flags import add_night_flags, session_noise_problems
 from .profile import DEFAULT_PROFILE, Profile, ProfileError, SpecConfig
 from .profile_files import load_profile
 from .sglang_flags import FlagTable, ambiguous_message, load_flag_file, parse_flag_lines, sglang_flags
@@ -67,6 +67,11 @@ class SimOptions:
     #: --sim-night and the night-shape flags: the start's speed from sim/nights.py (None: the plain draw)
     night: int | None = None
     night_noise: NightNoise = field(default_factory=NightNoise)
+    #: the node's speed shared by a session's servers, eager-mode round spread, a warm-up ramp (sim/nights.py)
+    node_swing: float = 0.0
+    node_seed: int = 0
+    eager: bool = False
+    warmup_ramp: float = 0.0
     #: the SGLang release the simulator reports (its contract stays 0.5.23's): to test version warnings
     sglang_version: str = "0.5.23"
 
@@ -177,50 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="which server start this is, for --sim-run-jitter and --sim-round-jitter only (acceptance keeps "
         "following --sim-seed): a night given its own N is reproducible; default: the port",
     )
-    sim.add_argument(
-        "--sim-night",
-        type=int,
-        metavar="N",
-        help="which night this start belongs to: the start's speed then comes from the night shapes below "
-        "(sim/nights.py) with --sim-run-jitter as their spread; without it and them, the plain draw",
-    )
-    sim.add_argument(
-        "--sim-run-jitter-df",
-        type=float,
-        default=math.inf,
-        metavar="DF",
-        help="heavy tails: start offsets from a Student t with DF degrees of freedom (> 2)",
-    )
-    sim.add_argument(
-        "--sim-night-rho",
-        type=float,
-        default=0.0,
-        metavar="R",
-        help="nights' offsets AR(1)-correlated at R; a night's starts share it",
-    )
-    sim.add_argument(
-        "--sim-pool-share",
-        type=float,
-        default=0.0,
-        metavar="P",
-        help="a mixed node pool: a start lands on the slow pool with probability P",
-    )
-    sim.add_argument(
-        "--sim-pool-slowdown",
-        type=float,
-        default=0.0,
-        metavar="F",
-        help="how much slower the slow pool is (0.12 = 12%%)",
-    )
-    sim.add_argument(
-        "--sim-drift-per-night",
-        type=float,
-        default=0.0,
-        metavar="D",
-        help="a slow drift: log speed change per night (-0.003 = -0.3%% a night)",
-    )
-    sim.add_argument("--sim-step-at-night", type=int, metavar="N", help="a level shift from night N on")
-    sim.add_argument("--sim-step", type=float, default=0.0, metavar="F", help="its size (-0.1 = 10%% slower)")
+    add_night_flags(sim)
     sim.add_argument(
         "--sim-batch-acceptance",
         type=float,
@@ -404,6 +366,8 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
     ):
         if not 0.0 <= value <= 0.5:
             raise SimConfigError(f"{flag} must be a CV in [0, 0.5] (0.02 = 2%; got {value})")
+    if problems := session_noise_problems(args):
+        raise SimConfigError("; ".join(problems))
     for flag, count in (
         ("--sim-exit-after-requests", args.sim_exit_after_requests),
         ("--sim-stop-after-requests", args.sim_stop_after_requests),
@@ -448,6 +412,10 @@ def _sim_options(args: argparse.Namespace) -> SimOptions:
         sglang_version=args.sim_sglang_version,
         night=args.sim_night,
         night_noise=noise,
+        node_swing=args.sim_node_swing,
+        node_seed=args.sim_node_seed,
+        eager=args.sim_eager,
+        warmup_ramp=args.sim_warmup_ramp,
     )
 
 

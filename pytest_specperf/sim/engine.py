@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .nights import NightNoise
+from .nights import NightNoise, node_speed, round_cv, warmup_factor
 from .profile import Profile, SpecConfig
 from .text import EOS_TOKEN_ID, OutputTokens, SimPrompt, render
 
@@ -176,6 +176,13 @@ class EngineSettings:
     #: --sim-night: the start's speed from sim/nights.py (night shapes) instead of the plain run-jitter draw
     night: int | None = None
     night_noise: NightNoise = field(default_factory=NightNoise)
+    #: --sim-node-swing / --sim-node-seed: the node's speed, shared by every server of a session (sim/nights.py)
+    node_swing: float = 0.0
+    node_seed: int = 0
+    #: --sim-eager: the round spread of eager mode (no CUDA graphs), falling with the batch (sim/nights.py)
+    eager: bool = False
+    #: --sim-warmup-ramp: how much slower the first round runs at concurrency 8 and more
+    warmup_ramp: float = 0.0
     #: --enable-deterministic-inference: only then does a request's sampling_seed fix what it samples
     #: (SGLang builds its per-request seeds only in deterministic mode: sampling_batch_info.py)
     deterministic: bool = False
@@ -205,7 +212,10 @@ class Engine:
             self.run_factor = self._speed_factor(settings.run_jitter)
         else:  # a slower start's steps take longer: the factor multiplies step times
             self.run_factor = 1.0 / settings.night_noise.speed(settings.seed, settings.night, settings.start_seed)
+        self.run_factor /= node_speed(settings.node_swing, settings.node_seed, settings.night or 0)
         self.round_factor = 1.0
+        self._flushes = 0  # rounds so far: the warm-up ramp decays over them
+        self._batch = 1  # the largest batch of the round so far: eager spread averages over it
 
     def _speed_factor(self, cv: float) -> float:
         """A log-normal multiplier of step times with CV ~`cv` (1.0 when 0): always positive."""
@@ -248,7 +258,9 @@ class Engine:
                 return False
             self._cache.clear()
             self.counters.reset_spec()
-            self.round_factor = self._speed_factor(self.settings.round_jitter)  # the plugin flushes per round
+            cv = max(self.settings.round_jitter, round_cv(True, self._batch) if self.settings.eager else 0.0)
+            self.round_factor = self._speed_factor(cv)  # the plugin flushes per round
+            self._flushes, self._batch = self._flushes + 1, 1
             return True
 
     def snapshot(self) -> Snapshot:
@@ -350,7 +362,9 @@ class Engine:
         """Sleep to the end of a step that starts where the previous one ended (absolute deadlines)."""
         now = time.perf_counter()
         start = now if self._deadline is None or now - self._deadline > _MAX_LAG_S else self._deadline
-        factor = self.run_factor * self.round_factor
+        self._batch = max(self._batch, len(self._running))
+        ramp = warmup_factor(self._flushes - 1, len(self._running), ramp=self.settings.warmup_ramp)
+        factor = self.run_factor * self.round_factor / ramp
         self._deadline = start + cost_ms * factor * self.settings.time_scale / 1000.0
         delay = self._deadline - time.perf_counter()
         if delay > 0:

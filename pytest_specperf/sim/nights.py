@@ -15,7 +15,20 @@ A start's throughput factor is exp(offset + level + pool):
 * pool: with probability `pool_share` a start lands on a pool `pool_slowdown` slower (0.12 = 12%).
 
 Every draw is a pure function of (seed, night, start): a night is reproducible, a second start
-differs. Pure: no I/O.
+differs.
+
+Besides a start's own speed, real nights had noise that every server of a session shares, or that
+depends on how the engine runs (`node_speed`, `warmup_factor`, `round_cv`):
+
+* the node: on shared CPU runners the machine's speed moved x3 from one night to the next, the same
+  for the reference and the speculative servers of the session (`node_speed`: log-normal with
+  `node_swing` as its SD, clipped at x3 either way, a function of (node seed, night) only);
+* a warm-up ramp at high concurrency: at concurrency 8, two warm-up requests never formed a batch of 8
+  and the rounds climbed 1017 -> 1281 -> 1686 tok/s (`warmup_factor`);
+* round spread by engine mode: eager mode on a small model read a 19% round CV at concurrency 1
+  (per-step CPU overhead dominates), graphs a few percent (`round_cv`).
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -85,6 +98,38 @@ class NightNoise:
             return rng.gauss(0.0, 1.0)
         chi2 = rng.gammavariate(self.df / 2.0, 2.0)
         return rng.gauss(0.0, 1.0) / math.sqrt(chi2 / self.df) / math.sqrt(self.df / (self.df - 2.0))
+
+
+#: The node's speed never moves beyond this factor either way (x3: the SGLang CPU nights' extreme).
+NODE_LIMIT = 3.0
+#: Round CV by engine mode at concurrency 1: eager (no CUDA graphs, per-step CPU overhead) and graphs.
+EAGER_ROUND_CV = 0.19
+GRAPH_ROUND_CV = 0.02
+
+
+def node_speed(node_swing: float, node_seed: int, night: int) -> float:
+    """The node's speed factor on `night`, shared by every server of the session: log-normal with SD
+    `node_swing`, clipped at `NODE_LIMIT` either way; 1.0 without a swing."""
+    if node_swing <= 0.0:
+        return 1.0
+    draw = node_swing * _rng(node_seed, night, 0, "node").gauss(0.0, 1.0)
+    limit = math.log(NODE_LIMIT)
+    return math.exp(max(-limit, min(limit, draw)))
+
+
+def warmup_factor(round_index: int, concurrency: int, *, ramp: float = 0.4, rounds: float = 1.0) -> float:
+    """The speed of round `round_index` (0 first) relative to a warm server: at concurrency 8 and more
+    the first rounds run slower, by `ramp` at round 0, decaying with `rounds` as its time constant; no
+    ramp below concurrency 8 (a few warm-up requests fill a small batch)."""
+    if concurrency < 8 or ramp <= 0.0:
+        return 1.0
+    return 1.0 - ramp * math.exp(-round_index / rounds)
+
+
+def round_cv(eager: bool, concurrency: int) -> float:
+    """The round-to-round CV of an engine mode at a concurrency: per-step overhead averages out over
+    a batch, so it falls with the square root of the concurrency."""
+    return (EAGER_ROUND_CV if eager else GRAPH_ROUND_CV) / math.sqrt(max(1, concurrency))
 
 
 def _rng(seed: int, night: int, start: int, what: str) -> random.Random:

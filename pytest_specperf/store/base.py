@@ -8,8 +8,8 @@ unreachable remote must fail here, before any server starts, not after an hour o
 `publish` after the last append (commit and push, merging with what other jobs pushed meanwhile).
 `close` releases what `prepare` set up.
 
-Every backend keeps the same documents (store/records.py) in the same layout (store/file.py), in
-a local directory, `root`, once prepared: pytest-xdist workers read that directory.
+The folder and git backends keep the same documents (store/compact.py) in the same layout
+(store/file.py), in a local directory, `root`, once prepared: pytest-xdist workers read that directory.
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ class Store(Protocol):
         """Make the histories readable (fetch them); lines for the user that say what was done.
 
         Called once per session before any history is read, before any server starts."""
+        ...
+
+    def check_writable(self) -> None:
+        """StoreError (one line: where, why, the fix) when this session's runs could not be stored.
+
+        Called once, after `prepare`, by a session that will record, before any server starts: a store
+        that cannot be written must be found before the night is measured, not after."""
         ...
 
     def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:

@@ -136,6 +136,14 @@ class GitStore:
             raise
         return []
 
+    def check_writable(self) -> None:
+        """The folder the runs are appended in (the work tree, or `offline_store` when the remote cannot be
+        reached) can be written. Whether the branch may be pushed to is known only by pushing: a refused
+        push keeps the runs committed in the work tree and says so (`publish`)."""
+        self.prepare()
+        if not self._follower:
+            self._files.check_writable()
+
     def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:
         self.prepare()
         return self._files.load(key, simulated=simulated)
@@ -143,6 +151,11 @@ class GitStore:
     def entries(self) -> list[StoredBaseline]:
         self.prepare()
         return self._files.entries()
+
+    def histories_of(self, server: str = "", workload: str = "") -> list[StoredBaseline]:
+        """`FileStore.histories_of` in the fetched branch."""
+        self.prepare()
+        return self._files.histories_of(server, workload)
 
     def _outside_runner(self) -> Git:
         """git where the remote is known: the suite's repository for `origin`, anywhere for a URL."""
@@ -241,16 +254,42 @@ class GitStore:
         return result
 
     def publish(self) -> list[str]:
-        """Commit and push the appended runs; on another job's push first, merge runs and push again."""
+        """Commit and push the appended runs; on another job's push first, merge runs and push again.
+        The lines also say when the first append converted the branch's histories (`FileStore.migrate`)."""
+        notes = self._said(self._files.notes())
         if self._follower or not self._appended:
-            return []
+            return notes
         count = f"{len(self._appended)} run{'s' if len(self._appended) != 1 else ''}"
         pushed = self._push(lambda: None, self._message, count)
         if pushed is None:
-            return [f"{self.location}: the {count} were on the branch already (an earlier push reached it)"]
+            return [*notes, f"{self.location}: the {count} were on the branch already (an earlier push reached it)"]
         commit, attempt = pushed
         again = f", after {attempt - 1} push(es) by other jobs came first (their runs are kept)"
-        return [f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
+        return [*notes, f"{self.location}: pushed {count} as commit {commit[:7]}" + (again if attempt > 1 else "")]
+
+    def _said(self, lines: list[str]) -> list[str]:
+        """The work tree's lines as the store's: named by the branch, not by a temporary folder."""
+        where = self._files.location
+        return [f"{self.location}{line[len(where) :]}" if line.startswith(where) else line for line in lines]
+
+    def migrate(self) -> list[str]:
+        """Convert the branch's histories to the append-only layout (`FileStore.migrate`) and push that at
+        once, never forced; when another job pushed first, the conversion is made again on top of it."""
+        self.prepare()
+        if self._offline:
+            raise StoreError(f"{self.location}: the remote cannot be reached; nothing was converted")
+        said: list[str] = []
+
+        def apply() -> None:
+            said[:] = self._said(self._files.migrate())
+
+        message = "specperf: convert the histories to the append-only layout\n"
+        pushed = self._push(apply, lambda: message, "conversion")
+        if pushed is None:
+            return [f"{self.location}: nothing to convert (every history is in the append-only layout)"]
+        commit, attempt = pushed
+        again = f", after {attempt - 1} push(es) by other jobs came first" if attempt > 1 else ""
+        return [*said, f"{self.location}: pushed the conversion as commit {commit[:7]}{again}"]
 
     def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
         """Accept a history from its run `first` on (`FileStore.accept`) and push it at once, never forced:

@@ -1,7 +1,9 @@
-"""Stored baselines: one reviewable JSON file per (server, workload, concurrency), holding a history.
+"""Stored baselines: the records of a history (runs, summaries, provenance), and the older layout.
 
-This module is what every backend keeps (store/file.py in a directory, store/git.py on a branch, in
-the same layout) and how one file is read and written, independent of where it lives.
+The records here (`StoredRun`, `StoredBaseline`) are what every backend gives the verdict. Since
+layout 3 a history is kept append-only, one line per run (store/compact.py); what follows describes
+the layout before it (schema_version 1 and 2, one JSON file per key rewritten every night), which is
+still read as it is and converted by the first write (store/file.py `migrate`).
 
 Layout under the store directory (`store = ".specperf"` in the config)::
 
@@ -58,9 +60,12 @@ from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
 
 SCHEMA_VERSION = 2
-#: Nights a history keeps when the config does not say (`history`): the verdict's spread rests on
-#: up to 90 accepted runs (verdict/level.py SPREAD_RUNS).
-DEFAULT_HISTORY = 90
+#: Nights a history keeps when the config does not say (`history`): 0, every night (a store keeps
+#: years; the verdict reads the window it needs, `VERDICT_NIGHTS`). N > 0 is a retention.
+DEFAULT_HISTORY = 0
+#: Nights of a history the verdict reads (store/file.py `verdict_window`): its spread rests on up to
+#: 90 accepted runs (verdict/level.py SPREAD_RUNS), its level on the first `LEVEL_RUNS` of the segment.
+VERDICT_NIGHTS = 90
 #: Accepted runs of the current segment a trimmed history keeps however old (`kept_runs`): the runs
 #: the level rests on (verdict/level.py).
 LEVEL_RUNS = 30
@@ -314,7 +319,8 @@ def read_baseline(path: Path) -> StoredBaseline:
 
     The summary is recomputed from the rounds: the stored one is for reviewers, and a hand
     edit to it must not change what the plugin compares against. A schema-1 file (one baseline,
-    no history) reads as a history of one run in segment 0.
+    no history) reads as a history of one run in segment 0. A layout-3 history (``.jsonl``) is read by
+    `store.compact.read_history`, with the fingerprints of the store it is in.
     """
     data = _read_json(path)
     version = _check_header(path, data)

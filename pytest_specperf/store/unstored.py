@@ -4,20 +4,50 @@ A night of GPU time must not be lost because the store could not be written at i
 a read-only mount, a push the token may not make). The runs are kept exactly as they would have been
 stored, each with its run id, segment start and status, so appending them later gives the history the
 store would have had; a run the history already holds (an earlier, partial attempt) is not added twice.
+
+Where the file is kept matters as much as what it holds: pytest's temporary folder keeps only its last
+three sessions, so a file there is gone after three more runs. It is kept beside the store instead, in
+`<store>/unstored/<date>-<session>/runs.json` for a folder store (one level deeper than a history, so no
+listing of the store reads it as one), else, and for a git store (whose work tree is a temporary clone),
+in the user's cache folder, `$XDG_CACHE_HOME/pytest-specperf/unstored/` (`~/.cache/...` by default),
+which outlives every session and is writable when the store's own folder is not (`kept_paths`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import StoreError
 from pytest_specperf.jsonfile import atomic_write, read_json_object
 from pytest_specperf.store.records import StoredRun, dumps, read_run
 
 KIND = "pytest-specperf-unstored-runs"
 SCHEMA_VERSION = 1
+#: The folder of kept runs, in a folder store and in the user's cache folder.
+UNSTORED_DIR = "unstored"
+#: The file of one session's kept runs, in a folder of its own (`<date>-<session>`).
+RUNS_FILE = "runs.json"
+
+
+def user_cache_dir() -> Path:
+    """The plugin's folder in the user's cache (XDG): lasting, per user, writable where a home is."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pytest-specperf"
+
+
+def kept_paths(location: StoreLocation, session: str, day: date | None = None) -> list[Path]:
+    """Where a session keeps the runs it could not store, in the order tried: beside a folder store
+    (`<store>/unstored/<day>-<session>/runs.json`), then the user's cache folder; a git store has only
+    the latter. The folder names the day (UTC, so a listing sorts by night) and the session (so sessions
+    never overwrite each other)."""
+    folder = f"{(day or datetime.now(UTC).date()).isoformat()}-{session}"
+    beside = [location.path / UNSTORED_DIR / folder / RUNS_FILE] if location.path is not None else []
+    return [*beside, user_cache_dir() / UNSTORED_DIR / folder / RUNS_FILE]
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,23 @@ class AcceptanceFit:
             for v, s in zip(m, sd, strict=True)
         ]
 
+    @property
+    def by_position(self) -> np.ndarray:
+        """Acceptance by draft position (docs/metrics.md) of the fitted chain: per position i the share of
+        verify steps that accept at least i drafts, q_1 ... q_i. The q_i are the model's conditional rates;
+        this is the figure a report shows for a measured chain of the group, under the same label."""
+        return np.cumprod(self.rates)
+
+    def by_position_intervals(self, draws: int = 4000, seed: int = 0) -> list[tuple[float, float, float]]:
+        """Per position: (share, low, high), a 90% interval from the Laplace approximation's draws (seeded,
+        so a document is the same for the same fit)."""
+        theta = self.sample(np.random.default_rng(seed), draws)[:, : self.positions]
+        low, high = np.quantile(np.cumprod(_sigmoid(theta), axis=1), [0.05, 0.95], axis=0)
+        return [
+            (float(v), float(min(lo, v)), float(max(hi, v)))
+            for v, lo, hi in zip(self.by_position, low, high, strict=True)
+        ]
+
     def tokens_per_verify(self, depth: int, width: float) -> float:
         return float(tokens_per_verify(self.mean[None, :], self.positions, depth, width)[0])
 

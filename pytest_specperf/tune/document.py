@@ -133,6 +133,7 @@ def _model(result: TuneResult) -> dict[str, Any]:
             "group": group,
             "workload": workload,
             "configs": acc.observations,
+            "by_position": [{"value": v, "low": lo, "high": hi} for v, lo, hi in acc.by_position_intervals()],
             "rates": [{"value": v, "low": lo, "high": hi} for v, lo, hi in acc.rate_intervals()],
             "tree_gain": acc.gain,
         }

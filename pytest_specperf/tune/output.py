@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import engine_for
+from pytest_specperf.measure.records import POSITIONS_LABEL, POSITIONS_MEANING
 from pytest_specperf.redact import redact_args, redact_env, redact_text
 from pytest_specperf.report.terminal import pm, text_table
 from pytest_specperf.tune.cost import terms_for
@@ -59,7 +60,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     )
     source = engine_for(space.engine).acceptance_source
     out.append(
-        f"    acceptance per draft position from the servers' {source} (else their accept lengths), "
+        f"    {POSITIONS_LABEL} from the servers' {source} (else their accept lengths), "
         "per draft model and workload; topk > 1 through a fitted tree gain"
     )
     out.append(
@@ -234,10 +235,11 @@ def model_lines(result: TuneResult) -> list[str]:
     for (group, workload), acc in fc.acceptance.items():
         if not acc.observations:
             continue
-        rates = " ".join(f"{q:.2f}" for q in acc.rates)
+        shares = " ".join(f"{a:.2f}" for a in acc.by_position)
         where = f"{group}, {workload}" if len({g for g, _ in fc.acceptance}) > 1 else workload
         out.append(
-            f"  acceptance by draft position, {where}: {rates}; tree gain {acc.gain:.2f} ({acc.observations} configs)"
+            f"  {POSITIONS_LABEL}, {where} (a chain's, fitted: {POSITIONS_MEANING}): {shares}; "
+            f"tree gain {acc.gain:.2f} ({acc.observations} configs)"
         )
     return out
 

@@ -10,12 +10,14 @@ happen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
 from pytest_specperf.store.records import StoredBaseline
+from pytest_specperf.verdict.control import held_to, judge_speedup, reference_floor
 from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.explain import Explanation, explain, speedup_shortfall
 from pytest_specperf.verdict.history import MIN_RUNS, SpeedupSpread, speedup_estimate
@@ -215,7 +217,7 @@ def check_range(
 def check_positions(result: Measurement, floors: Sequence[float], *, strict: bool = False) -> CheckResult:
     """Is the acceptance at each draft position credibly at least its floor? One sample per round (a
     round's verify steps pooled), as vLLM's per-position test asks, but judged with an interval."""
-    shares = [s for r in result.rounds if (s := r.position_shares) is not None]
+    shares = result.round_position_shares()
     if not shares:
         return CheckResult(
             "accept_per_position",
@@ -234,11 +236,28 @@ def check_positions(result: Measurement, floors: Sequence[float], *, strict: boo
     return CheckResult("accept_per_position", decision, message)
 
 
-def check_lossless(result: Measurement, reference: Measurement | None, required: float = 1.0) -> CheckResult:
-    """At temperature 0, speculation must not change outputs: at least `required` of them equal the
-    reference server's for the same prompt in the same round slot; the first mismatch is shown."""
-    if reference is None:
-        return CheckResult("lossless", Decision.MISSED, "lossless: no reference measurement to compare with")
+@dataclass(frozen=True)
+class LosslessMatch:
+    """How many outputs equal the reference server's for the same prompt in the same round slot: the
+    lossless check's figure, reported whether the check passes or not (and where no test checks it)."""
+
+    equal: int
+    compared: int
+    #: where the first differing output leaves the reference's, None when every output is equal
+    first_mismatch: str | None = None
+
+    @property
+    def share(self) -> float:
+        return self.equal / self.compared
+
+    def __str__(self) -> str:
+        """'48 of 48 outputs (100.0%) equal the reference's'."""
+        return f"{self.equal} of {self.compared} outputs ({self.share:.1%}) equal the reference's"
+
+
+def lossless_match(result: Measurement, reference: Measurement) -> LosslessMatch | None:
+    """Each successful output against the reference's for the same prompt in the same round slot; None
+    when no pair of successful requests exists."""
     expected = {(r.index, rec.index): rec for r in reference.rounds for rec in r.records if rec.ok}
     pairs = [
         (r.index, rec, expected[(r.index, rec.index)])
@@ -247,17 +266,28 @@ def check_lossless(result: Measurement, reference: Measurement | None, required:
         if rec.ok and (r.index, rec.index) in expected
     ]
     if not pairs:
-        return CheckResult("lossless", Decision.MISSED, "lossless: no successful request pairs to compare")
+        return None
     mismatches = [(i, ours, theirs) for i, ours, theirs in pairs if ours.output_hash != theirs.output_hash]
-    rate = 1 - len(mismatches) / len(pairs)
-    decision = Decision.MET if rate >= required else Decision.MISSED
+    first = _first_divergence(*mismatches[0]) if mismatches else None
+    return LosslessMatch(len(pairs) - len(mismatches), len(pairs), first)
+
+
+def check_lossless(result: Measurement, reference: Measurement | None, required: float = 1.0) -> CheckResult:
+    """At temperature 0, speculation must not change outputs: at least `required` of them equal the
+    reference server's for the same prompt in the same round slot; the first mismatch is shown."""
+    if reference is None:
+        return CheckResult("lossless", Decision.MISSED, "lossless: no reference measurement to compare with")
+    match = lossless_match(result, reference)
+    if match is None:
+        return CheckResult("lossless", Decision.MISSED, "lossless: no successful request pairs to compare")
+    decision = Decision.MET if match.share >= required else Decision.MISSED
     message = (
-        f"lossless: {len(pairs) - len(mismatches)} of {len(pairs)} outputs ({rate:.1%}) equal the reference "
+        f"lossless: {match.equal} of {match.compared} outputs ({match.share:.1%}) equal the reference "
         f"server's ({reference.key.server}) output for the same prompt; required {required:.0%}"
     )
-    if mismatches:
-        message += "; " + _first_divergence(*mismatches[0])
-    return CheckResult("lossless", decision, message, Estimate.exact(rate))
+    if match.first_mismatch is not None:
+        message += "; " + match.first_mismatch
+    return CheckResult("lossless", decision, message, Estimate.exact(match.share))
 
 
 def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestRecord) -> str:
@@ -288,6 +318,7 @@ class Limits:
     rounds: int = 5
     run_to_run_cv: float = 0.02
     run_to_run_cv_accept_length: float = 0.005
+    gate: str = "speedup"  # a speculative key is held to its speedup or its throughput (verdict/control.py)
 
     @classmethod
     def of(cls, config: SpecperfConfig, workload: str, marker: SpecperfMarker | None = None) -> Limits:
@@ -304,6 +335,7 @@ class Limits:
             rounds=config.rounds,
             run_to_run_cv=config.run_to_run_cv,
             run_to_run_cv_accept_length=config.run_to_run_cv_accept_length,
+            gate=config.gate,
         )
 
     @classmethod
@@ -329,6 +361,28 @@ class Limits:
 JUDGED_METRICS = ("output_throughput", "accept_length")
 #: How a person makes a change the level: the two acts that move it (verdict/level.py).
 REPORTED_METRICS = ("mean_tpot_ms", "speedup")
+
+
+def accept_length_only(marker: SpecperfMarker | None) -> bool:
+    """The marker checks the accept length and nothing else a throughput history could answer for: an
+    `accept_length` range, acceptance by draft position or their tolerance, and no speedup, throughput
+    or latency bound, throughput tolerance or lossless check (docs/verdicts.md, "A test of the accept
+    length"). Such a test is judged on the accept length's history, not on the throughput's: its row
+    still shows the throughput's verdict, from the key's own evaluation (report/analysis.py)."""
+    if marker is None:
+        return False
+    about_length = (
+        "accept_length" in marker.ranges
+        or marker.accept_per_position is not None
+        or marker.max_regression_accept_length is not None
+    )
+    about_more = (
+        marker.min_speedup is not None
+        or bool(set(marker.ranges) - {"accept_length"})
+        or marker.max_regression is not None
+        or marker.lossless is not None
+    )
+    return about_length and not about_more
 
 
 def _workload_error_rate(config: SpecperfConfig, workload: str) -> float:
@@ -390,7 +444,30 @@ def evaluate(
             checks.append(check_lossless(result, reference, marker.lossless))
     if baseline is not None and not updating:
         evaluation.drift = drift(baseline, result)
-        if evaluation.drift is None or evaluation.drift.comparable:
+        if (evaluation.drift is None or evaluation.drift.comparable) and accept_length_only(marker):
+            check = check_regression(
+                result,
+                baseline,
+                "accept_length",
+                limits.tolerance("accept_length"),
+                strict=strict,
+                searches=searches,
+                rounds=limits.rounds,
+            )
+            checks.extend([check] if check is not None else [])
+            evaluation.changes += night_changes(result, "accept_length", check, baseline) if check else []
+        elif evaluation.drift is None or evaluation.drift.comparable:
+            control = judge_speedup(
+                result,
+                reference,
+                baseline,
+                reference_baseline,
+                limits.tolerance("output_throughput"),
+                strict=strict,
+                searches=searches,
+                rounds=limits.rounds,
+            )
+            checks.extend([control.check] if control is not None else [])
             for metric in JUDGED_METRICS:
                 check = check_regression(
                     result,
@@ -400,8 +477,10 @@ def evaluate(
                     strict=strict,
                     searches=searches,
                     rounds=limits.rounds,
+                    floors=_floors(result, reference, reference_baseline, limits) if metric != "accept_length" else (),
                 )
                 if check is not None:
+                    check = held_to(check, control, limits.gate) if metric == "output_throughput" else check
                     checks.append(check)
                     evaluation.changes += night_changes(result, metric, check, baseline)
             evaluation.changes += history_changes(
@@ -412,7 +491,9 @@ def evaluate(
                 reference_baseline=reference_baseline,
                 searches=searches,
             )
-            evaluation.explanation = explanation_of(evaluation, result, baseline, reference, reference_baseline)
+            evaluation.explanation = explanation_of(
+                evaluation, result, baseline, reference, reference_baseline, limits.max_regression
+            )
     return evaluation
 
 
@@ -422,10 +503,13 @@ def explanation_of(
     baseline: StoredBaseline,
     reference: Measurement | None,
     reference_baseline: StoredBaseline | None,
+    tolerance: float | None = None,
 ) -> Explanation | None:
-    """Why the key moved, when a history check lies beyond its tolerance: tonight against the runs the
-    throughput level rests on, with the reference's runs of the same sessions beside them."""
-    beyond = [c for c in evaluation.checks if c.name.startswith("regression:") and c.beyond]
+    """Why the key moved, when a history check lies beyond its tolerance (or its estimate does, by more
+    than `tolerance`: a check the gate reports beside the speedup's, or one whose assumed spread the
+    reference's movement widened): tonight against the runs the throughput level rests on, with the
+    reference's runs of the same sessions beside them."""
+    beyond = [c for c in evaluation.checks if c.name.startswith("regression:") and (c.beyond or _moved(c, tolerance))]
     throughput = next((c for c in evaluation.checks if c.name == "regression:output_throughput"), None)
     if not beyond or throughput is None or throughput.night is None or throughput.night.level is None:
         return None
@@ -439,8 +523,30 @@ def explanation_of(
     )
     environment = evaluation.drift.environment if evaluation.drift is not None else []
     return explain(
-        result, [r.measurement for r in level], reference=reference, reference_level=beside, drift=environment
+        result,
+        [r.measurement for r in level],
+        reference=reference,
+        reference_level=beside,
+        drift=environment,
+        verdict=throughput.night.comparison.ratio if throughput.night.comparison is not None else None,
     )
+
+
+def _floors(
+    result: Measurement, reference: Measurement | None, reference_baseline: StoredBaseline | None, limits: Limits
+) -> list[tuple[float, str]]:
+    """What tonight shows of a speculative key's start-to-start spread besides its rounds: with `gate =
+    "speedup"` the reference's movement (a node that moves is the noise of a shared pool); with
+    `gate = "throughput"` the suite holds the node's speed to account, and it is signal."""
+    return reference_floor(result, reference, reference_baseline) if limits.gate == "speedup" else []
+
+
+def _moved(check: CheckResult, tolerance: float | None) -> bool:
+    """The estimate of a history check's night lies beyond `tolerance` either way."""
+    night = check.night
+    if tolerance is None or night is None or night.comparison is None:
+        return False
+    return abs(math.log(night.comparison.ratio.value)) > -math.log(1.0 - tolerance)
 
 
 def comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:

@@ -13,8 +13,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_specperf.config.settings import DEFAULT_ENGINE
-from pytest_specperf.engines.base import engine_for
-from pytest_specperf.measure.fingerprint import UNSET, Fingerprint, command_words, launch_flags
+from pytest_specperf.engines.base import LikeForLike, engine_for
+from pytest_specperf.measure.fingerprint import (
+    IMAGE_ENTRY,
+    UNSET,
+    Fingerprint,
+    command_words,
+    image_digests,
+    launch_flags,
+)
+
+#: An engine that names nothing more than speculation as no difference.
+NO_RULES = LikeForLike()
 
 
 @dataclass(frozen=True)
@@ -54,13 +64,39 @@ class FingerprintDiff:
 def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
     names = sorted(set(old) | set(new))
     return [
-        Change(name, old.get(name, UNSET), new.get(name, UNSET))
+        _image_change(old.get(name, UNSET), new.get(name, UNSET))
+        if name == IMAGE_ENTRY
+        else Change(name, old.get(name, UNSET), new.get(name, UNSET))
         for name in names
         if old.get(name, UNSET) != new.get(name, UNSET)
     ]
 
 
-def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_keys: Sequence[str]) -> list[Change]:
+#: At most this many image variables are named in one drift line; the rest are counted.
+IMAGE_NAMES_SHOWN = 6
+
+
+def _image_change(old: str, new: str) -> Change:
+    """The image's variables as one line: "image variables changed (CUDA_VERSION, NVIDIA_REQUIRE_CUDA):
+    digest 3f9a0c1b → 77d2e0aa", naming those whose value differs, appeared or went."""
+    then, now = image_digests(old), image_digests(new)
+    names = sorted(n for n in set(then) | set(now) if then.get(n) != now.get(n))
+    shown = ", ".join(names[:IMAGE_NAMES_SHOWN]) + (
+        f" and {len(names) - IMAGE_NAMES_SHOWN} more" if len(names) > IMAGE_NAMES_SHOWN else ""
+    )
+
+    def digest(value: str) -> str:
+        return UNSET if value == UNSET else f"digest {value.split(maxsplit=1)[0][:8]}"
+
+    return Change(f"image variables changed ({shown})", digest(old), digest(new))
+
+
+def unlike_reference(
+    reference: Fingerprint,
+    current: Fingerprint,
+    speculation_keys: Sequence[str],
+    rules: LikeForLike = NO_RULES,
+) -> list[Change]:
     """What differs between a speedup's reference server and the speculative one, besides speculation.
 
     A speedup is meant to measure speculation alone; a different attention backend, dtype,
@@ -72,6 +108,8 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
     What a server runs can differ from what it was asked (SGLang falls back to `torch_native` when the
     asked backend cannot run here): where both servers report a setting, it is judged by what they
     ran, with the asked value shown beside it, and a flag whose effect both report alike is no difference.
+    The engine's `rules` name the rest that is no difference: what speculation forces, what the engine
+    picks when nobody asks, an `auto` that resolves to the same value, what cannot act on this device.
     """
 
     def view(fingerprint: Fingerprint) -> dict[str, str]:
@@ -79,6 +117,9 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
         args = flat.pop("args", UNSET)
         if not any(name.startswith("server.flag ") for name in flat):  # the server did not report its command
             flat.update({name: v for name, v in launch_flags(command_words(args)).items()})
+        for name, source in rules.resolved.items():  # `auto` is the value it stands for, where known
+            if flat.get(name) == "auto" and flat.get(source, UNSET) != UNSET:
+                flat[name] = flat[source]
         return flat
 
     old, new = view(reference), view(current)
@@ -90,8 +131,35 @@ def unlike_reference(reference: Fingerprint, current: Fingerprint, speculation_k
     ]
     # a flag whose effect is reported is judged by that effect: named once, by what ran, or not at all
     reported = (old.keys() & new.keys()) | {c.name for c in changes if _is_setting(c.name)}
-    judged = {c.name for c in changes if c.name.startswith("server.flag --") and _setting(c.name) in reported}
-    return [_with_asked(c, old, new) for c in changes if c.name not in judged]
+    judged = {c.name for c in changes if c.name.startswith("server.flag --") and _reported(c.name, reported, rules)}
+    device = (
+        reference.identity.get("device") if reference.identity.get("device") == current.identity.get("device") else None
+    )
+    return [
+        _with_asked(c, old, new)
+        for c in changes
+        if c.name not in judged and not _no_difference(c, old, new, rules, device)
+    ]
+
+
+def _reported(flag_entry: str, reported: set[str], rules: LikeForLike) -> bool:
+    """Whether the effect of a launch flag is among the settings the servers report."""
+    flag = flag_entry.removeprefix("server.flag ")
+    patterns = (_setting(flag_entry), *rules.effects.get(flag, ()))
+    return any(fnmatch.fnmatchcase(name, p) for name in reported for p in patterns)
+
+
+def _no_difference(
+    change: Change, old: Mapping[str, str], new: Mapping[str, str], rules: LikeForLike, device: str | None
+) -> bool:
+    """A difference the engine says does not act: it cannot act on this device, speculation forces it
+    (the speculative server did not ask for it), or the engine chose it on both sides unasked."""
+    if device is not None and any(fnmatch.fnmatchcase(change.name, p) for p in rules.inert.get(device, ())):
+        return True
+    flag = _asked_flag(change.name)
+    if rules.forced.get(change.name) == change.new and flag not in new:
+        return True
+    return change.name in rules.automatic and flag not in old and flag not in new
 
 
 def _is_setting(name: str) -> bool:
@@ -99,11 +167,16 @@ def _is_setting(name: str) -> bool:
     return name.startswith("server.") and not name.startswith("server.flag ")
 
 
+def _asked_flag(setting: str) -> str:
+    """`server.attention_backend` -> `server.flag --attention-backend`: the flag that asks for it."""
+    return "server.flag --" + setting.removeprefix("server.").replace("_", "-")
+
+
 def _with_asked(change: Change, old: Mapping[str, str], new: Mapping[str, str]) -> Change:
     """A reported setting's change with the asked value beside the one that ran, where they differ."""
     if not _is_setting(change.name):
         return change
-    flag = "server.flag --" + change.name.removeprefix("server.").replace("_", "-")
+    flag = _asked_flag(change.name)
 
     def shown(ran: str, asked: str | None) -> str:
         return ran if asked is None or asked == ran else f"{ran} (asked {asked})"
@@ -121,7 +194,7 @@ def speedup_differences(reference: Fingerprint | None, current: Fingerprint | No
     if reference is None or current is None:
         return []
     engine = engine_for(current.identity.get("engine", DEFAULT_ENGINE))
-    return unlike_reference(reference, current, engine.speculation_keys)
+    return unlike_reference(reference, current, engine.speculation_keys, engine.like_for_like)
 
 
 def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:

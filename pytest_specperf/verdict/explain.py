@@ -11,9 +11,13 @@ rounds already measured, with no extra start:
   not points at drafting;
 * where neither moved, the time to the first token (prefill, queueing) is what is left.
 
-Intervals are tonight's rounds against the per-run means of the runs the level rests on (round
-noise only: the verdict, not this split, accounts for start-to-start spread). A part is named as
-the cause only when its interval excludes no change and it carries at least half of the move.
+The size quoted is the verdict's own (tonight over the accepted level, verdict/nightly.py), and each
+part is measured the same way: tonight's geometric mean over the geometric mean of the level runs'
+means, its interval from tonight's rounds and the spread between those runs (a single run: its
+rounds). A part is named only when it carries at least half of the move across its whole interval;
+when none does and the level's own nights differ by more than the move, the sentence says the history
+is too noisy to tell instead of naming a part by elimination. A difference that changed the same way
+on the reference, whose plain decoding moved with this key, is named as a candidate cause.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.verdict.drift import Change
-from pytest_specperf.verdict.stats import Estimate, ratio_estimate
+from pytest_specperf.verdict.drift import Change, diff
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
 
 #: Fingerprint entries that can act on each part (fnmatch patterns): a difference among them is named.
 ACTS_ON = {
@@ -37,6 +42,7 @@ ACTS_ON = {
         "NVSHMEM_*",
         "CUDA_*",
         "NVIDIA_*",
+        "image variables*",
         "TORCH_*",
         "PYTORCH_*",
         "OMP_*",
@@ -48,10 +54,11 @@ ACTS_ON = {
     "prefill": ("server.*", "*.version", "*chunked*", "*prefill*"),
     "unclear": ("*",),  # no part stands out: any difference may be the one
 }
-#: Acceptance by draft position: the share of verify steps that accepted a draft at position 1, 2, ...
+#: Acceptance by draft position 1, 2, ...: the share of verify steps that accepted at least that many drafts
 Shares = tuple[float, ...]
-#: Runs a level needs before its runs' means (not their rounds) are what tonight is held against.
-MIN_LEVEL_RUNS = 3
+#: Runs a level needs before its runs' means (not their rounds) are what tonight is held against: with
+#: two, their spread is the only word on how far apart two nights fall.
+MIN_LEVEL_RUNS = 2
 #: A part must carry at least this share of the throughput's move (in log terms) to be named its cause.
 MAIN_SHARE = 0.5
 
@@ -70,6 +77,12 @@ class Explanation:
     causes: tuple[Change, ...] = ()
     #: acceptance by draft position at the level and tonight, where both are known
     positions: tuple[Shares, Shares] | None = None
+    #: how far apart the level's nights fall (highest over lowest throughput), when too far to tell a part
+    level_spread: float | None = None
+    #: differences that changed the same way on the reference, whose plain decoding moved with this key
+    candidates: tuple[Change, ...] = ()
+    #: how the reference's plain decoding moved, in words, when it names `candidates`
+    reference_moved: str | None = None
 
     def sentence(self) -> str:
         """One line in plain words, e.g. "-12.4%: the cycle is 13.9% [11.8%, 16.1%] slower and plain
@@ -79,11 +92,14 @@ class Explanation:
         if self.tau is not None and self.part != "accept_length":
             text += f" (τ {self.tau[0]:.2f} → {self.tau[1]:.2f})"
         if self.positions is not None and self.part == "accept_length":
-            then, now = self.positions
-            pairs = ", ".join(f"{a:.2f} → {b:.2f}" for a, b in zip(then, now, strict=False))
-            text += f"; by draft position: {pairs} (the largest drop at position {_largest_drop(then, now)})"
+            text += positions_text(*self.positions)
         if self.causes:
             text += "; changed since the level, and able to act on it: " + "; ".join(str(c) for c in self.causes)
+        if self.candidates:
+            text += (
+                f"; a candidate cause, changed on the reference too, whose plain decoding moved with it "
+                f"({self.reference_moved}): " + "; ".join(str(c) for c in self.candidates)
+            )
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,6 +122,8 @@ class Explanation:
             "reference_tpot": ratio(self.reference_tpot),
             "ttft": ratio(self.ttft),
             "causes": [{"name": c.name, "old": c.old, "new": c.new} for c in self.causes],
+            "candidates": [{"name": c.name, "old": c.old, "new": c.new} for c in self.candidates],
+            "level_spread": self.level_spread,
             "positions": {"level": list(self.positions[0]), "tonight": list(self.positions[1])}
             if self.positions is not None
             else None,
@@ -119,10 +137,15 @@ def explain(
     reference: Measurement | None = None,
     reference_level: Sequence[Measurement] = (),
     drift: Sequence[Change] = (),
+    verdict: Estimate | None = None,
 ) -> Explanation | None:
-    """The split of tonight's throughput against the runs the level rests on (None when they lack it)."""
-    throughput = _ratio(tonight, level, "output_throughput")
-    if throughput is None:
+    """The split of tonight's throughput against the runs the level rests on (None when they lack it).
+
+    `verdict` is the throughput's ratio as the verdict has it (tonight over the accepted level): the
+    size the sentence quotes, so that one report gives one figure. Without it, the same kind of ratio
+    is taken here (geometric means)."""
+    throughput = verdict if verdict is not None else _ratio(tonight, level, "output_throughput")
+    if throughput is None or not throughput.value > 0:
         return None
     spec = bool(tonight.samples("accept_length"))  # a plain server reports no accept length
     tau = _ratio(tonight, level, "accept_length") if spec else None
@@ -131,11 +154,97 @@ def explain(
         _ratio(reference, reference_level, "mean_tpot_ms") if reference is not None and reference_level else None
     )
     ttft = _ratio(tonight, level, "mean_ttft_ms")
-    part = _part(throughput, tau, cycle, reference_tpot, ttft)
+    shares = _Shares(throughput, tau, cycle, reference_tpot, _ttft_share(tonight, level))
+    part = _part(shares)
+    spread = _spread(level) if part == "unclear" else None
+    noisy = spread if spread is not None and math.log(spread) >= abs(math.log(throughput.value)) else None
     levels = _tau_levels(tonight, level) if spec else None
-    causes = tuple(c for c in drift if _acts_on(c.name, part))
+    candidates, moved = _candidates(throughput, drift, reference, reference_level)
+    if part == "target":  # plain decoding moved with it, as the sentence says: what changed on both acts there
+        causes, candidates = tuple(c for c in drift if _acts_on(c.name, part) or c in candidates), ()
+    else:
+        causes = tuple(c for c in drift if _acts_on(c.name, part) and c not in candidates)
     positions = _positions(tonight, level) if spec else None
-    return Explanation(throughput, tau, cycle, reference_tpot, ttft, levels, part, causes, positions)
+    return Explanation(
+        throughput, tau, cycle, reference_tpot, ttft, levels, part, causes, positions, noisy, candidates, moved
+    )
+
+
+@dataclass(frozen=True)
+class _Shares:
+    """The parts' ratios that `_part` weighs against the throughput's move."""
+
+    throughput: Estimate
+    tau: Estimate | None
+    cycle: Estimate | None
+    reference_tpot: Estimate | None
+    #: the first token's contribution to log throughput (its share of a request's time), with its interval
+    ttft: tuple[float, float, float] | None
+
+
+def _candidates(
+    throughput: Estimate,
+    drift: Sequence[Change],
+    reference: Measurement | None,
+    reference_level: Sequence[Measurement],
+) -> tuple[tuple[Change, ...], str | None]:
+    """This key's differences since the level that changed the same way on the reference, when the
+    reference's plain decoding moved the way this key did (slower when it fell): what acts on both.
+    With them, how plain decoding moved, in words."""
+    if reference is None or not reference_level or not drift:
+        return (), None
+    now, then = reference.fingerprint, reference_level[-1].fingerprint
+    if not isinstance(now, Fingerprint) or not isinstance(then, Fingerprint):
+        return (), None
+    direction, words = _moved(reference, reference_level, "mean_tpot_ms")
+    if direction == 0 or (direction > 0) != (throughput.value < 1.0):
+        return (), None
+    shared = set(diff(then, now).environment)
+    found = tuple(c for c in drift if c in shared)
+    return (found, words) if found else ((), None)
+
+
+def _moved(tonight: Measurement, level: Sequence[Measurement], metric: str) -> tuple[int, str]:
+    """+1 or -1 when tonight's metric (a time) moved up or down from the level, else 0, and how in words:
+    its interval excludes no change, or tonight lies beyond every night of a level of two or more
+    (however far apart those nights are)."""
+    ratio = _ratio(tonight, level, metric)
+    now = _mean(tonight.samples(metric))
+    means = [m for run in level if (m := _mean(run.samples(metric))) is not None]
+    if ratio is None or now is None:
+        return 0, ""
+    if _credible(ratio):
+        return (1 if ratio.value > 1.0 else -1), _pct(ratio)
+    if len(means) >= 2 and (now > max(means) or now < min(means)):
+        nights = ", ".join(f"{m:.2f}" for m in means)
+        return (1 if now > max(means) else -1), f"TPOT {now:.2f} ms tonight, {nights} ms on the level's nights"
+    return 0, ""
+
+
+def _spread(level: Sequence[Measurement]) -> float | None:
+    """The level's nights' throughput, highest over lowest (None with fewer than two nights)."""
+    means = [m for run in level if (m := _geomean(_positive(run.samples("output_throughput")))) is not None]
+    return max(means) / min(means) if len(means) >= 2 else None
+
+
+def _ttft_share(tonight: Measurement, level: Sequence[Measurement]) -> tuple[float, float, float] | None:
+    """The first token's contribution to log throughput, with its interval: a request takes its first
+    token plus its decoding, so a first token Δ ms slower takes log(1 + Δ / the level's request time)
+    off the throughput. A 15 ms slower first token in a 550 ms request cannot carry a 64% fall."""
+    ratio = _ratio(tonight, level, "mean_ttft_ms")
+    ttft = [m for run in level if (m := _geomean(_positive(run.samples("mean_ttft_ms")))) is not None]
+    e2e = [m for run in level if (m := _geomean(_positive(run.samples("mean_e2e_latency_ms")))) is not None]
+    if ratio is None or not ttft or not e2e:
+        return None
+    first, request = _geomean(ttft), _geomean(e2e)
+    assert first is not None and request is not None
+
+    def share(r: float) -> float:
+        return (
+            -math.log(max(1e-9, 1.0 + first * (r - 1.0) / request)) if math.isfinite(r) else math.copysign(math.inf, -r)
+        )
+
+    return share(ratio.value), share(ratio.high), share(ratio.low)
 
 
 def _positions(
@@ -151,9 +260,27 @@ def _positions(
     return then, tuple(now[:depth])
 
 
-def _largest_drop(then: Sequence[float], now: Sequence[float]) -> int:
-    """The draft position (1-based) whose acceptance fell the most."""
-    return max(range(len(then)), key=lambda i: then[i] - now[i]) + 1
+def positions_text(then: Sequence[float], now: Sequence[float]) -> str:
+    """'; by draft position: 0.91 → 0.91, 0.73 → 0.46, 0.65 → 0.41 (the largest drop at position 2: 0.27
+    of the 0.51 accepted drafts per verify step lost)'.
+
+    Acceptance by draft position is the share of verify steps that accepted at least i drafts
+    (docs/metrics.md): each position's share is the drafts it adds per verify step, so its drop is what
+    that position lost and the drops add up to the accepted drafts per verify step lost. The largest drop
+    names the position that lost the most; a position whose acceptance alone fell passes a smaller drop
+    on to the positions after it (their shares are a part of its own), so the largest drop is where
+    acceptance broke unless a later position lost more of its own."""
+    pairs = ", ".join(f"{a:.2f} → {b:.2f}" for a, b in zip(then, now, strict=False))
+    drops = [a - b for a, b in zip(then, now, strict=False)]
+    if not drops or max(drops) <= 0.0:
+        return f"; by draft position: {pairs} (no position dropped)"
+    worst = max(range(len(drops)), key=lambda i: drops[i])
+    lost = sum(drops)
+    of = f" of the {lost:.2f}" if lost >= drops[worst] - 1e-9 else ""  # unless a later position gained
+    return (
+        f"; by draft position: {pairs} (the largest drop at position {worst + 1}: {drops[worst]:.2f}{of} "
+        "accepted drafts per verify step lost)"
+    )
 
 
 def speedup_shortfall(tonight: Measurement, reference: Measurement) -> str | None:
@@ -186,35 +313,46 @@ def _acts_on(name: str, part: str) -> bool:
     return matches(part) and not (part == "target" and matches("accept_length"))
 
 
-def _part(
-    throughput: Estimate,
-    tau: Estimate | None,
-    cycle: Estimate | None,
-    reference_tpot: Estimate | None,
-    ttft: Estimate | None,
-) -> str:
-    """Which part carries the move: τ (the draft's acceptance), the cycle (the target side if plain
-    decoding moved with it, else drafting), the first token, or none clearly."""
-    move = math.log(throughput.value) if throughput.value > 0 else 0.0
+def _part(shares: _Shares) -> str:
+    """Which part carries at least half of the move across its whole interval: τ (the draft's
+    acceptance), the cycle (the target side if plain decoding moved with it by at least half the
+    cycle's move, drafting if plain decoding credibly did not, else the cycle on a side the rounds
+    cannot tell), the first token; else none ("unclear"), never one named by elimination."""
+    move = math.log(shares.throughput.value)
     if move == 0.0:
         return "unclear"
-
-    def carries(d: float) -> bool:
-        return d * move > 0 and abs(d) >= MAIN_SHARE * abs(move)
-
-    if tau is not None and _credible(tau) and carries(math.log(tau.value)):
+    if shares.tau is not None and _carries(_logs(shares.tau), move):
         return "accept_length"
-    if cycle is not None and _credible(cycle) and carries(-math.log(cycle.value)):
-        if tau is None:
+    if shares.cycle is not None and _carries(_logs(shares.cycle, -1.0), move):
+        if shares.tau is None:
             return "target"  # a plain server: its cycle is its TPOT
-        if reference_tpot is None:
+        if shares.reference_tpot is None:
             return "cycle"
-        slowed = math.log(reference_tpot.value)
-        with_it = _credible(reference_tpot) and slowed * math.log(cycle.value) > 0
-        return "target" if with_it and abs(slowed) >= MAIN_SHARE * abs(math.log(cycle.value)) else "drafting"
-    if ttft is not None and _credible(ttft) and (ttft.value - 1) * -move > 0:
+        cycle = math.log(shares.cycle.value)
+        plain = _logs(shares.reference_tpot)
+        if _carries(plain, cycle):
+            return "target"
+        return "drafting" if max(abs(plain[1]), abs(plain[2])) < MAIN_SHARE * abs(cycle) else "cycle"
+    if shares.ttft is not None and _carries(shares.ttft, move):
         return "prefill"
     return "unclear"
+
+
+def _logs(ratio: Estimate, sign: float = 1.0) -> tuple[float, float, float]:
+    """A ratio's value and interval as log contributions (`sign` -1: a time, which slows throughput)."""
+
+    def log(x: float) -> float:
+        return sign * (math.log(x) if x > 0 else -math.inf)
+
+    if not ratio.bounded:
+        return log(ratio.value), -math.inf, math.inf
+    return log(ratio.value), log(ratio.low), log(ratio.high)
+
+
+def _carries(contribution: tuple[float, float, float], move: float) -> bool:
+    """Whether a part's contribution carries at least half of `move` at every point of its interval."""
+    nearest = min(contribution, key=lambda c: c * math.copysign(1.0, move))
+    return math.isfinite(nearest) and nearest * move > 0 and abs(nearest) >= MAIN_SHARE * abs(move)
 
 
 def _ratio(tonight: Measurement, level: Sequence[Measurement], metric: str) -> Estimate | None:
@@ -229,14 +367,43 @@ def _cycle_ratio(tonight: Measurement, level: Sequence[Measurement], spec: bool)
 def _level_ratio(
     tonight: Measurement, level: Sequence[Measurement], samples: Callable[[Measurement], list[float]]
 ) -> Estimate | None:
-    """Tonight's rounds over the level: its runs' means, or their rounds while it has fewer than
-    `MIN_LEVEL_RUNS` runs (a young history has no run-to-run spread to speak of yet)."""
-    now = _positive(samples(tonight))
-    if len(level) >= MIN_LEVEL_RUNS:
-        then = [m for run in level if (m := _mean(samples(run))) is not None]
-    else:
-        then = [v for run in level for v in _positive(samples(run))]
-    return ratio_estimate(now, then) if now and then else None
+    """Tonight's rounds over the level, as the verdict weighs them: geometric means, the level's being
+    that of its runs' geometric means. The interval adds tonight's round noise to the spread between the
+    level's runs (a Welch t on the logs); a level of one run lends its rounds' noise instead."""
+    now = [math.log(v) for v in _positive(samples(tonight))]
+    runs = [[math.log(v) for v in _positive(samples(run))] for run in level]
+    runs = [r for r in runs if r]
+    if not now or not runs:
+        return None
+    then = [sum(r) / len(r) for r in runs] if len(runs) >= MIN_LEVEL_RUNS else runs[0]
+    diff_log = sum(now) / len(now) - sum(then) / len(then)
+    parts = [(_variance(now), len(now)), (_variance(then), len(then))]
+    if min(n for _, n in parts) < 2:
+        return Estimate.unknown(math.exp(diff_log), min(len(now), len(then)), DEFAULT_CONFIDENCE)
+    variance = sum(v / n for v, n in parts)
+    if variance == 0.0:
+        value = math.exp(diff_log)
+        return Estimate(value, value, value, min(len(now), len(then)), DEFAULT_CONFIDENCE)
+    df = variance**2 / sum((v / n) ** 2 / (n - 1) for v, n in parts if v > 0)
+    half = _t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
+    return Estimate(
+        math.exp(diff_log),
+        math.exp(diff_log - half),
+        math.exp(diff_log + half),
+        min(len(now), len(then)),
+        DEFAULT_CONFIDENCE,
+    )
+
+
+def _variance(logs: Sequence[float]) -> float:
+    if len(logs) < 2:
+        return 0.0
+    mean = sum(logs) / len(logs)
+    return sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _positive(values: Sequence[float]) -> list[float]:
@@ -278,8 +445,8 @@ def _words(e: Explanation) -> str:
     """What moved, and what that points at."""
     if e.part == "accept_length" and e.tau is not None:
         return (
-            f"the accept length fell from {e.tau[0]:.2f} to {e.tau[1]:.2f} while the cycle held: the draft "
-            "(its acceptance), not the verify cycle"
+            f"the accept length fell from {e.tau[0]:.2f} to {e.tau[1]:.2f}, enough to carry it: the draft "
+            "(its acceptance)"
         )
     if e.part in ("target", "drafting", "cycle") and e.cycle is not None:
         if e.tau is None:
@@ -292,5 +459,7 @@ def _words(e: Explanation) -> str:
             return f"{cycle} and {plain}: the target model or the node, not the draft"
         return f"{cycle} while {plain}: drafting (the draft model or its settings), not the target"
     if e.part == "prefill" and e.ttft is not None:
-        return f"τ and the cycle held; the first token is {_pct(e.ttft)}: prefill or queueing"
+        return f"the first token is {_pct(e.ttft)}, enough of a request's time to carry it: prefill or queueing"
+    if e.level_spread is not None:
+        return f"cannot tell which part moved: the level's nights differ {e.level_spread:.1f}x"
     return "no part of the cycle moved credibly on its own (the rounds cannot split it)"

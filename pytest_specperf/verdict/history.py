@@ -23,7 +23,11 @@ interval for tonight's ratio to the segment level ybar = mean(y_1..y_k) is a pre
   Satterthwaite over the parts, S^2 with k - 1 (`_fixed_part`).
 * k < `MIN_RUNS`: two runs say next to nothing about a spread (a 90% interval for a standard
   deviation from 2 runs spans a factor of ~30), so tau is a prior, the config's `run_to_run_cv`,
-  taken as known; the report says so and how many recorded runs will replace it.
+  taken as known — but never below what tonight shows (`floors`): the round-to-round CV of tonight's
+  starts (a start moves at least as much as its rounds do: eager mode on a small model read 19% from
+  round to round and -17% from one start to the next, where the default prior says 2%) and, for a
+  speculative key, how far the reference moved in the same session (the node's speed is in both).
+  The report says which it was (`spread_source`) and how many recorded runs will replace it.
 
 The history defends itself (`reject_outliers`): one bad recorded run would otherwise inflate S and
 blind the gate (a -15% run among 10 drops first-night detection of a -10% change from 75% to ~1%).
@@ -60,6 +64,10 @@ REJECT_ALPHA: Final = 0.005
 MAX_OUTLIERS: Final = 1
 #: Power the smallest detectable change is quoted at.
 DETECTION_POWER: Final = 0.80
+#: Where a spread came from (`HistoryComparison.spread_source`), besides "k stored runs".
+PRIOR_SOURCE: Final = "prior"
+ROUNDS_SOURCE: Final = "tonight's rounds"
+REFERENCE_SOURCE: Final = "the reference's movement"
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,7 @@ class HistoryComparison:
     spread_runs: int = 0  # recorded runs the spread rests on (at least `runs`)
     variance: float = math.inf  # Var(d), tonight's rounds included
     df: float = math.inf  # its degrees of freedom
+    spread_source: str = PRIOR_SOURCE  # where run_cv came from: the prior, what tonight showed, or the runs
 
     @property
     def runs_to_replace_prior(self) -> int:
@@ -207,12 +216,16 @@ class HistoryComparison:
                 f" ({len(self.rejected)} more rejected as {'an outlier' if len(self.rejected) == 1 else 'outliers'})"
             )
         if not self.prior:
+            if self.spread_runs > self.runs and self.runs < MIN_RUNS:
+                return f"{runs}, run-to-run CV {self.run_cv:.1%} from the key's runs before the level was accepted"
             return f"{runs}, run-to-run CV {self.run_cv:.1%}"
         more = self.runs_to_replace_prior
-        return (
-            f"{runs}, prior run-to-run CV {self.run_cv:.1%} (config run_to_run_cv; "
-            f"{more} more recorded run{'s replace' if more != 1 else ' replaces'} it)"
-        )
+        source = (
+            "prior run-to-run CV {:.1%} (config run_to_run_cv"
+            if self.spread_source == PRIOR_SOURCE
+            else f"assumed run-to-run CV {{:.1%}} (what {self.spread_source} showed, above the prior"
+        ).format(self.run_cv)
+        return f"{runs}, {source}; {more} more recorded run{'s replace' if more != 1 else ' replaces'} it)"
 
 
 def compare_with_history(
@@ -224,13 +237,15 @@ def compare_with_history(
     reject: bool = True,
     spread_runs: Sequence[Sequence[float]] | None = None,
     serial: bool = True,
+    floors: Sequence[tuple[float, str]] = (),
 ) -> HistoryComparison:
     """Tonight (round samples, or one list per server start) against the level of `runs` (each a
     list of round samples). Outliers among the runs are left out when `reject` (`reject_outliers`).
     `spread_runs`: the runs the run-to-run spread is estimated from, when it rests on more runs than
     the level (`level.accepted_level`: the level follows the newest 30, the spread the newest 90, so
     a key with two runner pools shows both in its spread). `serial`: widen the interval for runs that
-    are credibly correlated in time (`serial_factor`)."""
+    are credibly correlated in time (`serial_factor`). `floors`: (CV, where it was seen) that the prior
+    may not be below (the reference's movement tonight); tonight's round CV is always one."""
     if not runs:
         raise ValueError("compare_with_history needs at least one recorded run")
     if prior_cv < 0.0:
@@ -246,9 +261,12 @@ def compare_with_history(
     ybar = math.fsum(r.log_mean for r in levels) / k
     d = tonight.log_mean - ybar
     factor = serial_factor([r.log_mean for r in spread]) if serial else 1.0
-    part = _fixed_part(k, spread, prior_cv, tonight.starts, factor)
     first = RunLevel.of(starts[0])
     round_cv = math.sqrt(first.variance * first.rounds) if first.rounds >= 2 else None
+    prior_cv, source = assumed_spread(prior_cv, [*floors, (_round_cv(starts), ROUNDS_SOURCE)])
+    part = _fixed_part(k, spread, prior_cv, tonight.starts, factor)
+    if not part.prior:
+        source = f"{len(spread)} stored runs"
     n = tonight.rounds
     total = part.variance + tonight.variance
     df = _satterthwaite([(part.variance, part.df), (tonight.variance, tonight.df)])
@@ -276,7 +294,25 @@ def compare_with_history(
         len(spread),
         total,
         df,
+        source,
     )
+
+
+def assumed_spread(prior_cv: float, floors: Sequence[tuple[float, str]]) -> tuple[float, str]:
+    """The start-to-start CV assumed while a key's own runs cannot say it, and where it came from: the
+    configured prior, unless tonight shows more (a floor, as (CV, where it was seen)). A constant
+    is a guess that reality has exceeded eightfold; what tonight shows is evidence."""
+    cv, source = prior_cv, PRIOR_SOURCE
+    for floor, where in floors:
+        if math.isfinite(floor) and floor > cv:
+            cv, source = floor, where
+    return cv, source
+
+
+def _round_cv(starts: Sequence[Sequence[float]]) -> float:
+    """The largest round-to-round CV among tonight's starts (0 with one round each)."""
+    found = [RunLevel.of(s) for s in starts]
+    return max((math.sqrt(r.variance * r.rounds) for r in found if r.rounds >= 2), default=0.0)
 
 
 def _starts(current: Sequence[float] | Sequence[Sequence[float]]) -> list[list[float]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.engines.base import draft_depth
 from pytest_specperf.errors import ConfigError, did_you_mean
 from pytest_specperf.measure.records import MeasurementKey
 
@@ -177,10 +178,10 @@ def _check_floors(floors: Any, servers: tuple[str, ...], config: SpecperfConfig,
         server = config.servers[name]
         if not server.is_speculative:
             raise ConfigError(where, f"server {name!r} does not speculate: it has no draft positions")
-        if server.num_steps is not None and deepest > server.num_steps:
-            raise ConfigError(
-                where, f"has {deepest} floors, but server {name!r} drafts {server.num_steps} positions (num_steps)"
-            )
+        depth = draft_depth(server.algorithm, server.num_steps, server.num_draft_tokens)
+        if depth is not None and deepest > depth:
+            sizes = "num_draft_tokens - 1" if depth != server.num_steps else "num_steps"
+            raise ConfigError(where, f"has {deepest} floors, but server {name!r} drafts {depth} positions ({sizes})")
 
 
 def _names(value: Any, known: Mapping[str, Any], where: str, what: str) -> tuple[str, ...]:

@@ -14,7 +14,9 @@ accepted and count in neither the level nor the spread). Two questions decide a 
 
 REGRESSION needs both, and — while the spread is still the configured prior (fewer than
 `history.MIN_RUNS` runs: a guess, not evidence; real CI keys spread 20% where it says 2%) — a second
-server start tonight that is beyond the tolerance on its own too. SUSPECT is an estimate beyond the
+server start tonight that is beyond the tolerance on its own too, unless tonight's value has no spread
+across its rounds (a deterministic accept length: a second start would measure it again, exactly, so
+it is never the reason for one, `second_start_reasons`). SUSPECT is an estimate beyond the
 tolerance that is probably (`SUSPECT_CONFIDENCE`) a change, or any such estimate on the prior. A SUSPECT night that
 belongs to a change in force is judged with that change's runs, tonight's included: a change beyond
 the tolerance that no single night proves is proven by the nights since it began, and named "since"
@@ -45,13 +47,15 @@ from typing import Final, TypeVar
 
 from pytest_specperf.verdict.changes import ChangePoint
 from pytest_specperf.verdict.history import (
+    MIN_RUNS,
     HistoryComparison,
     NightLevel,
     _satterthwaite,
     compare_with_history,
     smallest_detectable_change,
+    spread_lower_bound,
 )
-from pytest_specperf.verdict.level import AcceptedLevel, accepted_level
+from pytest_specperf.verdict.level import SPREAD_RUNS, AcceptedLevel, accepted_level
 from pytest_specperf.verdict.stats import (
     DEFAULT_CONFIDENCE,
     Decision,
@@ -76,6 +80,14 @@ SUSPECT_CONFIDENCE: Final = 0.95
 #: A change too young for the step test is judged with its own runs once it was seen on this many
 #: past nights: one odd night may be the node; two in a row are the key.
 CHANGE_NIGHTS: Final = 2
+
+#: A key whose start-to-start CV is credibly above tolerance / BLIND_RATIO: one start's offset alone
+#: is beyond the tolerance on most nights, and one value judged alone is at most SUSPECT there.
+BLIND_RATIO: Final = 1.0
+
+#: Rounds whose values differ by at most this share of the value measured the same value (float noise of
+#: a ratio of counts, not a spread).
+SAME_VALUE: Final = 1e-9
 
 L = TypeVar("L")
 
@@ -157,27 +169,38 @@ def judge_night(
     searches: int = 1,
     rounds: int | None = None,
     starts_planned: int = 1,
+    earlier: Sequence[PastRun] = (),
+    floors: Sequence[tuple[float, str]] = (),
 ) -> NightVerdict:
     """Tonight (round samples per server start) against the current segment's runs, oldest first.
 
     `searches` is how many series are searched for changes tonight (keys x metrics): the step test
     that splits the series is corrected for it. `rounds`/`starts_planned` are what the smallest
-    detectable change is quoted for (a night's plan, not what it used).
+    detectable change is quoted for (a night's plan, not what it used). `earlier`: the key's runs
+    before the current segment (the level a person accepted before this one): while the segment has
+    too few runs for a spread, theirs is the key's (an update moves the level, not the key's noise).
+    `floors`: (CV, where it was seen) the assumed spread may not be below (the reference's movement).
     """
     tonight_mean = math.exp(NightLevel.of(tonight).log_mean)
     values = (*(_mean(r.samples) for r in history), tonight_mean)
     if not history:
         return NightVerdict(Decision.MET, False, None, values=values)
     level = accepted_level(values, tolerance.max_regression, searches=searches, nights=[r.night for r in history])
-    look = decide(tonight, history, level, tolerance, strict=strict)
+    look = decide(tonight, history, level, tolerance, strict=strict, earlier=earlier, floors=floors)
     if look is None:
         return NightVerdict(Decision.MET, False, None, values=values, level=level)
     confirmed, first_start = None, None
     if len(tonight) > 1:
-        look, confirmed, first_start = _confirm(look, tonight, history, level, tolerance, strict)
+        look, confirmed, first_start = _confirm(look, tonight, history, level, tolerance, strict, earlier, floors)
     decision, improved, by_change = look.decision, look.improved, False
-    if decision is Decision.MISSED and look.comparison.prior and confirmed is not True:
-        decision = Decision.SUSPECT  # against a prior spread, only a second start that agrees proves it
+    repeats = len(tonight) == 1 and without_spread(tonight[0])  # a second start would measure it again
+    if (
+        decision is Decision.MISSED
+        and confirmed is not True
+        and not repeats
+        and _one_start_cannot_tell(look, tolerance)
+    ):
+        decision = Decision.SUSPECT  # only a second start that agrees proves it
     change = None
     if level.holds(look.comparison.ratio.value):
         change = _change_in_force(tonight, history, level)
@@ -195,7 +218,7 @@ def judge_night(
             comparison,
             tolerance.max_regression,
             rounds=rounds or comparison.ratio.n,
-            starts=starts_planned,
+            starts=max(starts_planned, 2) if _one_start_cannot_tell(look, tolerance) else starts_planned,
             higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
             confidence=BEYOND_CONFIDENCE,
             change_confidence=CHANGE_CONFIDENCE,
@@ -215,16 +238,23 @@ def decide(
     tolerance: Tolerance,
     *,
     strict: bool = False,
+    earlier: Sequence[PastRun] = (),
+    floors: Sequence[tuple[float, str]] = (),
 ) -> Look | None:
     """Tonight against the accepted level's runs (no change look); None without one."""
     if not level.level_runs:
         return None
+    spread = [history[i].samples for i in level.spread_runs]
+    before = [r.samples for r in earlier if r.status.counted][-SPREAD_RUNS:]
+    if len(spread) < MIN_RUNS <= len(before):
+        spread = before  # the key's own spread, measured before its level was last accepted
     comparison = compare_with_history(
         tonight,
         [history[i].samples for i in level.level_runs],
         tolerance.prior_cv,
         reject=False,
-        spread_runs=[history[i].samples for i in level.spread_runs],
+        spread_runs=spread,
+        floors=floors,
     )
     decision, improved = classify(comparison, tolerance, strict=strict)
     return Look(comparison, decision, improved)
@@ -239,10 +269,13 @@ def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: boo
     )
     worse, better = _bounds(tolerance)
     changed = _bad(wide, 1.0, tolerance, credibly=True)
-    probably = _bad(comparison.ratio_at(SUSPECT_CONFIDENCE), 1.0, tolerance, credibly=True)
+    alone = comparison.starts == 1 and _blind(comparison, tolerance)  # one value mostly its start's offset
+    probably = _bad(
+        comparison.ratio_at(CHANGE_CONFIDENCE if alone else SUSPECT_CONFIDENCE), 1.0, tolerance, credibly=True
+    )
     if _bad(beyond, worse, tolerance, credibly=True) and changed:
         decision = Decision.MISSED
-    elif _bad(ratio, worse, tolerance) and (probably or comparison.prior):
+    elif _bad(ratio, worse, tolerance) and probably:
         decision = Decision.SUSPECT
     elif strict and not _good(ratio, worse, tolerance, credibly=True):
         decision = Decision.INCONCLUSIVE
@@ -250,6 +283,23 @@ def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: boo
         decision = Decision.MET
     improved = _good(beyond, better, tolerance, credibly=True, strictly=True)
     return decision, improved and _good(wide, 1.0, tolerance, credibly=True, strictly=True)
+
+
+def _one_start_cannot_tell(look: Look, tolerance: Tolerance) -> bool:
+    """One start cannot prove a REGRESSION: while the spread is assumed, not measured (a prior is a guess;
+    real keys spread 20% where it says 2%), or on a key whose measured spread is credibly too wide to
+    show a change of the tolerance (one value judged alone is then mostly its start's offset: the red
+    nights of real CI series with a 15-20% run-to-run CV were single-night outliers). A second start
+    that agrees, or the nights of the change together, prove it."""
+    return look.comparison.prior or _blind(look.comparison, tolerance)
+
+
+def _blind(comparison: HistoryComparison, tolerance: Tolerance) -> bool:
+    """The key's measured start-to-start spread is credibly wider than the tolerance: one start's
+    offset alone is beyond it on most nights. Such a night is SUSPECT only when it is certainly a change
+    (the question a REGRESSION asks), and a REGRESSION needs a second start or a second night."""
+    low = spread_lower_bound(comparison)
+    return low is not None and low > tolerance.max_regression / BLIND_RATIO
 
 
 def _bounds(tolerance: Tolerance) -> tuple[float, float]:
@@ -321,13 +371,17 @@ def _confirm(
     level: AcceptedLevel,
     tolerance: Tolerance,
     strict: bool,
+    earlier: Sequence[PastRun] = (),
+    floors: Sequence[tuple[float, str]] = (),
 ) -> tuple[Look, bool, float]:
     """A REGRESSION on several starts stands only if the last start is beyond the tolerance on its
     own: averaging one wild start with a normal one would otherwise still flag the night."""
-    first = decide(tonight[:1], history, level, tolerance, strict=strict)
-    last = decide(tonight[-1:], history, level, tolerance, strict=strict)
+    first = decide(tonight[:1], history, level, tolerance, strict=strict, earlier=earlier, floors=floors)
+    last = decide(tonight[-1:], history, level, tolerance, strict=strict, earlier=earlier, floors=floors)
     assert first is not None and last is not None
-    on_its_own = last.decision in (Decision.SUSPECT, Decision.MISSED)
+    on_its_own = last.decision in (Decision.SUSPECT, Decision.MISSED) or _bad(
+        last.comparison.ratio, _bounds(tolerance)[0], tolerance
+    )
     if look.decision is Decision.MISSED and not on_its_own:
         return last, False, first.comparison.ratio.value
     return look, on_its_own, first.comparison.ratio.value
@@ -340,6 +394,24 @@ def _nights(history: Sequence[PastRun], runs: Sequence[int]) -> int:
 
 def _mean(samples: Sequence[float]) -> float:
     return math.fsum(samples) / len(samples)
+
+
+def without_spread(samples: Sequence[float]) -> bool:
+    """Whether a value is the same in every round (at least two): a deterministic value, such as the
+    accept length of greedy decoding (the same outputs, the same verify steps, round after round).
+    Another server start measures it again, exactly: it can neither confirm nor refute it."""
+    if len(samples) < 2:
+        return False
+    scale = max(abs(x) for x in samples)
+    return max(samples) - min(samples) <= SAME_VALUE * scale
+
+
+def second_start_reasons(beyond: Sequence[tuple[str, Sequence[float]]]) -> list[str]:
+    """The checks (name, the round samples of its value) a second server start could confirm: those
+    beyond their threshold whose value varies from round to round. A check whose value has no spread
+    (`without_spread`) is never a reason for one: on a GPU node a start costs many minutes, and it
+    would measure the same value again."""
+    return [name for name, samples in beyond if not without_spread(samples)]
 
 
 def looked(

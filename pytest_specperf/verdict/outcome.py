@@ -10,7 +10,7 @@ one) warns, or fails under `--specperf-strict`. The plugin only carries the outc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pytest_specperf.measure.records import Measurement
@@ -64,12 +64,24 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
         lines += [f"    {change}" for change in evaluation.drift.environment]
     lines += [f"  change point: {change.sentence}" for change in evaluation.changes]
     if evaluation.explanation is not None:
-        lines.append(f"  why: {evaluation.explanation.sentence()}")
+        lines.append(f"  why: {why_sentence(evaluation)}")
     if evaluation.baseline is not None:
         newest = evaluation.baseline.provenance
         commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
         lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
     return "\n".join(lines)
+
+
+def why_sentence(evaluation: Evaluation) -> str:
+    """The explanation's sentence; the causes it names by name only when the drift lines above it give
+    their old and new values already (each sentence once in a message)."""
+    explanation = evaluation.explanation
+    assert explanation is not None
+    shown = set(evaluation.drift.environment) if evaluation.drift is not None else set()
+    if not explanation.causes or not set(explanation.causes) <= shown:
+        return explanation.sentence()
+    names = ", ".join(change.name for change in explanation.causes)
+    return f"{replace(explanation, causes=()).sentence()}; changed since the level, and able to act on it: {names}"
 
 
 def incomparable_message(result: Measurement, evaluation: Evaluation) -> str:

@@ -48,14 +48,16 @@ def check_regression(
     strict: bool = False,
     searches: int = 1,
     rounds: int | None = None,
+    floors: Sequence[tuple[float, str]] = (),
 ) -> CheckResult | None:
     """Is tonight credibly worse than the segment's level by more than the tolerance, or is a change
-    beyond it in force? (verdict/nightly.py). None when either side lacks the metric."""
+    beyond it in force? (verdict/nightly.py). None when either side lacks the metric. `floors`: what
+    tonight shows of the spread besides its rounds (the reference's movement, verdict/control.py)."""
     current = result.start_samples(metric)
     runs, past = past_runs(baseline, metric)
     if not current or not any(r.status.counted for r in past) or min(min(s) for s in current) <= 0.0:
         return None
-    night = judge_night(current, past, tolerance, strict=strict, searches=searches, rounds=rounds)
+    night = judge_night(current, past, tolerance, strict=strict, searches=searches, rounds=rounds, floors=floors)
     assert night.comparison is not None
     comparison = night.comparison
     change = "improved" if night.improved else night.decision.value
@@ -145,22 +147,32 @@ def check_positions_history(
 ) -> CheckResult | None:
     """Has the acceptance at any draft position fallen credibly beyond the accept-length tolerance of the
     level (the current segment's counted runs)? Per position, tonight's rounds over the level's rounds
-    (a Fieller interval: acceptance does not move with a server start); None when the history has no
-    acceptance by position."""
+    (a Fieller interval: acceptance does not move with a server start), each round's acceptance by
+    draft position as docs/metrics.md defines it (zeros where no step reached a drafted position); a
+    position the level never accepted a draft at has nothing to lose and is not judged. None when the
+    history has no acceptance by position."""
     runs, past = past_runs(baseline, "accept_length")
-    level = [s for run, p in zip(runs, past, strict=True) if p.status.counted for s in _shares(run.measurement)]
-    tonight = _shares(result)
+    level = [
+        s
+        for run, p in zip(runs, past, strict=True)
+        if p.status.counted
+        for s in run.measurement.round_position_shares()
+    ]
+    tonight = result.round_position_shares()
     if not level or not tonight:
         return None
     parts, decisions = [], []
     for i in range(min(max(map(len, level)), max(map(len, tonight)))):
-        ratio = ratio_estimate(
-            [s[i] if i < len(s) else 0.0 for s in tonight], [s[i] if i < len(s) else 0.0 for s in level]
-        )
+        then, now = [s[i] if i < len(s) else 0.0 for s in level], [s[i] if i < len(s) else 0.0 for s in tonight]
+        if not any(then):
+            continue
+        ratio = ratio_estimate(now, then)
         decision = decide_threshold(ratio, 1.0 - tolerance, Direction.HIGHER_IS_BETTER, strict=strict)
         decisions.append(decision)
         verdict = "" if decision is Decision.MET else f" ({decision.value})"
-        parts.append(f"position {i + 1} x{fmt(ratio, 3)}{verdict}")
+        parts.append(f"position {i + 1} {_mean(now):.2f} vs {_mean(then):.2f}: x{fmt(ratio, 3)}{verdict}")
+    if not decisions:
+        return None
     decision = worst_decision(decisions)
     message = (
         f"accept_per_position vs the history's level ({len(level)} rounds), allowed -{tolerance:.0%}: "
@@ -169,5 +181,5 @@ def check_positions_history(
     return CheckResult("accept_per_position", decision, message)
 
 
-def _shares(measurement: Measurement) -> list[tuple[float, ...]]:
-    return [s for r in measurement.rounds if (s := r.position_shares) is not None]
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_specperf.measure.records import Measurement
+from pytest_specperf.verdict.history import MIN_RUNS
 from pytest_specperf.verdict.nightly import NightVerdict
 from pytest_specperf.verdict.stats import Decision, Estimate
 
@@ -45,3 +46,17 @@ def rounds_text(measurement: Measurement) -> str:
     """'5 rounds', or '10 rounds on 2 server starts'."""
     text = f"{len(measurement.rounds)} rounds"
     return text if measurement.starts == 1 else f"{text} on {measurement.starts} server starts"
+
+
+def capped_by(night: NightVerdict | None) -> str | None:
+    """Why a night judged on one server start against a short history could be at most SUSPECT, in the
+    words a table row has room for ('1 start, < 3 runs'); None when nothing capped it.
+
+    A REGRESSION needs a measured start-to-start spread (`history.MIN_RUNS` runs) or a second server
+    start that agrees (verdict/nightly.py): a row without either says so beside its SUSPECT, so that a
+    larger drop reading SUSPECT beside a smaller one reading REGRESSION explains itself."""
+    if night is None or night.decision is not Decision.SUSPECT or night.comparison is None:
+        return None
+    if night.confirmed is not None or not night.comparison.prior:
+        return None
+    return f"1 start, < {MIN_RUNS} runs"

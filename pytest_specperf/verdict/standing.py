@@ -103,4 +103,5 @@ def explain_newest(
         reference=reference_tonight,
         reference_level=beside,
         drift=drift,
+        verdict=night.comparison.ratio if night.comparison is not None else None,
     )

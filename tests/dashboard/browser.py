@@ -18,7 +18,6 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -41,10 +40,6 @@ FLAGS = (
     "--hide-scrollbars",
     "--remote-debugging-pipe",
 )
-
-
-def find_chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @dataclass

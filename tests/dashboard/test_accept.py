@@ -77,7 +77,7 @@ def test_since_names_the_run_by_number_date_or_commit(store: FileStore, since: s
 
 
 def test_a_run_that_cannot_be_named_or_accepted_is_an_error_that_changes_nothing(store: FileStore, capsys) -> None:
-    before = (store.root / "sim" / "plain" / "chat-c1.json").read_bytes()
+    before = (store.root / "sim" / "plain" / "chat-c1.jsonl").read_bytes()
     record(store, MeasurementKey("plain", "code", 1), [Night(50.0)] * 4)
     cases = {
         ("plain", "--since", "3"): "a run number names a run of one history",
@@ -90,7 +90,7 @@ def test_a_run_that_cannot_be_named_or_accepted_is_an_error_that_changes_nothing
     for args, message in cases.items():
         assert specperf(["accept", *args, "--store", str(store.root)]) == 2, args
         assert message in capsys.readouterr().err, args
-    assert (store.root / "sim" / "plain" / "chat-c1.json").read_bytes() == before
+    assert (store.root / "sim" / "plain" / "chat-c1.jsonl").read_bytes() == before
 
     assert specperf(["accept", "plain/chat", "--since", "21", "--store", str(store.root)]) == 0
     assert specperf(["accept", "plain/chat", "--since", "5", "--store", str(store.root)]) == 2

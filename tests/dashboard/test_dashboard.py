@@ -151,23 +151,25 @@ def test_a_git_store_is_read_by_url_and_published_onto_its_branch(remote: Path, 
     store = f"git:{remote}#{BRANCH}"
     assert specperf(["dashboard", "--store", store, "-o", str(tmp_path / "site")]) == 0
     assert "plain/chat/c1" in (tmp_path / "site" / "suite.html").read_text()
-    runs_before = git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.json")
+    runs_before = git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.jsonl")
 
     assert specperf(["dashboard", "--store", store, "--publish"]) == 0
     out = capsys.readouterr().out
     head = git(remote, "rev-parse", BRANCH)
-    newest = json.loads(runs_before)["runs"][-1]["provenance"]["created"][:10]
+    newest = json.loads(runs_before.splitlines()[-1])["run"]["provenance"]["created"][:10]
     subject = f"specperf: dashboard of 1 key, newest run {newest}"
     assert git(remote, "log", "-1", "--format=%s", BRANCH) == subject
     assert f"git:{remote}#{BRANCH}: pushed {subject!r} as commit {head[:7]}" in out
     assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [
         ".gitignore",
         ".nojekyll",
+        "fingerprints",
         "index.html",
+        "setups",
         "sim",
         "suite.html",
     ]
-    assert git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.json") == runs_before  # the runs are untouched
+    assert git(remote, "show", f"{BRANCH}:sim/plain/chat-c1.jsonl") == runs_before  # the runs are untouched
     assert "plain/chat/c1" in git(remote, "show", f"{BRANCH}:suite.html")
     # the store still reads as a store: the pages are not histories
     assert specperf(["history", "--store", store]) == 0 and "plain/chat/c1: 3 runs" in capsys.readouterr().out
@@ -189,7 +191,7 @@ def test_publishing_after_another_jobs_push_draws_its_runs_too(remote: Path, tmp
     page = git(remote, "show", f"{BRANCH}:suite.html")
     assert "plain/chat/c1" in page and "plain/code/c1" in page  # made again from the runs that came first
     assert git(remote, "log", "-1", "--format=%s", BRANCH).startswith("specperf: dashboard of 2 keys, newest run ")
-    assert git(remote, "show", f"{BRANCH}:sim/plain/code-c1.json")  # the other job's runs are kept
+    assert git(remote, "show", f"{BRANCH}:sim/plain/code-c1.jsonl")  # the other job's runs are kept
 
 
 def test_specperf_history_pairs_speedups_within_a_layer(tmp_path: Path, capsys) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import Prompt, SamplingParams
-from pytest_specperf.engines import engine_for
+from pytest_specperf.engines import EngineFlags, engine_for
 from pytest_specperf.engines.vllm import VLLM
 from pytest_specperf.measure.http import ServerClient
 
@@ -89,7 +89,10 @@ def test_requests_name_the_model_and_ask_for_usage() -> None:
 
 
 def test_launch_args_map_the_portable_keys() -> None:
-    config = SpecperfConfig(engine="vllm", launcher="vllm", model="/m")
+    has_it = {"version": "0.32.0", "actions": [{"options": ["--per-request-spec-decode-metrics"]}]}  # as 0.32.0
+    config = SpecperfConfig(
+        engine="vllm", launcher="vllm", model="/m", engine_flags={"vllm": EngineFlags.from_probe("vllm", has_it)}
+    )
     server = ServerConfig("d", algorithm="STANDALONE", draft_model="/d", num_steps=3, eagle_topk=1, num_draft_tokens=4)
     args = engine_for("vllm").launch_args(server, config, 8000, 1)
     spec = json.loads(args[args.index("--speculative-config") + 1])

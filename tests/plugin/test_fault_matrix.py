@@ -65,15 +65,15 @@ def test_plain(specperf):
 def stored_baseline(suite) -> Path:
     """Measure and store the plain baseline once; the path of the stored file."""
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    (path,) = (suite.pytester.path / ".specperf" / "sim" / "plain").glob("*.json")
+    (path,) = (suite.pytester.path / ".specperf" / "sim" / "plain").glob("*.jsonl")
     return path
 
 
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        (lambda text: text[: len(text) // 2], "corrupt stored baseline: not valid JSON"),
-        (lambda text: text.replace('"schema_version": 2', '"schema_version": 99'), "schema_version 99 is newer"),
+        (lambda text: text[: len(text) // 2], "corrupt history: no complete run line"),
+        (lambda text: text.replace('"v":3', '"v":99'), "layout 99 is newer"),
     ],
     ids=["truncated", "newer-schema"],
 )
@@ -97,7 +97,7 @@ def test_update_keeps_a_corrupt_baseline_aside_and_says_so(make_suite) -> None:
     suite = make_suite(PLAIN_TEST)
     path = stored_baseline(suite)
     path.write_text("{ truncated")
-    result = suite.run("--specperf-update")
+    result = suite.run("--specperf-update", "-v")  # -v lists each stored run, old → new
     result.assert_outcomes(passed=1)
     (kept,) = path.parent.glob(f"{path.name}.unreadable-*")
     assert kept.read_text() == "{ truncated"
@@ -107,14 +107,16 @@ def test_update_keeps_a_corrupt_baseline_aside_and_says_so(make_suite) -> None:
 
 def test_unwritable_store_fails_the_session_last_and_keeps_the_night_for_later(make_suite, capsys) -> None:
     suite = make_suite(PLAIN_TEST, extra='store = "not-a-directory"\n')
-    blocker = suite.pytester.path / "not-a-directory"
-    blocker.write_text("a file where the store should be")
+    store = suite.pytester.path / "not-a-directory"
+    store.mkdir()  # the store can be written (checked before any server starts), its simulator's folder not:
+    blocker = store / "sim"
+    blocker.write_text("a file where the store's folder of the simulator's histories should be")
     report = suite.pytester.path / "report.json"
     result = suite.run("--specperf-update", f"--specperf-json={report}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed, but its run could not be stored
     result.assert_outcomes(passed=1)
     text = " ".join(result.stdout.str().split())  # the summary wraps long lines
-    assert "cannot write the baseline (File exists: " in text
+    assert "cannot write the baseline (Not a directory: " in text
     assert "a file stands where the store's folder" in text  # the advice that fits: not "make it writable"
     assert text.count("cannot write the baseline") == 2  # the ERROR line of the summary, and the last line
     assert "Traceback" not in text and "PermissionError" not in text and "NotADirectoryError" not in text
@@ -122,14 +124,14 @@ def test_unwritable_store_fails_the_session_last_and_keeps_the_night_for_later(m
     # the last line says so, not "1 passed"; it names the file that keeps the night and how to store it
     last = result.outlines[-1]
     assert last.startswith("pytest-specperf: tonight's runs were NOT stored: "), result.outlines[-3:]
-    (kept,) = suite.run_dir.parent.glob("specperf-unstored-*.json")
-    assert last.endswith(f"the 1 run are kept in {kept}: once the store is fixed, `specperf store {kept}` stores them")
+    (kept,) = store.glob("unstored/*/runs.json")  # beside the store, where later sessions leave it alone
+    assert f"kept in {kept}" in last and f"`specperf store {kept}`" in last
 
     blocker.unlink()  # the store is fixed
     for _ in range(2):  # a second time adds nothing: the run's id is in the history already
         assert specperf(["store", str(kept)]) == 0
         assert f"stored the 1 run of {kept}" in capsys.readouterr().out
-        assert specperf(["history", "--store", str(blocker)]) == 0
+        assert specperf(["history", "--store", str(store)]) == 0
         history = capsys.readouterr().out
         assert "plain/default/c1: 1 run, " in history, history
 
@@ -383,6 +385,7 @@ def test_signal_to_pytest(make_suite, sig: signal.Signals, exit_code: int, repor
         assert {m["server"] for m in report["measurements"]} == {"plain", "eagle3-5step"}
     store = suite.pytester.path / ".specperf" / "sim"
     stored = sorted(p.name for p in store.iterdir() if p.is_dir()) if store.is_dir() else []
-    # runs are stored after all their checks: an interrupted or killed session leaves the store as it was
-    assert stored == []
+    # a session cut short stores the keys whose checks all ran: the reference's (complete, no test of its
+    # own), not the blocked test's, whose checks never ran; a killed session leaves the store as it was
+    assert stored == (["plain"] if reported else [])
     assert suite.processes() == []

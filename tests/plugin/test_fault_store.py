@@ -28,7 +28,7 @@ def store_suite(make_suite, tests: str = ONE_MEASURED_TEST, extra: str = ""):
 
 def stored(suite) -> dict[str, str]:
     root = suite.pytester.path / ".specperf" / "sim"  # the simulator's baselines
-    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.json"))}
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.jsonl"))}
 
 
 def json_rows(path: Path) -> dict[str, str]:
@@ -81,14 +81,14 @@ def test_corrupt_baseline_row_is_error(make_suite, xdist: bool) -> None:
         pytest.importorskip("xdist")
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    broken = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
-    broken.write_text("{not json")
+    broken = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.jsonl"
+    broken.write_text("{not json\n")
     before = stored(suite)
     report = suite.pytester.path / "out.json"
     result = suite.run(f"--specperf-json={report}", *(["-n", "2"] if xdist else []), subprocess=xdist)
     result.assert_outcomes(errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert_one_line_error(result, "default-c1.json", "not valid JSON", "restore it from version control")
+    assert_one_line_error(result, "default-c1.jsonl", "not valid JSON", "restore it from version control")
     assert table_verdict(result, "eagle3-5step") == "ERROR"
     assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
     warnings = json.loads(report.read_text())["warnings"]
@@ -99,16 +99,16 @@ def test_corrupt_baseline_row_is_error(make_suite, xdist: bool) -> None:
 def test_newer_schema_baseline_row_is_error(make_suite) -> None:
     suite = store_suite(make_suite)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.jsonl"
     data = json.loads(path.read_text())
-    data["schema_version"] = 99
-    path.write_text(json.dumps(data))
+    data["run"]["v"] = 99
+    path.write_text(json.dumps(data) + "\n")
     before = stored(suite)
     report = suite.pytester.path / "out.json"
     markdown = suite.pytester.path / "out.md"
     result = suite.run(f"--specperf-json={report}", f"--specperf-markdown={markdown}")
     result.assert_outcomes(errors=1)
-    assert_one_line_error(result, "schema_version 99 is newer", "upgrade pytest-specperf")
+    assert_one_line_error(result, "layout 99 is newer", "upgrade pytest-specperf")
     assert table_verdict(result, "eagle3-5step") == "ERROR"
     assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
     md_row = next(line for line in markdown.read_text().splitlines() if line.startswith("| eagle3-5step"))
@@ -127,13 +127,13 @@ def test_read_only_store_is_a_one_line_error(make_suite, immutable) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.parseoutcomes() == {"passed": 1}
     text = " ".join(result.stdout.str().split())
-    assert "eagle3-5step/default-c1.json: cannot write the baseline (Operation not permitted" in text
+    assert "eagle3-5step/default-c1.jsonl: cannot write the baseline (Operation not permitted" in text
     assert "at a writable directory" in text and "Traceback" not in text
     assert table_verdict(result, "eagle3-5step") == "ERROR"
     assert json_rows(report)["eagle3-5step/default/c1"] == "ERROR"
     after = stored(suite)
-    assert after["eagle3-5step/default-c1.json"] == before["eagle3-5step/default-c1.json"]  # untouched
-    assert after["plain/default-c1.json"] != before["plain/default-c1.json"]  # a writable folder is updated
+    assert after["eagle3-5step/default-c1.jsonl"] == before["eagle3-5step/default-c1.jsonl"]  # untouched
+    assert after["plain/default-c1.jsonl"] != before["plain/default-c1.jsonl"]  # a writable folder is updated
     assert not list((suite.pytester.path / ".specperf").rglob("*.tmp"))
 
 
@@ -198,9 +198,9 @@ def test_two_updating_sessions_measure_one_at_a_time(make_suite) -> None:
         assert not any("waited" in w for m in document["measurements"] for w in m["warnings"])
         assert not any("overlapped" in w for w in warnings), warnings
     files = stored(suite)
-    assert sorted(files) == ["eagle3-2step/default-c1.json", "eagle3-5step/default-c1.json", "plain/default-c1.json"]
+    assert sorted(files) == ["eagle3-2step/default-c1.jsonl", "eagle3-5step/default-c1.jsonl", "plain/default-c1.jsonl"]
     for text in files.values():
-        assert json.loads(text)["runs"][-1]["summary"]["rounds"] >= 2
+        assert len(json.loads(text.splitlines()[-1])["run"]["rounds"][0]) >= 2  # a column: a value per round
 
 
 def test_an_overlap_with_a_session_outside_the_lock_is_a_warning(make_suite) -> None:
@@ -287,12 +287,16 @@ def test_secret_values_reach_no_written_file(make_suite, monkeypatch: pytest.Mon
         subprocess=True,
     )
     result.assert_outcomes(passed=1)
-    written = [p for p in suite.pytester.path.rglob("*") if p.is_file() and p.suffix in {".json", ".md", ".log"}]
-    assert {p.name for p in written} >= {"out.json", "out.md", "out.bmf.json", "default-c1.json"}
+    written = [
+        p for p in suite.pytester.path.rglob("*") if p.is_file() and p.suffix in {".json", ".jsonl", ".md", ".log"}
+    ]
+    assert {p.name for p in written} >= {"out.json", "out.md", "out.bmf.json", "default-c1.jsonl"}
     for text in [result.stdout.str(), result.stderr.str(), *(p.read_text(errors="replace") for p in written)]:
         assert HF_VALUE not in text and SK_VALUE not in text
-    stored = json.loads((suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.json").read_text())
-    assert stored["runs"][-1]["fingerprint"]["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
+    line = (suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.jsonl").read_text().splitlines()[-1]
+    digest = json.loads(line)["run"]["fingerprint"]
+    stored = json.loads((suite.pytester.path / ".specperf" / "fingerprints" / f"{digest}.json").read_text())
+    assert stored["environment"]["SGLANG_HF_AUTH"] == "<redacted>"
 
 
 def test_json_path_after_a_space_outside_the_suite_keeps_the_config(make_suite, tmp_path_factory) -> None:

@@ -21,6 +21,7 @@ from gitrepos import git
 from plugin_suites import ONE_MEASURED_TEST, SPEC_SERVERS, config_text
 
 from pytest_specperf.cli import main as specperf
+from pytest_specperf.store.compact import rounded
 from pytest_specperf.verdict.stats import ratio_estimate
 
 BRANCH = "specperf-history"
@@ -92,9 +93,9 @@ def test_offline_store_records_locally_and_says_so(make_suite, tmp_path: Path) -
     assert said in result.stdout.str()
     assert any(said in w for w in json.loads(report.read_text())["warnings"])
     local = suite.pytester.path / "local-history" / "sim"
-    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*.json")) == [
-        "eagle3-5step/default-c1.json",
-        "plain/default-c1.json",
+    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*.jsonl")) == [
+        "eagle3-5step/default-c1.jsonl",
+        "plain/default-c1.jsonl",
     ]
 
 
@@ -118,7 +119,7 @@ def test_a_refused_push_fails_the_night_and_says_where_the_runs_are(make_suite, 
     assert reason.startswith(f"git:{BRANCH}: the push was refused ([remote rejected] (pre-receive hook declined))")
     work = next(suite.run_dir.glob("history-*"))
     assert f"committed in {work} (HEAD)" in reason
-    assert (work / "sim" / "eagle3-5step" / "default-c1.json").is_file()  # kept: nothing is lost
+    assert (work / "sim" / "eagle3-5step" / "default-c1.jsonl").is_file()  # kept: nothing is lost
     assert "recorded runs (--specperf-record)" not in result.stdout.str()  # nothing claims they were stored
     assert git(remote, "for-each-ref") == ""
 
@@ -203,9 +204,14 @@ def test_three_nights_of_two_machines_record_every_run_exactly_once(tmp_path: Pa
     assert not leftovers
 
     def history(path: str) -> list[dict]:
-        return json.loads(git(remote, "show", f"{BRANCH}:sim/{path}"))["runs"]
+        return [json.loads(line)["run"] for line in git(remote, "show", f"{BRANCH}:sim/{path}").splitlines()]
 
-    plain, five, two = (history(f"{s}/default-c1.json") for s in ("plain", "eagle3-5step", "eagle3-2step"))
+    def stored_samples(run: dict) -> tuple[float, ...]:
+        """A stored run's throughputs (store/compact.py: its setup names the columns of its rounds)."""
+        setup = json.loads(git(remote, "show", f"{BRANCH}:setups/{run['setup']}.json"))
+        return tuple(run["rounds"][setup["columns"].index("output_throughput")])
+
+    plain, five, two = (history(f"{s}/default-c1.jsonl") for s in ("plain", "eagle3-5step", "eagle3-2step"))
     assert len(plain) == 6 and len(five) == 3 and len(two) == 3  # one reference run per machine and night
     everything = plain + five + two
     assert len({r["provenance"]["run_id"] for r in everything}) == len(everything) == 12  # no run twice
@@ -220,23 +226,24 @@ def test_three_nights_of_two_machines_record_every_run_exactly_once(tmp_path: Pa
     merged = reports / "merged.json"
     assert specperf(["merge", str(reports / "gpu-a-2.json"), str(reports / "gpu-b-2.json"), "-o", str(merged)]) == 0
     rows = json.loads(merged.read_text())["measurements"]
-    by_samples = {_samples(r["measurement"]["rounds"]): r for r in everything}
+    by_samples = {stored_samples(r): r for r in everything}
     reference_sessions = set()
     for row in rows:
         stored = by_samples[_samples(row["rounds"])]  # the merged report's measurement is a stored run
-        assert stored["measurement"]["server"] == row["server"]
+        assert json.loads(git(remote, "show", f"{BRANCH}:setups/{stored['setup']}.json"))["server"] == row["server"]
         if row["is_reference"]:
             reference_sessions.add(stored["provenance"]["session"])
             continue
         partner = next(r for r in plain if r["provenance"]["session"] == stored["provenance"]["session"])
-        expected = ratio_estimate(list(_samples(row["rounds"])), list(_samples(partner["measurement"]["rounds"])))
-        assert row["estimates"]["speedup"]["value"] == pytest.approx(expected.value, rel=1e-9)
+        expected = ratio_estimate(list(_samples(row["rounds"])), list(stored_samples(partner)))
+        assert row["estimates"]["speedup"]["value"] == pytest.approx(expected.value, rel=1e-5)  # stored: 6 digits
     assert len(reference_sessions) == 2  # both shards' reference runs, each from its own session
     assert len(rows) == 4
 
 
 def _samples(rounds: list[dict]) -> tuple[float, ...]:
-    return tuple(r["output_throughput"] for r in rounds)
+    """A report's rounds' throughputs as the store keeps them (6 significant digits)."""
+    return tuple(rounded(r["output_throughput"]) for r in rounds)
 
 
 def test_the_store_work_tree_is_gone_when_pytest_returns(make_suite, tmp_path: Path) -> None:
@@ -250,6 +257,6 @@ def test_the_store_work_tree_is_gone_when_pytest_returns(make_suite, tmp_path: P
     git(suite.pytester.path, "remote", "add", "origin", str(remote))
     result = suite.run("--specperf-record")  # in this process: its atexit handlers have not run
     result.assert_outcomes(passed=1)
-    assert "sim/plain/default-c1.json" in git(remote, "ls-tree", "-r", "--name-only", BRANCH)
+    assert "sim/plain/default-c1.jsonl" in git(remote, "ls-tree", "-r", "--name-only", BRANCH)
     assert list(suite.run_dir.glob("history-*")) == []
     assert len(git(suite.pytester.path, "worktree", "list").splitlines()) == 1  # the checkout only

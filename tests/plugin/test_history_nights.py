@@ -9,10 +9,13 @@ import re
 import pytest
 from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
 
+from pytest_specperf.store import read_history
+from pytest_specperf.store.records import document
+
 
 def runs_of(suite) -> list[dict]:
-    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.json"
-    return json.loads(path.read_text())["runs"]
+    path = suite.pytester.path / ".specperf" / "sim" / "eagle3-5step" / "default-c1.jsonl"
+    return document(list(read_history(path).runs))["runs"]
 
 
 def nights_of(runs: list[dict]) -> int:
@@ -131,7 +134,7 @@ def test_ten_jittery_nights_without_a_false_regression_then_a_slow_draft_is_caug
     throughputs = [r["summary"]["output_throughput"] for r in stored]
     assert nights_of(stored) == 10 and len(set(throughputs)) == len(stored), throughputs  # every night, its own speed
 
-    slow = night(10, "--specperf-record", spec_extra=("--sim-draft-slowdown", "8"))
+    slow = night(10, "--specperf-record", "-v", spec_extra=("--sim-draft-slowdown", "8"))  # -v: last → tonight
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(
         [

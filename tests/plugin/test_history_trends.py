@@ -3,10 +3,10 @@ both servers paired by the session that stored them), and the history plots."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from plugin_suites import ONE_MEASURED_TEST, ONE_SPEC_SERVER, STEADY_WORKLOAD
+
+from pytest_specperf.store import read_history
 
 SPEEDUP_TEST = """
 import pathlib
@@ -37,9 +37,9 @@ def test_speedup_interval_comes_from_recorded_speedups_after_three_paired_nights
         suite.run("--specperf-record").assert_outcomes(passed=1)
         assert f"{night} recorded speedup" in checks.read_text(), checks.read_text()
     sessions = [
-        [r["provenance"]["session"] for r in json.loads(path.read_text())["runs"]]
+        [r.provenance.session for r in read_history(path).runs]
         for path in (
-            suite.pytester.path / ".specperf" / "sim" / name / "default-c1.json" for name in ("eagle3-5step", "plain")
+            suite.pytester.path / ".specperf" / "sim" / name / "default-c1.jsonl" for name in ("eagle3-5step", "plain")
         )
     ]
     assert sessions[0] == sessions[1] and len(set(sessions[0])) == 3  # one pair per session

@@ -6,6 +6,8 @@ import json
 
 from plugin_suites import ONE_MEASURED_TEST
 
+from pytest_specperf.store import read_history
+
 SITE_FACTS = """
 import os
 
@@ -29,11 +31,12 @@ def test_a_site_adds_its_facts_to_every_fingerprint(make_suite, monkeypatch) -> 
     monkeypatch.setenv("SITE_CLUSTER", "a")
     report = suite.pytester.path / "r.json"
     suite.run("--specperf-update", f"--specperf-json={report}").assert_outcomes(passed=1)
-    [stored] = (suite.pytester.path / ".specperf" / "sim" / "eagle3-5step").glob("*.json")
-    fingerprint = json.loads(stored.read_text())["runs"][-1]["fingerprint"]
+    [stored] = (suite.pytester.path / ".specperf" / "sim" / "eagle3-5step").glob("*.jsonl")
+    fingerprint = read_history(stored).fingerprint.to_dict()
     assert fingerprint["environment"]["site.fabric"] == "InfiniBand"
     assert fingerprint["identity"]["site.cluster"] == "a"
-    assert "hf_abcdefghijklmnopqrstuvwxyz" not in stored.read_text() + report.read_text()
+    written = "".join(p.read_text() for p in (suite.pytester.path / ".specperf").rglob("*") if p.is_file())
+    assert "hf_abcdefghijklmnopqrstuvwxyz" not in written + report.read_text()
 
     monkeypatch.setenv("SITE_FABRIC", "RoCE")
     drifted = suite.run()

@@ -248,7 +248,7 @@ def test_a_round_that_repeats_prompts_says_so_in_terminal_and_json(make_suite) -
     (measurement,) = report["measurements"]
     assert any(n.startswith(expected) for n in measurement["notes"]) and not measurement["warnings"]
     assert any(expected in w for w in report["warnings"])
-    assert (suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.json").is_file()
+    assert (suite.pytester.path / ".specperf" / "sim" / "plain" / "default-c1.jsonl").is_file()
 
 
 def test_a_round_of_distinct_prompts_has_no_repeat_warning(make_suite) -> None:
@@ -295,7 +295,7 @@ def test_acceptance_by_draft_position_agrees_with_the_engines_own_counts(make_su
             assert per_position[: len(found)] == found and not any(per_position[len(found):])
         """,
     )
-    result = suite.run("-s")
+    result = suite.run("-s", "-v")  # acceptance by draft position is a detail: -v
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         ["acceptance by draft position 1, 2, *", "*eagle3-5step/default/c1: 0.* 0.* 0.* 0.* 0.*"]

@@ -35,6 +35,7 @@ def test_every_output_of_one_session(make_suite, monkeypatch) -> None:
         f"--specperf-markdown={out / 'summary.md'}",
         f"--specperf-bmf={out / 'bmf.json'}",
         f"--junitxml={out / 'junit.xml'}",
+        "-v",  # the cost model is a detail of the summary: -v
     )
     result.assert_outcomes(passed=2)
 
@@ -91,7 +92,7 @@ def test_plots_and_sweep_of_a_session(make_suite) -> None:
     pytest.importorskip("matplotlib")
     suite = make_suite(SPEEDUP_TEST, workloads=TWO_LEVEL_WORKLOAD)
     plots = suite.pytester.path / "plots"
-    result = suite.run(f"--specperf-plot={plots}", f"--specperf-json={suite.pytester.path / 'r.json'}")
+    result = suite.run(f"--specperf-plot={plots}", f"--specperf-json={suite.pytester.path / 'r.json'}", "-v")
     result.assert_outcomes(passed=4)
     text = result.stdout.str()
     assert "concurrency sweep, workload default: speedup over plain by concurrency level" in text

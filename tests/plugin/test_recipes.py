@@ -241,7 +241,11 @@ def assert_no_simulator_left(token: str) -> None:
 
 
 def history(origin: Path, key: str) -> list[dict]:
-    return json.loads(git(origin, "show", f"{BRANCH}:sim/{key}.json"))["runs"]
+    """The runs of a history on the branch, each with its fingerprint (stored once, by digest)."""
+    runs = [json.loads(line)["run"] for line in git(origin, "show", f"{BRANCH}:sim/{key}.jsonl").splitlines()]
+    for run in runs:
+        run["fingerprint"] = json.loads(git(origin, "show", f"{BRANCH}:fingerprints/{run['fingerprint']}.json"))
+    return runs
 
 
 def published_panels(origin: Path) -> dict[str, str]:

@@ -7,8 +7,8 @@ as SGLang (launcher sglang, no simulator block in /server_info), which is all th
 
 from __future__ import annotations
 
-import json
-import os
+from pytest_specperf.store.file import FileStore
+from pytest_specperf.store.records import document, dumps
 
 REAL_ENGINE_CONFTEST = """
 import os
@@ -52,7 +52,7 @@ def test_switching_to_a_real_engine_gives_new_not_incomparable(make_suite, monke
     suite = make_suite(files, servers="[specperf.servers.plain]\n", extra=LENIENT)
     store = suite.pytester.path / ".specperf"
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    assert (store / "sim" / "plain" / "default-c1.json").is_file()
+    assert (store / "sim" / "plain" / "default-c1.jsonl").is_file()
     assert not (store / "plain").exists()
 
     monkeypatch.setenv("AS_REAL_ENGINE", "1")  # the first night on the GPU node
@@ -60,9 +60,9 @@ def test_switching_to_a_real_engine_gives_new_not_incomparable(make_suite, monke
     first_night.assert_outcomes(passed=1)
     first_night.stdout.re_match_lines([r"plain \(ref\) +default +1 .* NEW"])
     assert "INCOMPARABLE" not in first_night.stdout.str()
-    stored = suite.run("--specperf-update")
+    stored = suite.run("--specperf-update", "-v")  # -v lists each stored key
     stored.stdout.fnmatch_lines(["*plain/default/c1: none → *"])
-    assert (store / "plain" / "default-c1.json").is_file()
+    assert (store / "plain" / "default-c1.jsonl").is_file()
 
     second_night = suite.run("--specperf-record")
     second_night.assert_outcomes(passed=1)
@@ -79,11 +79,13 @@ def test_a_simulated_store_from_before_the_sim_level_still_compares(make_suite) 
     store = suite.pytester.path / ".specperf"
     suite.run("--specperf-update").assert_outcomes(passed=1)
     (store / "plain").mkdir()
-    os.replace(store / "sim" / "plain" / "default-c1.json", store / "plain" / "default-c1.json")  # the old layout
+    history = FileStore(store).read(store / "sim" / "plain" / "default-c1.jsonl")
+    (store / "plain" / "default-c1.json").write_text(dumps(document(list(history.runs))))  # the old layout
+    (store / "sim" / "plain" / "default-c1.jsonl").unlink()
 
-    result = suite.run("--specperf-update-force")  # stored whatever a loaded machine's noise says
+    result = suite.run("--specperf-update-force", "-v")  # stored whatever a loaded machine's noise says; -v lists it
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*plain/default/c1: * → *(plain/default-c1.json; segment 1, 2 runs)"])
+    result.stdout.fnmatch_lines(["*plain/default/c1: * → *(plain/default-c1.jsonl; segment 1, 2 runs)"])
     assert not (store / "plain" / "default-c1.json").exists()  # moved under sim/ by the save, history kept
-    assert len(json.loads((store / "sim" / "plain" / "default-c1.json").read_text())["runs"]) == 2
+    assert len((store / "sim" / "plain" / "default-c1.jsonl").read_text().splitlines()) == 2
     assert suite.run().stdout.re_match_lines([COMPARED]) is None  # and compared from its new place

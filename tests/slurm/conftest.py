@@ -2,13 +2,12 @@
 the manual's `srun` template, against a real two-node Slurm cluster on this machine.
 
 `.ci/slurm-cluster up` starts one (CI does, and sets SPECPERF_REQUIRE_SLURM=1, so that a lane skipped
-there fails); elsewhere the lane is skipped with the reason.
+there fails); elsewhere the lane is skipped, and `pytest tests` says why in its header (tests/lanes.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,30 +17,15 @@ from dataclasses import dataclass
 
 import psutil
 import pytest
+from lanes import slurm_problem
 
 from pytest_specperf.servers.launch import free_port
 
-
-def cluster_problem() -> str | None:
-    """Why the lane cannot run here (None: two idle nodes answer)."""
-    if shutil.which("srun") is None or shutil.which("sinfo") is None:
-        return "no Slurm here (srun, sinfo); `bash .ci/slurm-cluster up` starts a two-node one"
-    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30)
-    idle = [line for line in done.stdout.splitlines() if line.split()[-1:] in (["idle"], ["mix"], ["alloc"])]
-    if done.returncode != 0 or len(idle) < 2:
-        return f"Slurm has no two nodes up (sinfo: {(done.stdout + done.stderr).strip() or 'nothing'})"
-    return None
-
-
-PROBLEM = cluster_problem()
+PROBLEM = slurm_problem()
 if PROBLEM is not None:
     if os.environ.get("SPECPERF_REQUIRE_SLURM") == "1":
         raise pytest.UsageError(f"the Slurm lane is required here (SPECPERF_REQUIRE_SLURM=1), but {PROBLEM}")
     collect_ignore_glob = ["test_*.py"]
-
-
-def pytest_report_header() -> str:
-    return f"Slurm lane: {'skipped: ' + PROBLEM if PROBLEM else 'a real two-node cluster'}"
 
 
 #: the manual's wrapper (docs/recipes.md, "One server over two nodes"), as written

@@ -1,12 +1,14 @@
 """One simulated server over two Slurm nodes, started by the manual's template (`srun -N2
 --ntasks-per-node=1 ./node-rank.sh ... --nnodes 2 --dist-init-addr ...`): a measured test on it, a
-failing one, Ctrl-C and SIGTERM to pytest, a rank that never joins, and the job's time limit. After each, no task of the
-step is left on either node and Slurm's queue holds nothing of it."""
+failing one, Ctrl-C and SIGTERM to pytest, a rank that never joins, the job's time limit, and a `scancel` once the
+server serves. After each, no task of the step is left on either node and Slurm's queue holds nothing of it."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
 import sys
 import threading
 
@@ -93,4 +95,46 @@ def test_a_time_limit_that_ends_the_start_is_named_not_taken_for_a_crash(slurm_s
     result = suite.run("-k", "test_measured")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*Slurm's time limit ended the step while the server was starting (not a crash)*"])
+    assert suite.processes() == [] and suite.steps() == []
+
+
+#: a body that holds the server until it is gone, so whatever ends it is reported as a server that died after ready
+HELD_UNTIL_GONE = """
+import time
+
+import pytest
+
+@pytest.mark.parametrize("specperf_server", ["plain"], indirect=True)
+def test_held(specperf_server):
+    print("SERVER-UP", flush=True)
+    for _ in range(1200):
+        specperf_server.check_alive(grace=1.0)
+        time.sleep(0.1)
+"""
+
+
+def test_a_scancel_after_the_server_was_ready_is_named_as_slurms_cancellation(slurm_suite) -> None:
+    """`scancel` of the server's job once it serves: the error names Slurm's cancellation and quotes
+    slurmstepd's `*** STEP ... CANCELLED AT ... ***` line, instead of "died during the session (it exited
+    with code 0)"."""
+    suite = slurm_suite(HELD_UNTIL_GONE)
+    proc = suite.pytester.popen(
+        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-rE", str(suite.pytester.path)],
+        stdout=-1,
+        stderr=-2,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if b"SERVER-UP" in line:
+                break
+        (job,) = suite.steps()
+        subprocess.run(["scancel", job.split()[0]], check=True, timeout=30)
+        output = proc.stdout.read().decode(errors="replace")
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "server 'plain' was cancelled by Slurm after it was ready (scancel, or the allocation ended)" in output
+    assert re.search(r"\*\*\* STEP \d+\.\d+ ON n[12] CANCELLED AT \S+ \*\*\*", output), output[-3000:]
     assert suite.processes() == [] and suite.steps() == []

@@ -57,7 +57,8 @@ def store_of(suite: Path, work: Path) -> GitStore:
 
 def branch_runs(remote: Path, path: str) -> list[dict]:
     """The runs of one history file as the branch on the remote holds it."""
-    return json.loads(git(remote, "show", f"{BRANCH}:{path}"))["runs"]
+    text = git(remote, "show", f"{BRANCH}:{path}")
+    return [json.loads(line)["run"] for line in text.splitlines()]
 
 
 def test_records_into_a_new_branch_and_leaves_the_checkout_alone(remote: Path, tmp_path: Path) -> None:
@@ -74,11 +75,11 @@ def test_records_into_a_new_branch_and_leaves_the_checkout_alone(remote: Path, t
 
     assert not (tmp_path / "work-a").exists()  # the work tree is gone after close
     message = git(remote, "log", "-1", "--format=%B", BRANCH)
-    day = json.loads(git(remote, "show", f"{BRANCH}:plain/chat-c1.json"))["runs"][0]["provenance"]["created"][:10]
+    day = branch_runs(remote, "plain/chat-c1.jsonl")[0]["provenance"]["created"][:10]
     assert message.startswith(f"specperf: record 2 runs of machine-a {day}")
     assert f", commit {head[:7]}" in message.splitlines()[0]
     assert "plain/chat/c1" in message and "session s1 on " in message
-    assert [len(branch_runs(remote, p)) for p in ("plain/chat-c1.json", "eagle3-5step/chat-c1.json")] == [1, 1]
+    assert [len(branch_runs(remote, p)) for p in ("plain/chat-c1.jsonl", "eagle3-5step/chat-c1.jsonl")] == [1, 1]
     assert git(remote, "show", f"{BRANCH}:.gitignore").splitlines()[1:] == [".specperf.lock", ".*.tmp"]
     # the user's checkout: same commit, nothing changed, no branch of ours, no work tree left
     assert git(suite, "rev-parse", "HEAD") == head and git(suite, "status", "--porcelain") == status
@@ -104,11 +105,18 @@ def test_a_rejected_push_merges_runs_and_is_retried(remote: Path, tmp_path: Path
     pushed = second.publish()
     assert pushed[0].endswith("after 1 push(es) by other jobs came first (their runs are kept)"), pushed
 
-    runs = branch_runs(remote, "plain/chat-c1.json")
+    runs = branch_runs(remote, "plain/chat-c1.jsonl")
     assert [r["provenance"]["session"] for r in runs] == ["s0", "s1"]  # the first push's run, then ours
     assert [r["segment"] for r in runs] == [0, 1]  # each save was --specperf-update (new_segment)
     assert len({r["provenance"]["run_id"] for r in runs}) == 2
-    assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [".gitignore", "plain", "spec-0", "spec-1"]
+    assert git(remote, "ls-tree", "--name-only", BRANCH).splitlines() == [
+        ".gitignore",
+        "fingerprints",
+        "plain",
+        "setups",
+        "spec-0",
+        "spec-1",
+    ]
     log = git(remote, "log", "--format=%s", BRANCH).splitlines()
     assert len(log) == 2 and all(s.startswith("specperf: update 2 runs of ") for s in log)
     first.close()
@@ -131,7 +139,7 @@ def test_a_push_that_reached_the_remote_is_not_applied_twice(remote: Path, tmp_p
     store._base = None  # as if the push had failed: the session still holds the branch as it fetched it
     assert store.publish() == [f"git:{BRANCH}: the 1 run were on the branch already (an earlier push reached it)"]
     assert git(remote, "rev-parse", BRANCH) == tip
-    assert [r["provenance"]["session"] for r in branch_runs(remote, "plain/chat-c1.json")] == ["s1", "s2"]
+    assert [r["provenance"]["session"] for r in branch_runs(remote, "plain/chat-c1.jsonl")] == ["s1", "s2"]
     store.close()
 
 
@@ -176,7 +184,7 @@ def test_concurrent_recorders_lose_nothing_and_duplicate_nothing(remote: Path, t
         process.join(timeout=120)
     assert [p.exitcode for p in processes] == [0] * machines
 
-    runs = branch_runs(remote, "plain/chat-c1.json")
+    runs = branch_runs(remote, "plain/chat-c1.jsonl")
     sessions = [r["provenance"]["session"] for r in runs]
     assert sorted(sessions) == sorted(f"m{m}-n{n}" for m in range(machines) for n in range(3))  # each once
     for m in range(machines):  # a machine's runs stay in its order, whoever pushed first
@@ -185,7 +193,7 @@ def test_concurrent_recorders_lose_nothing_and_duplicate_nothing(remote: Path, t
     assert {r["segment"] for r in runs} == {0}
     assert len(git(remote, "log", "--format=%H", BRANCH).splitlines()) == machines
     for m in range(machines):
-        assert len(branch_runs(remote, f"spec-{m}/chat-c1.json")) == 1
+        assert len(branch_runs(remote, f"spec-{m}/chat-c1.jsonl")) == 1
 
 
 def test_an_unreachable_remote_fails_in_prepare_and_leaves_nothing(tmp_path: Path) -> None:
@@ -257,7 +265,7 @@ def test_a_refused_push_keeps_the_runs_and_names_the_reason(remote: Path, tmp_pa
     assert "the push was refused ([remote rejected] (pre-receive hook declined))" in message
     assert f"committed in {tmp_path / 'work'}" in message
     store.close()
-    assert (tmp_path / "work" / "eagle3-5step" / "chat-c1.json").is_file()  # kept: nothing is lost
+    assert (tmp_path / "work" / "eagle3-5step" / "chat-c1.jsonl").is_file()  # kept: nothing is lost
     assert "specperf: update 1 run" in git(tmp_path / "work", "log", "-1", "--format=%s")
 
 
@@ -298,7 +306,7 @@ def test_git_hook_variables_never_point_at_the_users_repository(
     monkeypatch.delenv("GIT_DIR")
     monkeypatch.delenv("GIT_INDEX_FILE")
     assert (suite / ".git" / "index").read_bytes() == before
-    assert len(branch_runs(remote, "eagle3-5step/chat-c1.json")) == 1
+    assert len(branch_runs(remote, "eagle3-5step/chat-c1.jsonl")) == 1
     assert os.environ.get("GIT_DIR") is None
 
 
@@ -320,7 +328,7 @@ def test_the_specperf_command_reads_a_branch(
     assert main(["history", "plain", "--store", where]) == 0
     out = capsys.readouterr().out
     # where the history lives on the branch, not in the temporary work tree it was read from (gone now)
-    assert out.startswith(f"plain/chat/c1: 2 runs, {where}, file plain/chat-c1.json\n"), out
+    assert out.startswith(f"plain/chat/c1: 2 runs, {where}, file plain/chat-c1.jsonl\n"), out
     assert [line.split()[5] for line in out.splitlines()[3:5]] == ["72.0±3.4", "81.0±6.3"]  # tok/s of both runs
     assert main(["show", where]) == 0
     assert capsys.readouterr().out.startswith(f"stored baselines in {where}:")
@@ -350,10 +358,10 @@ def test_accept_on_a_branch_pushes_the_new_level(
     assert main(["accept", "plain/chat/c1", "--since", "3", "--note", note, "--store", where]) == 0
     out = capsys.readouterr().out
     assert "the accepted level is now the 2 runs from run 3 on" in out and "pushed the acceptance as commit" in out
-    runs = branch_runs(remote, "plain/chat-c1.json")
+    runs = branch_runs(remote, "plain/chat-c1.jsonl")
     assert [r["segment"] for r in runs] == [0, 0, 1, 1]
     assert runs[2]["acceptance"].endswith("with specperf accept: a slower kernel, on purpose")
     assert (
         git(remote, "log", "-1", "--format=%s", BRANCH)
-        == "specperf: accept plain/chat-c1.json from the run of " + (runs[2]["provenance"]["created"][:10])
+        == "specperf: accept plain/chat-c1.jsonl from the run of " + (runs[2]["provenance"]["created"][:10])
     )

@@ -16,10 +16,12 @@ from pytest_specperf.errors import StoreError
 from pytest_specperf.jsonfile import safe_name
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
+from pytest_specperf.store import compact as compact_module
 from pytest_specperf.store import file as file_store
-from pytest_specperf.store import records as store_module
+from pytest_specperf.store import read_history
+from pytest_specperf.store.compact import rounded
 from pytest_specperf.store.file import FileStore
-from pytest_specperf.store.records import SCHEMA_VERSION, Summary, read_baseline
+from pytest_specperf.store.records import SCHEMA_VERSION, Summary, document, dumps, new_run
 
 KEY = MeasurementKey("eagle3-5step", "chat", 1)
 FINGERPRINT = Fingerprint(
@@ -85,9 +87,11 @@ def store(tmp_path: Path) -> FileStore:
 
 
 def leftovers(root: Path) -> list[Path]:
-    """Anything in the store that is not a stored baseline, its lock or its .gitignore."""
+    """Anything in the store that is not a history, its records, a fingerprint, the lock or the .gitignore."""
     expected = {".gitignore", ".specperf.lock"}
-    return [p for p in root.rglob("*") if p.is_file() and p.suffix != ".json" and p.name not in expected]
+    return [
+        p for p in root.rglob("*") if p.is_file() and p.suffix not in (".json", ".jsonl") and p.name not in expected
+    ]
 
 
 # --- round trip -----------------------------------------------------------------------------
@@ -103,8 +107,10 @@ def test_round_trip(store: FileStore, tmp_path: Path) -> None:
     result = store.save(original, suite_dir=tmp_path)
     loaded = store.load(KEY)
     assert loaded is not None
-    assert loaded.path == result.path == store.root / "eagle3-5step" / "chat-c1.json"
-    assert loaded.measurement == original
+    assert loaded.path == result.path == store.root / "eagle3-5step" / "chat-c1.jsonl"
+    # a new night's floats keep 6 significant digits (store/compact.py SIGNIFICANT): 0.22000000000000003 is 0.22
+    assert loaded.measurement.rounds[0].acceptance_rate == 0.22 != original.rounds[0].acceptance_rate
+    assert rounded(loaded.measurement.to_dict()) == rounded(original.to_dict())
     # records are compare=False in RoundSample, and times are stored to the microsecond
     assert [r.to_dict() for r in loaded.measurement.records] == [r.to_dict() for r in original.records]
     assert isinstance(loaded.fingerprint, Fingerprint)
@@ -145,23 +151,29 @@ def test_save_reports_old_and_new_summary(store: FileStore) -> None:
     assert second.new.output_throughput == 75.0
 
 
-def test_file_is_pretty_key_sorted_json(store: FileStore) -> None:
+def test_a_night_is_one_compact_line_and_what_nights_share_is_stored_once(store: FileStore) -> None:
     path = store.save(measurement(), suite_dir=None).path
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text)
-    assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    assert data["schema_version"] == SCHEMA_VERSION == 2
-    assert data["kind"] == "pytest-specperf baseline"
-    assert set(data) == {"schema_version", "kind", "runs"}
-    [run] = data["runs"]
-    assert set(run) == {"measurement", "summary", "fingerprint", "provenance", "segment", "status"}
-    assert run["status"] == "accepted"
-    assert "fingerprint" not in run["measurement"]  # stored once per run
-    assert len(run["measurement"]["rounds"][0]["records"]) == 2
+    store.save(measurement(), suite_dir=None, new_segment=False)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    data = json.loads(lines[0])
+    assert lines[0] == json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    run = data["run"]
+    assert set(run) == {"v", "setup", "fingerprint", "rounds", "provenance", "segment", "status"}
+    assert run["v"] == 3 and run["status"] == "accepted" and run["segment"] == 0
+    [fingerprint] = (store.root / "fingerprints").iterdir()
+    assert run["fingerprint"] == fingerprint.stem  # referenced by digest, stored once for both nights
+    assert json.loads(fingerprint.read_text()) == FINGERPRINT.to_dict()
+    [setup_file] = (store.root / "setups").iterdir()
+    setup = json.loads(setup_file.read_text())
+    assert run["setup"] == setup_file.stem and setup["server"] == KEY.server and setup["workload_hash"] == "w-hash"
+    columns = dict(zip(setup["columns"], run["rounds"], strict=True))
+    assert columns["output_throughput"] == [70.0, 72.0, 74.0]
+    assert columns["tpot_ms.mean"] == [10.0, 11.0, 12.0]  # a distribution: one column per figure
+    assert "records" not in columns  # the newest run's records live beside the lines
     assert set(run["provenance"]) == {"created", "git_commit", "host", "specperf_version", "session", "run_id"}
     assert run["provenance"]["created"].endswith("+00:00")
     assert run["provenance"]["session"] is None  # saved outside a pytest session
-    assert run["segment"] == 0
 
 
 def test_git_commit_in_provenance(store: FileStore, tmp_path: Path) -> None:
@@ -182,7 +194,7 @@ def test_names_are_sanitised_without_collisions(store: FileStore) -> None:
     assert path_a != path_b
     for path in (path_a, path_b):
         assert path.parent.parent == store.root
-        assert path.name.endswith("-c8.json")
+        assert path.name.endswith("-c8.jsonl")
     store.save(measurement(key=a), suite_dir=None)
     assert store.load(a).measurement.key == a
     assert store.load(b) is None
@@ -191,7 +203,7 @@ def test_names_are_sanitised_without_collisions(store: FileStore) -> None:
 
 
 def test_summary_is_recomputed_not_trusted(store: FileStore) -> None:
-    path = store.save(measurement(), suite_dir=None).path
+    path = write_raw(store, json.dumps(stored_dict(store)))
     data = json.loads(path.read_text())
     data["runs"][0]["summary"]["output_throughput"] = 999.0  # a hand edit
     path.write_text(json.dumps(data))
@@ -245,7 +257,7 @@ def test_failed_serialisation_leaves_old_file_intact(store: FileStore, monkeypat
     def broken(value: object) -> object:
         raise RuntimeError("serialiser died")
 
-    monkeypatch.setattr(store_module, "clean", broken)
+    monkeypatch.setattr(compact_module, "clean", broken)
     with pytest.raises(RuntimeError, match="serialiser died"):
         store.save(measurement(throughputs=(1.0,)), suite_dir=None)
     assert path.read_bytes() == before
@@ -301,8 +313,9 @@ def test_concurrent_saves_lose_nothing(store: FileStore) -> None:
         process.join(timeout=60)
     assert [p.exitcode for p in processes] == [0] * WORKERS
 
-    for path in store.root.rglob("*.json"):
-        json.loads(path.read_text())  # every file is complete, valid JSON
+    for path in store.root.rglob("*.jsonl"):
+        for line in path.read_text().splitlines(keepends=True):
+            assert line.endswith("\n") and json.loads(line)  # every line is complete, valid JSON
     assert len(store.entries()) == WORKERS + 1
     for worker in range(WORKERS):
         own = store.load(MeasurementKey(f"server-{worker}", "chat", 1))
@@ -323,15 +336,16 @@ def test_concurrent_saves_lose_nothing(store: FileStore) -> None:
 
 
 def write_raw(store: FileStore, content: str) -> Path:
-    path = store.path_for(KEY)
+    """A history file of the layout before 3 (one JSON document per key), as the previous release wrote it."""
+    path = store.legacy_path_for(KEY)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content)
     return path
 
 
 def stored_dict(store: FileStore) -> dict:
-    path = store.save(measurement(), suite_dir=None).path
-    return json.loads(path.read_text())
+    """The document the previous release stored for one night of `KEY` (store/records.py `document`)."""
+    return json.loads(dumps(document([new_run(measurement(), suite_dir=None)])))
 
 
 def test_bad_json_names_the_file(store: FileStore) -> None:
@@ -405,14 +419,16 @@ def test_file_under_the_wrong_key_is_refused(store: FileStore) -> None:
 
 
 def test_save_keeps_a_corrupt_file_aside_and_says_so(store: FileStore) -> None:
-    path = write_raw(store, "garbage")
+    path = store.path_for(KEY)
+    path.parent.mkdir(parents=True)
+    path.write_text("garbage\n")
     result = store.save(measurement(), suite_dir=None)
     assert result.old is None
-    assert "not valid JSON" in (result.replaced_error or "")
+    assert "corrupt history line 1" in (result.replaced_error or "")
     assert store.load(KEY) is not None
     assert result.kept_as is not None and result.kept_as.parent == path.parent
     assert result.kept_as.name.startswith(f"{path.name}.unreadable-")
-    assert result.kept_as.read_text() == "garbage"  # never lost
+    assert result.kept_as.read_text() == "garbage\n"  # never lost
     assert [e.measurement.key for e in store.entries()] == [KEY]  # and no longer read as a baseline
 
 
@@ -445,16 +461,19 @@ def test_a_failed_write_gives_the_advice_that_fits_it(
     monkeypatch.setattr(file_store, "atomic_write", failing)
     with pytest.raises(StoreError) as raised:
         store.save(measurement(), suite_dir=None)
-    assert f"cannot write the baseline ({os.strerror(error)}); " + advice.format(root=store.root) in str(raised.value)
+    assert f"cannot write the baseline ({os.strerror(error)}: " in str(raised.value)
+    assert f"); {advice.format(root=store.root)}" in str(raised.value)
 
 
 def test_save_replaces_a_file_with_a_corrupt_schema_version(store: FileStore) -> None:
     data = stored_dict(store)
     data["schema_version"] = "2"  # not an integer: corrupt, not newer
-    write_raw(store, json.dumps(data))
+    legacy = write_raw(store, json.dumps(data))
     result = store.save(measurement(), suite_dir=None)
-    assert result.old is None and "bad schema_version '2'" in (result.replaced_error or "")
-    assert store.load(KEY) is not None
+    assert result.old is None and store.load(KEY) is not None
+    [aside] = legacy.parent.glob(f"{legacy.name}.unreadable-*")  # the conversion kept it aside, and says so
+    [converted, kept] = store.publish()
+    assert "converted 0 histories" in converted and "bad schema_version '2'" in kept and aside.name in kept
 
 
 def test_load_never_writes(store: FileStore) -> None:
@@ -509,8 +528,9 @@ def test_history_is_capped_oldest_dropped_but_the_accepted_level_kept(store: Fil
 def test_records_kept_for_newest_run_only(store: FileStore) -> None:
     for value in (1.0, 2.0, 3.0):
         path = store.save(measurement(throughputs=(value, value)), suite_dir=None, new_segment=False).path
-    runs = json.loads(path.read_text())["runs"]
-    assert [len(run["measurement"]["rounds"][0]["records"]) for run in runs] == [0, 0, 2]
+    assert [len(r.measurement.records) for r in store.load(KEY).runs] == [0, 0, 4]
+    records = json.loads(path.with_name("chat-c1.records.json").read_text())
+    assert records["run"] == store.load(KEY).provenance.run_id and len(records["rounds"][0]) == 2
     # the older runs still carry every per-round sample
     samples = [r.measurement.samples("output_throughput") for r in store.load(KEY).runs]
     assert samples == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
@@ -539,9 +559,9 @@ def test_schema_1_file_reads_as_one_run_and_migrates_on_next_write(store: FileSt
     assert loaded.measurement == m and loaded.provenance.git_commit == "abc1234"
     assert path.read_text() == json.dumps(legacy)  # reading never rewrites
     result = store.save(measurement(throughputs=(71.0,)), suite_dir=None, new_segment=False)
-    data = json.loads(path.read_text())
-    assert data["schema_version"] == 2 and result.old.output_throughput == 71.0
-    assert [run["provenance"]["git_commit"] for run in data["runs"]] == ["abc1234", None]
+    assert not path.exists() and result.path == store.path_for(KEY)  # converted by the first write
+    assert result.old.output_throughput == 71.0 and result.runs == 2
+    assert [run.provenance.git_commit for run in store.load(KEY).runs] == ["abc1234", None]
     assert store.load(KEY).runs[0].provenance.session is None  # stored before session ids: pairs with none
     assert [r.summary.output_throughput for r in store.load(KEY).current_segment] == [71.0, 71.0]
 
@@ -561,11 +581,11 @@ SIM_FINGERPRINT = Fingerprint(identity={**FINGERPRINT.identity, "launcher": "sim
 
 def test_simulated_runs_are_stored_under_sim_and_never_read_as_a_real_engines(store: FileStore) -> None:
     saved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None)
-    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.json"
+    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.jsonl"
     assert store.load(KEY, simulated=True) is not None
     assert store.load(KEY) is None  # a real-engine session finds no baseline: NEW, not INCOMPARABLE
     real = store.save(measurement(), suite_dir=None)
-    assert real.path == store.root / "eagle3-5step" / "chat-c1.json" and real.runs == 1
+    assert real.path == store.root / "eagle3-5step" / "chat-c1.jsonl" and real.runs == 1
     assert store.load(KEY, simulated=True).fingerprint.identity["launcher"] == "sim"  # type: ignore[union-attr]
     assert store.load(KEY).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
     assert [e.path for e in store.entries()] == [real.path, saved.path]
@@ -575,8 +595,8 @@ def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: Fil
     key = MeasurementKey("sim", "chat", 1)
     real = store.save(measurement(key=key), suite_dir=None)
     simulated = store.save(measurement(key=key, fingerprint=SIM_FINGERPRINT), suite_dir=None)
-    assert real.path == store.root / "sim" / "chat-c1.json"
-    assert simulated.path == store.root / "sim" / "sim" / "chat-c1.json"
+    assert real.path == store.root / "sim" / "chat-c1.jsonl"
+    assert simulated.path == store.root / "sim" / "sim" / "chat-c1.jsonl"
     assert store.load(key).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
     assert store.load(key, simulated=True).fingerprint.identity["launcher"] == "sim"  # type: ignore[union-attr]
     assert len(store.entries()) == 2
@@ -584,10 +604,9 @@ def test_a_server_called_sim_does_not_clash_with_the_simulators_layer(store: Fil
 
 def legacy_simulated_store(store: FileStore) -> Path:
     """A store written before the sim/ level: a simulator's history at <store>/<server>/."""
-    moved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None).path
     legacy = store.root / "eagle3-5step" / "chat-c1.json"
     legacy.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(moved, legacy)
+    legacy.write_text(dumps(document([new_run(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None)])))
     return legacy
 
 
@@ -597,14 +616,14 @@ def test_a_store_from_before_the_sim_level_still_reads_and_moves_on_the_next_sav
     assert found is not None and found.path == legacy
     assert store.load(KEY) is None
     saved = store.save(measurement(fingerprint=SIM_FINGERPRINT), suite_dir=None, new_segment=False)
-    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.json"
+    assert saved.path == store.root / "sim" / "eagle3-5step" / "chat-c1.jsonl"
     assert saved.runs == 2 and not legacy.exists()  # the history went on, in its new place
 
 
 def test_a_real_run_moves_an_old_simulated_history_out_of_its_way(store: FileStore) -> None:
     legacy = legacy_simulated_store(store)
     saved = store.save(measurement(), suite_dir=None)
-    assert saved.path == legacy and saved.runs == 1 and saved.old is None
+    assert saved.path == legacy.with_suffix(".jsonl") and saved.runs == 1 and saved.old is None
     assert store.load(KEY).fingerprint.identity["launcher"] == "sglang"  # type: ignore[union-attr]
     assert store.load(KEY, simulated=True) is not None  # kept, under sim/
 
@@ -614,14 +633,13 @@ def test_a_runs_status_is_stored_and_read_back(store: FileStore) -> None:
     store.save(measurement(), suite_dir=None)
     store.save(measurement(), suite_dir=None, new_segment=False, status="suspect")
     result = store.save(measurement(), suite_dir=None, new_segment=False, status="refused")
-    history = read_baseline(result.path)
+    history = read_history(result.path)
     assert [r.status for r in history.runs] == ["accepted", "suspect", "refused"]
 
 
 def test_a_run_status_nobody_wrote_is_refused_by_name(store: FileStore) -> None:
-    path = store.save(measurement(), suite_dir=None).path
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = stored_dict(store)
     data["runs"][0]["status"] = "rejected"
-    path.write_text(json.dumps(data), encoding="utf-8")
+    path = write_raw(store, json.dumps(data))
     with pytest.raises(StoreError, match="status must be one of accepted, suspect, refused, got 'rejected'"):
-        read_baseline(path)
+        read_history(path)

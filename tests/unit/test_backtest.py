@@ -36,7 +36,7 @@ def test_tigerbeetles_step_is_flagged_on_its_first_night_and_named_since_it_by_t
 def test_a_stable_series_raises_no_false_regression() -> None:
     """MongoDB's series: two known outliers (runs 4 and 90) and nothing else; TigerBeetle between its
     changes, acknowledged with an update the night after each."""
-    _, rows = read_series(DATA / "mongodb_real_series.csv")
+    _, rows, _ = read_series(DATA / "mongodb_real_series.csv")
     result = replay(rows, Tolerance(0.05))
     flagged = [n.row.index for n in result.nights if n.outcome in (Verdict.REGRESSION, Verdict.SUSPECT)]
     assert flagged == [90]
@@ -44,7 +44,7 @@ def test_a_stable_series_raises_no_false_regression() -> None:
 
 
 def test_a_bimodal_series_is_reported_as_unable_to_see_the_tolerance() -> None:
-    _, rows = read_series(DATA / "rocksdb_2023-09_ops_per_s.csv", value="revrange.t1")
+    _, rows, _ = read_series(DATA / "rocksdb_2023-09_ops_per_s.csv", value="revrange.t1")
     facts = summary(replay(rows, Tolerance(0.05)), Tolerance(0.05))
     assert facts["cannot_see_tolerance"] is True
 
@@ -55,7 +55,7 @@ def test_per_round_values_and_updates_are_read(tmp_path: Path) -> None:
     rows += [["6", "90;91;89", "0"], ["7", "90;90.5;89.5", "1"], ["8", "90;91;89", "0"]]
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows(rows)
-    column, series = read_series(path, value="night", rounds="rounds", update="update")
+    column, series, _ = read_series(path, value="night", rounds="rounds", update="update")
     assert column == "night" and series[0].samples == (100.0, 101.0, 99.0) and series[7].update
     outcomes = [n.outcome for n in replay(series, Tolerance(0.05)).nights]
     assert outcomes[6] is Verdict.REGRESSION and outcomes[7] is Verdict.NEW and outcomes[8] is Verdict.PASS
@@ -124,6 +124,27 @@ def test_a_bad_cell_is_named_by_its_row_without_value_too(tmp_path: Path, capsys
     rows = [["tok_s"], *([str(100 + i % 3)] for i in range(20)), ["10O"]]
     assert main(["backtest", str(write(tmp_path / "s.csv", rows))]) == 2
     assert "row 22, column 'tok_s': '10O' is not a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [[], ["--value", "tok_s"]], ids=["found", "named"])
+def test_an_empty_cell_is_a_night_without_a_value_reported_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: list[str]
+) -> None:
+    """A nightly job that failed leaves an empty cell: the night is skipped and named (in the summary and
+    the JSON), the nights after it are judged as usual, and the column is still found as the numeric one."""
+    rows = [["run", "commit", "tok_s"], ["0", "a", "100"], ["1", "b", "101"], ["2", "c", ""], ["3", "d", "99"]]
+    rows += [["4", "e", "100"]]
+    out = tmp_path / "s.json"
+    assert main(["backtest", str(write(tmp_path / "s.csv", rows)), *value, "--json", str(out)]) == 0
+    assert "1 night(s) without a value (an empty cell), skipped: run(s) 2" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["missing"] == [2] and [n["run"] for n in data["nights"]] == [0, 1, 3, 4]
+
+
+def test_a_series_of_empty_cells_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [["tok_s"], ["100"], [""], [""]]
+    assert main(["backtest", str(write(tmp_path / "s.csv", rows)), "--value", "tok_s"]) == 2
+    assert "1 row(s) with a value in 'tok_s'; a backtest needs at least 2" in capsys.readouterr().err
 
 
 def test_exit_status_says_whether_the_last_night_is_a_regression(tmp_path: Path) -> None:

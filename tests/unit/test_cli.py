@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from report_samples import CONFIG, measurement, story_measurements
 
-from pytest_specperf.cli import main
+from pytest_specperf import cli
+from pytest_specperf.cli import SUBCOMMANDS, build_parser, main
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.report.analysis import build_report
@@ -69,7 +70,7 @@ def test_history_prints_series_segments_and_change_points(tmp_path: Path, capsys
     code, out, _ = run(capsys, "history", "eagle3-5step", "--store", tmp_path / ".specperf")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"eagle3-5step/chat/c1: 10 runs, {tmp_path / '.specperf/sim/eagle3-5step/chat-c1.json'}"
+    assert lines[0] == f"eagle3-5step/chat/c1: 10 runs, {tmp_path / '.specperf/sim/eagle3-5step/chat-c1.jsonl'}"
     assert "plain/chat/c1" not in out
     assert lines[1] == "speedup over plain: its runs stored by the same session"
     assert lines[2].split() == [
@@ -112,8 +113,8 @@ def test_show_missing_store_is_an_error(tmp_path: Path, capsys) -> None:
 
 def test_show_names_a_corrupt_baseline(tmp_path: Path, capsys) -> None:
     bad = FileStore(tmp_path).save(plain(), suite_dir=None).path
-    assert bad == tmp_path / "sim" / "plain" / "chat-c1.json"
-    bad.write_text("{ not json")
+    assert bad == tmp_path / "sim" / "plain" / "chat-c1.jsonl"
+    bad.write_text("{ not json\n")
     code, _, err = run(capsys, "show", tmp_path)
     assert code == 2 and str(bad) in err and "not valid JSON" in err
 
@@ -203,10 +204,10 @@ def test_diff_missing_file(tmp_path: Path, capsys) -> None:
 def test_diff_reports_newer_stored_baseline(tmp_path: Path, capsys) -> None:
     path = FileStore(tmp_path).save(five(), suite_dir=None).path
     data = json.loads(path.read_text())
-    data["schema_version"] = 99
-    path.write_text(json.dumps(data))
+    data["run"]["v"] = 99
+    path.write_text(json.dumps(data) + "\n")
     code, _, err = run(capsys, "diff", path, path)
-    assert code == 2 and "schema_version 99 is newer" in err and str(path) in err
+    assert code == 2 and "layout 99 is newer" in err and str(path) in err
 
 
 # --- merge -----------------------------------------------------------------------------------------
@@ -275,6 +276,57 @@ def test_help_documents_exit_codes(capsys) -> None:
     assert "exit codes:" in out and "1  diff: a measurement credibly regressed" in out
     for command in ("show", "diff", "merge", "schema"):
         assert command in out
+
+
+def test_version_prints_the_installed_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specperf (pytest-specperf) {cli.__version__}"
+
+
+def test_help_imports_no_subcommand_module(monkeypatch, capsys) -> None:
+    """`specperf --help` lists every subcommand from its declaration alone: no subcommand module (and so no
+    SciPy, which the verdict engine pulls in) is imported for it, and only the named one for a subcommand."""
+    imported: list[str] = []
+    real_import = cli.importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: imported.append(name) or real_import(name))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    assert imported == [] and all(f"    {c.name}  " in listed and c.summary[:20] in listed for c in SUBCOMMANDS)
+    with pytest.raises(SystemExit):
+        main(["schema", "--help"])
+    assert imported == ["pytest_specperf.cli.schema"]
+
+
+def test_the_command_line_module_imports_nothing_heavy() -> None:
+    """What `specperf --help` loads is the parser's own module and the modules it imports at the top."""
+    import ast
+
+    tree = ast.parse(Path(cli.__file__).read_text())
+    imported = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert imported == {
+        "__future__",
+        "collections.abc",
+        "dataclasses",
+        "pytest_specperf",
+        "pytest_specperf.cli.exits",
+        "pytest_specperf.errors",
+    }
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS, ids=lambda command: command.name)
+def test_each_subcommand_parser_says_its_declared_summary(command: cli.Subcommand) -> None:
+    subparsers = next(a for a in build_parser(only=command.name)._actions if a.dest == "command")
+    (summary,) = [action.help for action in subparsers._choices_actions if action.dest == command.name]
+    assert summary == command.summary
+
+
+def test_a_mistyped_subcommand_lists_the_valid_ones(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["shwo"])
+    assert exit_info.value.code == 2 and "invalid choice: 'shwo'" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2(capsys) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.config.loading import apply_overrides, find_config_file, parse_attach
+from pytest_specperf.config.loading import SERVER_KEYS, apply_overrides, find_config_file, parse_attach
 from pytest_specperf.engines.suite import load_suite
 from pytest_specperf.errors import ConfigError
 from pytest_specperf.tune.space import load_space
@@ -81,6 +81,36 @@ def test_unknown_key_gets_a_hint(tmp_path: Path) -> None:
 def test_unknown_server_key_gets_a_hint(tmp_path: Path) -> None:
     message = error(tmp_path, BASE + "num_draft_token = 3\n")
     assert "[specperf.servers.eagle] num_draft_token: unknown key (did you mean 'num_draft_tokens'?)" in message
+
+
+def test_every_mistake_of_a_file_is_named_at_once(tmp_path: Path) -> None:
+    """Three mistakes in the suite's table and two in a server's: one error names all five, each on its own
+    line with its place, so one run is enough to fix them."""
+    text = BASE.replace('model = "m"', 'model = "m"\nround = 3\nrounds = true\nmax_servers = 0')
+    text += "num_draft_token = 3\nenv = { OMP_NUM_THREADS = 1 }\n"
+    lines = error(tmp_path, text).splitlines()
+    assert sorted(line.split(": ", 1)[0].rsplit("] ", 1)[-1] for line in lines) == [
+        "env.OMP_NUM_THREADS",
+        "max_servers",
+        "num_draft_token",
+        "round",
+        "rounds",
+    ]
+    assert any(
+        line.endswith(
+            "[specperf.servers.eagle] num_draft_token: unknown key (did you mean 'num_draft_tokens'?)"
+            "; allowed: " + ", ".join(sorted(SERVER_KEYS))
+        )
+        for line in lines
+    )
+
+
+def test_every_servers_engine_mistake_is_named_at_once(tmp_path: Path) -> None:
+    text = BASE.replace("num_steps = 2", 'num_steps = 2\nengine = "tgi"')
+    text += '\n[specperf.servers.other]\nengine = "trt"\n'
+    message = error(tmp_path, text)
+    assert "[specperf.servers.eagle] engine: must be one of" in message
+    assert "[specperf.servers.other] engine: must be one of" in message
 
 
 @pytest.mark.parametrize(

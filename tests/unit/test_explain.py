@@ -138,7 +138,7 @@ def test_a_fall_in_accept_length_names_the_draft_positions_that_fell() -> None:
     assert found is not None and found.part == "accept_length"
     assert found.sentence().endswith(
         "; by draft position: 0.90 → 0.90, 0.80 → 0.80, 0.60 → 0.30, 0.20 → 0.20, 0.10 → 0.10 "
-        "(the largest drop at position 3)"
+        "(the largest drop at position 3: 0.30 of the 0.30 accepted drafts per verify step lost)"
     )
     positions = found.to_dict()["positions"]
     assert positions["level"] == pytest.approx([0.9, 0.8, 0.6, 0.2, 0.1])

@@ -60,12 +60,14 @@ def test_with_fewer_than_min_runs_the_prior_is_used_and_said() -> None:
 
 
 def test_prior_interval_adds_round_noise_of_both_sides() -> None:
+    """Below the round CV tonight shows, no prior is believed: a start moves at least as much as its rounds."""
     current, stored = [99.0, 100.0, 101.0], [[98.0, 100.0, 102.0]]
     got = compare_with_history(current, stored, prior_cv=0.0)
     a, b = RunLevel.of(current).variance, RunLevel.of(stored[0]).variance
-    welch_df = (a + b) ** 2 / (a * a / 2 + b * b / 2)
-    assert got.fixed_variance == pytest.approx(b)
-    assert math.log(got.ratio.high / got.ratio.value) == pytest.approx(stats.t.ppf(0.95, welch_df) * math.sqrt(a + b))
+    tau2 = 3 * a  # tonight's round CV, squared
+    assert got.spread_source == "tonight's rounds" and got.run_cv == pytest.approx(math.sqrt(tau2))
+    assert got.fixed_variance == pytest.approx(2 * tau2 + b)
+    assert got.variance == pytest.approx(2 * tau2 + a + b)
 
 
 def test_unchanged_night_met_a_ten_percent_drop_missed() -> None:

@@ -326,7 +326,7 @@ def test_saved_baselines_round_trip(tmp_path: Path) -> None:
     assert validate(document) == []
     assert document["saved_baselines"][0]["new"]["output_throughput"] == pytest.approx(75.9)
     assert decode_report(document).saved == report.saved
-    expected = "  plain/chat/c1: none → 62.9 (plain/chat-c1.json; segment 0, 1 runs)"
+    expected = "  plain/chat/c1: none → 62.9 (plain/chat-c1.jsonl; segment 0, 1 runs)"
     assert any(line.startswith(expected) for line in text(report))
 
 

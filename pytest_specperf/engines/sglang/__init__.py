@@ -19,6 +19,7 @@ from pytest_specperf.engines.base import (
     ReportedSettings,
     SpecCounts,
     StreamMode,
+    VersionRange,
     count_list,
 )
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags, table_from_lines
@@ -108,6 +109,7 @@ def shipped_flags(reason: str) -> EngineFlags:
 class SGLang(Engine):
     name = "sglang"
     known_versions = (SHIPPED_VERSION,)
+    supported_versions = VersionRange(SHIPPED_VERSION, SHIPPED_VERSION)  # the release the simulator speaks
     readiness_path = "/health_generate"
     flush_path = "/flush_cache"
     info_paths = ("/server_info", "/get_server_info")  # the second is the deprecated alias
@@ -117,6 +119,7 @@ class SGLang(Engine):
     reserved_flags: ClassVar[Mapping[str, str]] = RESERVED_FLAGS
     resolved_from_info: ClassVar[Mapping[str, str]] = RESOLVED_FROM_SERVER_INFO
     info_fields: ClassVar[tuple[str, ...]] = SERVER_INFO_FIELDS
+    like_for_like = rules.LIKE_FOR_LIKE
     speculation_keys = (
         *Engine.speculation_keys,
         "server.speculative_*",
@@ -201,8 +204,13 @@ class SGLang(Engine):
                 args += [flag, str(value)]
         args += list(server.args)
         running = needed_max_running_requests(server, max_concurrency)
-        if running is not None and startup.flag_value(server.args, "--max-running-requests") is None:
-            args += ["--max-running-requests", str(running)]
+        if (
+            running is not None
+            and startup.flag_value(server.args, MAX_RUNNING_REQUESTS) is None
+            # every SGLang release has it; still, only where the installed parser does (none: the shipped list)
+            and self.adds_flag(MAX_RUNNING_REQUESTS, config.engine_flags.get(self.name), when_unknown=True)
+        ):
+            args += [MAX_RUNNING_REQUESTS, str(running)]
         api_key = config.api_key_for(server)
         if api_key:
             args += ["--api-key", api_key]
@@ -297,6 +305,10 @@ class SGLang(Engine):
             max_running_requests=_int_or_none(info.get("max_running_requests")),
             gpu_count=_info_gpu_count(info),
         )
+
+
+#: The one flag the plugin adds to an SGLang launch by itself (speculative servers above SGLang's cap).
+MAX_RUNNING_REQUESTS = "--max-running-requests"
 
 
 def needed_max_running_requests(server: ServerConfig, max_concurrency: int) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pytest_specperf.engines.base import LikeForLike
 from pytest_specperf.engines.flags import EngineFlags
 from pytest_specperf.errors import ConfigError
 
@@ -43,6 +44,34 @@ RESERVED_FLAGS: Mapping[str, str] = {
     "--api-key": "use the `api_key` key or SPECPERF_API_KEY, so it never lands in a report",
     "--admin-api-key": "not supported: /flush_cache would need it before every round; use `api_key` alone",
 }
+#: What SGLang says makes no difference between a speedup's reference and a speculative server:
+#: * it turns the overlap schedule off for speculation itself ("Overlap schedule is not implemented for
+#:   speculative decoding on CPU.", "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone
+#:   speculative decoding.": `server_args.py`), so a speculative server reports `disable_overlap_schedule`
+#:   true without having asked for it;
+#: * `mem_fraction_static`, unless asked, is computed from the free memory at start (0.843 and 0.846 on
+#:   one CPU, minutes apart);
+#: * `dtype` `auto` is the model's own dtype (its `config.json`, recorded as `model.dtype`);
+#: * a CPU has no CUDA graphs: `--disable-cuda-graph` and the `cuda_graph_config` it resolves do nothing there;
+#: * `--disable-cuda-graph` is reported as `cuda_graph_config`'s backends (0.5.23): judged by those, once.
+LIKE_FOR_LIKE = LikeForLike(
+    forced={"server.disable_overlap_schedule": "true"},
+    automatic=("server.mem_fraction_static",),
+    resolved={"server.dtype": "model.dtype"},
+    inert={
+        "cpu": (
+            "server.cuda_graph_*",
+            "server.disable_cuda_graph*",
+            "server.flag --cuda-graph-*",
+            "server.flag --disable-cuda-graph*",
+            "server.flag --enable-cuda-graph*",
+        )
+    },
+    effects={
+        "--disable-cuda-graph": ("server.cuda_graph_config.*.backend", "server.disable_cuda_graph"),
+    },
+)
+
 #: The flag SGLang 0.5.23 removed (it became `--cuda-graph-max-bs-decode`/`-prefill`); refused only
 #: where the installed SGLang does not have it.
 REMOVED_CUDA_GRAPH_FLAG = "--cuda-graph-max-bs"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pytest_specperf.engines.base import milestone
+
 # fmt: off
 #: Lines that echo the launch: SGLang's `server_args=...` (a dict in 0.5.23, `ServerArgs(...)` before),
 #: the launch_server deprecation notice that quotes the command, and `Namespace(...)` dumps.
@@ -77,8 +79,9 @@ FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"^terminate called after throwing|^Fatal Python error:",
 ))
 
-#: Start-up milestones a progress line shows (the newest one), in the order a start passes them.
-STARTUP_MILESTONES = tuple(re.compile(p, re.IGNORECASE) for p in (
+#: Start-up milestones a progress line shows (the newest one), in the order a start passes them; a
+#: warning never is one (a Python `UserWarning:` that mentions a download or a compile step).
+STARTUP_MILESTONES = tuple(milestone(p) for p in (
     r"Load weight (begin|end)", r"Loading safetensors", r"download", r"DeepGEMM|deep_gemm|JIT compil",
     r"Memory pool end|KV Cache is allocated", r"Capture (cuda|cpu) graph (begin|end)", r"Capturing batches",
     r"Capturing prefill", r"torch\.compile|Compiling", r"Uvicorn running", r"warmup|warm up",

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, store: Store, *, location: str) -> int:
         entries = store.entries()
         if not entries:
             raise SpecperfError(
-                f"{store.location}: no stored histories to show (a store keeps <server>/<workload>-c<level>.json, "
+                f"{store.location}: no stored histories to show (a store keeps <server>/<workload>-c<level>.jsonl, "
                 "the simulator's under sim/; record some with pytest --specperf-record)"
             )
         return build_dashboard(entries, title=title, location=location, limits=limits)

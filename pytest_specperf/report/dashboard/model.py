@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specperf.measure.fingerprint import Fingerprint
-from pytest_specperf.measure.records import METRICS, MeasurementKey
+from pytest_specperf.measure.records import METRICS, POSITIONS_LABEL, POSITIONS_MEANING, MeasurementKey
 from pytest_specperf.report.analysis import blind_spots
 from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated, reference_history
 from pytest_specperf.verdict.changes import change_points, newest_change
-from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits
+from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
 from pytest_specperf.verdict.drift import diff
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.nightly import NightVerdict
@@ -112,6 +112,8 @@ class Gate:
     blind: tuple[str, ...] = ()
     #: why the throughput moved, when the newest night lies beyond the tolerance (verdict/explain.py)
     explanation: str | None = None
+    #: the newest night's acceptance by draft position, beside the level's (`acceptance_note`)
+    positions: str | None = None
 
 
 @dataclass(frozen=True)
@@ -331,10 +333,43 @@ def gate(
             why = "the newest night starts a new segment (--specperf-update): nothing to judge it against yet"
         else:
             why = "no counted run before the newest night"
-        return Gate(None, why)
+        return Gate(None, why, positions=acceptance_note(entry, None))
     why_moved = explain_newest(entry, night, reference)
     sentence = why_moved.sentence() if why_moved is not None else None
-    return Gate(night, None, tuple(blind_spots(night, limits.max_regression)), sentence)
+    blind = tuple(blind_spots(night, limits.max_regression))
+    return Gate(night, None, blind, sentence, acceptance_note(entry, night))
+
+
+def acceptance_note(entry: StoredBaseline, night: NightVerdict | None) -> str | None:
+    """The newest night's acceptance by draft position, and the level's it was judged against, in the
+    words and the definition of the terminal report (docs/metrics.md); None for a plain server."""
+    runs = entry.runs
+    newest = newest_night(runs)
+    now = _mean_shares([r.measurement.acceptance_per_position for r in newest])
+    if now is None:
+        return None
+    text = f"{POSITIONS_LABEL} ({POSITIONS_MEANING}): newest night {_shares_text(now)}"
+    if night is not None and night.level is not None:
+        before = dataclasses.replace(entry, runs=runs[: len(runs) - len(newest)])
+        judged, _ = past_runs(before, "output_throughput")
+        level_runs = [judged[i] for i in night.level.level_runs if i < len(judged)]
+        level = _mean_shares([r.measurement.acceptance_per_position for r in level_runs])
+        if level is not None:
+            text += f"; its level {_shares_text(level)}"
+    return text
+
+
+def _mean_shares(found: Sequence[tuple[float, ...] | None]) -> tuple[float, ...] | None:
+    """Each position's mean over the runs that have acceptance by position (the positions all of them have)."""
+    shares = [s for s in found if s]
+    if not shares:
+        return None
+    depth = min(len(s) for s in shares)
+    return tuple(math.fsum(s[i] for s in shares) / len(shares) for i in range(depth))
+
+
+def _shares_text(shares: Sequence[float]) -> str:
+    return " ".join(f"{a:.2f}" for a in shares)
 
 
 def _drift(runs: Sequence[StoredRun]) -> tuple[tuple[str, ...], ...]:

@@ -410,6 +410,8 @@ def _notes(view: KeyView) -> str:
                 f"<li>run of {escape(view.runs[mark.run].provenance.created[:10])} {escape(mark.rejected)}</li>"
             )
     notes += [f"<li>{escape(b)}</li>" for b in view.gate.blind]
+    if view.gate.positions:
+        notes.append(f"<li>{escape(view.gate.positions)}</li>")
     if view.gate.explanation:
         notes.append(f'<li class="why">why: {escape(view.gate.explanation)}</li>')
     if view.gate.why:

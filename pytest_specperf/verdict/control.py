@@ -1,0 +1,185 @@
+"""The same-session reference as a control: a speculative key's speedup judged against its own history.
+
+Why: a speculative server and the reference measured in the same session share the node, the target
+model and the night. On a shared or mixed node pool the node's speed moves far more than speculation
+does: on real SGLang CPU nights the machine's speed moved x3 from one night to the next (the
+reference read +168% one night and -78% another) while the speculative servers' speedup over the
+same-session reference held. Absolute tok/s then follows the node, and a gate on it calls speculation
+IMPROVED or REGRESSION for what the node did. The speedup cancels the node: it is a series of its
+own (one value per session that measured both servers), judged by the one verdict engine
+(`nightly.judge_night`) with its own spread and the throughput tolerance.
+
+What it gives a test (verdict/checks.py):
+
+* `regression:speedup`: the speedup against its history. With `gate = "speedup"` (the default) it is
+  the check a speculative key is held to; the key's absolute throughput check is reported beside it
+  and fails nothing (the reference's own throughput check judges the node and the target, once).
+* `moved_alongside`: when the reference moved beyond the tolerance in the same session and the
+  speedup held, the throughput check says so ("the node or the target: the reference moved -78%
+  alongside; the speedup held 1.21x -> 1.20x") instead of calling speculation IMPROVED or a REGRESSION,
+  whichever gate is in force.
+* `reference_move`: how far the reference moved tonight, a floor of the spread a speculative key's
+  absolute throughput is assumed to have while its own runs cannot say it (verdict/history.py).
+
+Pure: no pytest, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pytest_specperf.measure.records import Measurement
+from pytest_specperf.store.records import LEVEL_RUNS, StoredBaseline
+from pytest_specperf.verdict.history import REFERENCE_SOURCE
+from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
+from pytest_specperf.verdict.results import CheckResult, fmt
+from pytest_specperf.verdict.stats import Decision
+from pytest_specperf.verdict.trends import paired_runs
+
+#: The name of the speedup's history check.
+SPEEDUP_CHECK = "regression:speedup"
+
+
+@dataclass(frozen=True)
+class Control:
+    """Tonight's speedup against its history, and how far the reference itself moved."""
+
+    check: CheckResult
+    night: NightVerdict
+    reference_ratio: float | None  # tonight's reference over its level (None: no level)
+    max_regression: float
+
+    @property
+    def held(self) -> bool:
+        """The speedup neither fell nor rose beyond its tolerance, credibly."""
+        return self.night.decision is Decision.MET and not self.night.improved
+
+    @property
+    def moved_alongside(self) -> bool:
+        """The reference moved beyond the tolerance tonight while the speedup held: the node or the target."""
+        ratio = self.reference_ratio
+        return self.held and ratio is not None and abs(math.log(ratio)) > -math.log(1.0 - self.max_regression)
+
+    def sentence(self) -> str:
+        """'the node or the target: the reference moved -78.0% alongside; the speedup held 1.21x -> 1.20x'."""
+        comparison = self.night.comparison
+        assert comparison is not None and self.reference_ratio is not None
+        before, now = comparison.level, comparison.level * comparison.ratio.value
+        return (
+            f"the node or the target: the reference moved {self.reference_ratio - 1:+.1%} alongside; "
+            f"the speedup held {before:.2f}x → {now:.2f}x"
+        )
+
+
+def _mean(samples: Sequence[float]) -> float:
+    return math.fsum(samples) / len(samples)
+
+
+def _throughput(measurement: Measurement) -> list[float]:
+    return measurement.samples("output_throughput")
+
+
+def speedup_samples(result: Measurement, reference: Measurement) -> list[float]:
+    """Tonight's speedup: each round's throughput over the reference's mean of the same session (its
+    round noise is in the runs' spread), every start of the speculative server together
+    (`judged_speedup`)."""
+    level = _mean(_throughput(reference))
+    return judged_speedup([[x / level for x in start] for start in result.start_samples("output_throughput")])
+
+
+def judged_speedup(starts: Sequence[Sequence[float]]) -> list[float]:
+    """A night's speedup samples as one start: a second start of the speculative server is divided by
+    the same reference measurement as the first, so the reference's offset is common to both and does
+    not average out; a session's pair of measurements is one draw of the speedup."""
+    return [x for start in starts for x in start]
+
+
+def speedup_runs(baseline: StoredBaseline, reference_baseline: StoredBaseline) -> list[PastRun]:
+    """The current segment's runs that the same session measured the reference for, as speedups."""
+    found = []
+    for run, partner in paired_runs(baseline.current_segment, reference_baseline.current_segment):
+        x, y = _throughput(run.measurement), _throughput(partner.measurement)
+        if x and y and min(x + y) > 0.0:
+            level = _mean(y)
+            found.append(PastRun(tuple(v / level for v in x), RunStatus(run.status), run.provenance.session))
+    return found
+
+
+def reference_move(reference: Measurement, reference_baseline: StoredBaseline | None) -> float | None:
+    """Tonight's reference throughput over the level of its newest accepted runs (geometric), or None."""
+    if reference_baseline is None:
+        return None
+    runs = [r for r in reference_baseline.current_segment if RunStatus(r.status).counted]
+    values = [_mean(_throughput(r.measurement)) for r in runs[-LEVEL_RUNS:] if _throughput(r.measurement)]
+    tonight = _throughput(reference)
+    if not values or not tonight or min(values) <= 0.0:
+        return None
+    return _mean(tonight) / math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def reference_floor(
+    result: Measurement, reference: Measurement | None, reference_baseline: StoredBaseline | None
+) -> list[tuple[float, str]]:
+    """The reference's movement tonight as a floor of a speculative key's assumed spread: the node's
+    speed is in both servers' throughput. None for the reference itself (its movement is the question)."""
+    if reference is None or result.is_reference:
+        return []
+    ratio = reference_move(reference, reference_baseline)
+    return [(abs(math.log(ratio)), REFERENCE_SOURCE)] if ratio is not None and ratio > 0.0 else []
+
+
+def judge_speedup(
+    result: Measurement,
+    reference: Measurement | None,
+    baseline: StoredBaseline | None,
+    reference_baseline: StoredBaseline | None,
+    tolerance: Tolerance,
+    *,
+    strict: bool = False,
+    searches: int = 1,
+    rounds: int | None = None,
+) -> Control | None:
+    """The speedup's history check of a speculative key, or None (the reference itself, no reference
+    tonight, or no run of both servers stored by one session)."""
+    if reference is None or result.is_reference or baseline is None or reference_baseline is None:
+        return None
+    past = speedup_runs(baseline, reference_baseline)
+    if not _throughput(reference) or not _throughput(result) or not any(r.status.counted for r in past):
+        return None
+    tonight = speedup_samples(result, reference)
+    night = judge_night([tonight], past, tolerance, strict=strict, searches=searches, rounds=rounds)
+    comparison = night.comparison
+    assert comparison is not None
+    change = "improved" if night.improved else night.decision.value
+    if night.decision is Decision.MISSED:
+        change = "REGRESSION"
+    message = (
+        f"speedup over {reference.key.server}: {_mean(tonight):.3f}x vs its history "
+        f"{comparison.level:.3f}x ({comparison.describe()}): ratio {fmt(comparison.ratio, 3)}, "
+        f"allowed -{tolerance.max_regression:.0%}: {change}"
+    )
+    check = CheckResult(SPEEDUP_CHECK, night.decision, message, comparison.ratio, night.improved, night, True)
+    return Control(check, night, reference_move(reference, reference_baseline), tolerance.max_regression)
+
+
+def held_to(check: CheckResult, control: Control | None, gate: str) -> CheckResult:
+    """A speculative key's absolute throughput check as the gate in force holds it. With `gate =
+    "speedup"`, while the speedup is within its tolerance, it is reported beside the speedup's check
+    and fails nothing, and when the reference moved alongside it says so ("the node or the target:
+    ..."): no verdict on speculation. When the speedup fell too, speculation is what moved, and the
+    throughput check (its two starts, its spread) stands. With `gate = "throughput"` it stands
+    whatever the speedup did, and says so when the reference moved alongside."""
+    if control is None:
+        return check
+    if control.moved_alongside:
+        line = control.sentence()
+    elif check.beyond or check.improved:
+        line = f"reported: gate = speedup holds this key to its speedup over the reference ({SPEEDUP_CHECK})"
+    else:
+        return check
+    if gate != "speedup" or control.check.decision is not Decision.MET:
+        return replace(check, message=f"{check.message}\n    {line}") if control.moved_alongside else check
+    return replace(check, decision=Decision.MET, improved=False, message=f"{check.message}\n    {line}")

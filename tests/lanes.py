@@ -1,0 +1,56 @@
+"""The test lanes that need more than Python: a Slurm cluster (tests/slurm), vLLM's CPU build (tests/vllm) and
+headless Chromium (tests/dashboard's browser tests). Whether each runs here, and why not.
+
+`pytest tests` prints one header line per lane (tests/conftest.py), so a lane that is skipped is never
+skipped without a word: the lanes' own conftests are not initial conftests of `pytest tests`, and a header
+hook there would print nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+#: the vLLM release the lane's main tests are written for
+VLLM_LANE_VERSION = "0.32.0"
+
+
+@functools.cache
+def slurm_problem() -> str | None:
+    """Why the Slurm lane cannot run here (None: two idle nodes answer)."""
+    if shutil.which("srun") is None or shutil.which("sinfo") is None:
+        return "no Slurm here (srun, sinfo); `bash .ci/slurm-cluster up` starts a two-node one"
+    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30)
+    idle = [line for line in done.stdout.splitlines() if line.split()[-1:] in (["idle"], ["mix"], ["alloc"])]
+    if done.returncode != 0 or len(idle) < 2:
+        return f"Slurm has no two nodes up (sinfo: {(done.stdout + done.stderr).strip() or 'nothing'})"
+    return None
+
+
+def vllm_python() -> str | None:
+    """The interpreter with vLLM's CPU build the lane runs (`SPECPERF_VLLM_PYTHON`), or None."""
+    return os.environ.get("SPECPERF_VLLM_PYTHON") or None
+
+
+def chromium() -> str | None:
+    """Headless Chromium for the dashboard's browser tests, or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def header_lines() -> list[str]:
+    """One line per lane: ran (with what), or skipped and why."""
+    slurm = slurm_problem()
+    vllm = vllm_python()
+    browser = chromium()
+    return [
+        f"Slurm lane: {'skipped: ' + slurm if slurm else 'a real two-node cluster'}",
+        f"vLLM lane: {vllm}"
+        if vllm
+        else f"vLLM lane: skipped (set SPECPERF_VLLM_PYTHON to a python with vLLM {VLLM_LANE_VERSION}; "
+        ".ci/vllm-venv makes one)",
+        f"browser lane: headless Chromium at {browser}"
+        if browser
+        else "browser lane: skipped (headless Chromium is not installed; Debian: apt-get install -y chromium)",
+    ]
