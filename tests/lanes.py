@@ -1,5 +1,6 @@
-"""The test lanes that need more than Python: a Slurm cluster (tests/slurm), vLLM's CPU build (tests/vllm) and
-headless Chromium (tests/dashboard's browser tests). Whether each runs here, and why not.
+"""The test lanes that need more than Python: a Slurm cluster (tests/slurm), vLLM's CPU build (tests/vllm),
+headless Chromium (tests/dashboard's browser tests) and a PostgreSQL server (tests/store's PostgreSQL store
+tests). Whether each runs here, and why not.
 
 `pytest tests` prints one header line per lane (tests/conftest.py), so a lane that is skipped is never
 skipped without a word: the lanes' own conftests are not initial conftests of `pytest tests`, and a header
@@ -39,6 +40,11 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def postgres_url() -> str | None:
+    """The PostgreSQL server the store's tests use (`SPECPERF_POSTGRES_URL`, as `.ci/postgres up` prints), or None."""
+    return os.environ.get("SPECPERF_POSTGRES_URL") or None
+
+
 def header_lines() -> list[str]:
     """One line per lane: ran (with what), or skipped and why."""
     slurm = slurm_problem()
@@ -53,4 +59,7 @@ def header_lines() -> list[str]:
         f"browser lane: headless Chromium at {browser}"
         if browser
         else "browser lane: skipped (headless Chromium is not installed; Debian: apt-get install -y chromium)",
+        "PostgreSQL lane: a server named by SPECPERF_POSTGRES_URL"
+        if postgres_url()
+        else 'PostgreSQL lane: skipped (SPECPERF_POSTGRES_URL is not set; eval "$(bash .ci/postgres up)" starts one)',
     ]

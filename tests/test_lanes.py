@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_pytest_tests_prints_one_header_line_per_lane() -> None:
     """Run as the README runs them (`pytest tests`, here one pure module of it, to collect quickly), the
-    Slurm, vLLM and browser lanes each say whether they run: the lanes' own conftests are not initial
+    Slurm, vLLM, browser and PostgreSQL lanes each say whether they run: the lanes' own conftests are not initial
     conftests of such a run, so a header hook there said nothing."""
     env = {**os.environ, "SPECPERF_VLLM_PYTHON": ""}  # the vLLM lane skipped: its line must say why
     env.pop("SPECPERF_REQUIRE_SLURM", None)
@@ -35,6 +35,7 @@ def test_pytest_tests_prints_one_header_line_per_lane() -> None:
         timeout=600,
     )
     header = done.stdout.split("collected", 1)[0].splitlines()
-    lanes = [line for line in header if line.split(":", 1)[0] in ("Slurm lane", "vLLM lane", "browser lane")]
-    assert [line.split(":", 1)[0] for line in lanes] == ["Slurm lane", "vLLM lane", "browser lane"], done.stdout[:2000]
+    names = ["Slurm lane", "vLLM lane", "browser lane", "PostgreSQL lane"]
+    lanes = [line for line in header if line.split(":", 1)[0] in names]
+    assert [line.split(":", 1)[0] for line in lanes] == names, done.stdout[:2000]
     assert lanes[1].startswith("vLLM lane: skipped (set SPECPERF_VLLM_PYTHON")
