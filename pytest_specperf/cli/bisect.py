@@ -54,7 +54,7 @@ EXITS = """exit codes:
   2  usage error, or bad input (an unknown key, runs of different servers, no difference a start can
      set, the same run twice), always before any server starts
   3  not reproduced: tonight's bad setup measures as fast as the good one (the night was the node or noise)
-  4  a cause named, but the answer rests on a start that stayed uncertain after three starts
+  4  a cause named, or not reproduced, but the answer rests on a start that stayed uncertain after three starts
   130  interrupted (every server bisect started is stopped)"""
 
 
@@ -133,10 +133,13 @@ def run_bisect(args: argparse.Namespace) -> int:
 def _exit_code(result: dict[str, Any]) -> int:
     if result.get("builds"):
         return OK
+    answered = result.get("outcome") == NOT_REPRODUCED or (result.get("outcome") == FOUND and result["causes"])
+    if answered and result.get("uncertain"):
+        return UNCERTAIN  # "not reproduced" or a cause, either resting on a start that stayed unclear
     if result.get("outcome") == NOT_REPRODUCED:
         return NOT_REPRODUCED_EXIT
-    if result.get("outcome") == FOUND and result["causes"]:
-        return UNCERTAIN if result.get("uncertain") else OK
+    if answered:
+        return OK
     return NOT_EXPLAINED
 
 

@@ -250,16 +250,18 @@ def test_two_differences_that_only_act_together_are_reported_as_a_pair(make_suit
 def test_a_night_slowed_by_the_node_is_not_reproduced_and_no_cause_is_named(make_suite) -> None:
     """A night slowed only by the node, recorded with four harmless variable differences: bisect named
     all four "causes (only together)" and exited 0, because it never started the bad setup. It starts
-    it first now: as fast as the good setup, so "not reproduced" (exit 3) and no cause. The tolerance
-    is 30%, so that a start starved by a busy machine does not read as a regression."""
+    it first now: as fast as the good setup, so "not reproduced" (exit 3; 4 when a start a starved
+    machine made unclear is what it rests on) and no cause. The tolerance is 30%, so that a start starved
+    by a busy machine does not read as a regression."""
     suite = verdict_suite(make_suite, extra="max_regression = 0.3\n" + TUNED_ENV)
     suite.run("--specperf-update").assert_outcomes(passed=1)
     harmless = ", ".join(f'SGLANG_HARMLESS_{i} = "{i}"' for i in range(4))
     set_in_config(suite, TUNED_ENV, TUNED_ENV.replace(" }", ", " + harmless + " }"))
     suite.run("--specperf-record")  # the night (here as fast: what the node did is not in the fingerprint)
     done = bisect(suite, KEY, "--good", "1", "--bad", "2", "--json", "bisect.json")
-    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.returncode in (3, 4), done.stdout + done.stderr
     document = json.loads((suite.pytester.path / "bisect.json").read_text())
+    assert (done.returncode == 4) == bool(document["uncertain"])
     assert len([d for d in document["differences"] if d["applicable"]]) == 4
     assert document["outcome"] == "not reproduced"
     assert document["causes"] == [] and document["cause_groups"] == []
