@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_specperf.backtest import Night, Row, read_series, replay
+from pytest_specperf.verdict.backtest import Night, Row, read_series, replay
 from pytest_specperf.verdict.nightly import Tolerance
 from pytest_specperf.verdict.stats import Direction
 from pytest_specperf.verdict.verdicts import Verdict

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import psutil
 
+from pytest_specperf.common.transport import probe
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.load import RoundResult, run_requests
-from pytest_specperf.transport import probe
 
 _METRIC = re.compile(r"^sglang:generation_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 

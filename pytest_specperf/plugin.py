@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_specperf import __version__, fixtures, hookspec, interrupts
+from pytest_specperf import __version__, fixtures, hookspec
+from pytest_specperf.common import interrupts
 from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
 from pytest_specperf.engines.base import engine_for
 from pytest_specperf.errors import ConfigError, SpecperfError

@@ -16,10 +16,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_specperf.common.redact import REDACTED
 from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint, command_words, launch_flags
-from pytest_specperf.redact import REDACTED
 from pytest_specperf.servers.launch import server_args, sim_args
 
 #: An environment variable's name, as a fingerprint records it (dotted names are the plugin's own entries).

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_specperf import interrupts
 from pytest_specperf.bisect.differences import ARGS, SIM_ARGS, Difference, apply_flags
 from pytest_specperf.bisect.search import Seen
+from pytest_specperf.common import interrupts
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.fingerprint import UNSET
 from pytest_specperf.measure.records import MeasurementKey

@@ -8,7 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_specperf.backtest import (
+from pytest_specperf.cli.common import OK, REGRESSED
+from pytest_specperf.common.jsonfile import atomic_write, clean
+from pytest_specperf.config import values as check
+from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.report.backtest_plot import plot_replay, require_matplotlib
+from pytest_specperf.store.records import VERDICT_NIGHTS
+from pytest_specperf.verdict.backtest import (
     TTEST_RUNS,
     describe_summary,
     night_line,
@@ -16,13 +22,7 @@ from pytest_specperf.backtest import (
     replay,
     to_json,
 )
-from pytest_specperf.backtest import __doc__ as BACKTEST_DOC
-from pytest_specperf.backtest_plot import plot_replay, require_matplotlib
-from pytest_specperf.cli.common import OK, REGRESSED
-from pytest_specperf.config import values as check
-from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.jsonfile import atomic_write, clean
-from pytest_specperf.store.records import VERDICT_NIGHTS
+from pytest_specperf.verdict.backtest import __doc__ as BACKTEST_DOC
 from pytest_specperf.verdict.nightly import Tolerance
 from pytest_specperf.verdict.stats import Direction
 from pytest_specperf.verdict.verdicts import Verdict

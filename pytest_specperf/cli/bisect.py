@@ -33,12 +33,12 @@ from pytest_specperf.bisect.search import (
 )
 from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
 from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
+from pytest_specperf.common.interrupts import sigterm_as_interrupt
+from pytest_specperf.common.jsonfile import atomic_write
 from pytest_specperf.config.loading import apply_overrides, find_config_file
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.interrupts import sigterm_as_interrupt
-from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.servers.launch import check_command_templates
 from pytest_specperf.store.records import StoredBaseline

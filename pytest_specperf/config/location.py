@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from pytest_specperf.common.redact import redact_url
 from pytest_specperf.errors import ConfigError
-from pytest_specperf.redact import redact_url
 
 GIT_PREFIX = "git:"
 #: URL schemes of the database stores (store/__init__.py `BACKENDS` opens them)

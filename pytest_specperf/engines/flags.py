@@ -359,7 +359,7 @@ def _read_cache(path: Path) -> dict[str, Any] | None:
 
 def _write_cache(path: Path, data: Mapping[str, Any]) -> None:
     """Best effort: a read-only home only costs the next session another parser dump."""
-    from pytest_specperf.jsonfile import atomic_write
+    from pytest_specperf.common.jsonfile import atomic_write
 
     with contextlib.suppress(OSError):
         atomic_write(path, json.dumps(data, sort_keys=True))

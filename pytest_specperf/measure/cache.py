@@ -14,7 +14,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from pytest_specperf.jsonfile import atomic_write, safe_name
+from pytest_specperf.common.jsonfile import atomic_write, safe_name
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest_specperf
+from pytest_specperf.common.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 from pytest_specperf.config.settings import DEFAULT_ENGINE, DEFAULT_ENV_PATTERNS
 from pytest_specperf.engines.base import Engine, engine_for
-from pytest_specperf.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 
 UNSET = "unset"
 

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_specperf.common.redact import redact_url
 from pytest_specperf.config.settings import DEFAULT_ENGINE
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import Engine, engine_for
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.measure.streams import ResponseStream, StreamError, short, sse_payloads
-from pytest_specperf.redact import redact_url
 
 _CONTROL_TIMEOUT = 30.0
 

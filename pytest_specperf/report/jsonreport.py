@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest_specperf
+from pytest_specperf.common.jsonfile import atomic_write, clean, read_json_object
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.jsonfile import atomic_write, clean, read_json_object
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.measure.rounds import Cut

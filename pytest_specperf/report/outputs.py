@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.jsonfile import clean
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.jsonfile import clean
 from pytest_specperf.report.analysis import Report
 from pytest_specperf.report.jsonreport import report_document, write_json
 from pytest_specperf.verdict.stats import Estimate

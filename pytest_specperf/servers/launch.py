@@ -23,15 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_specperf.common.redact import is_secret_name, redact_args, redact_text
+from pytest_specperf.common.transport import probe
 from pytest_specperf.config.settings import DEFAULT_ENGINE, SIM_LAUNCHER, ServerConfig, SpecperfConfig
 from pytest_specperf.engines import Engine, EngineFlags, engine_for
 from pytest_specperf.engines.base import is_warning
 from pytest_specperf.errors import ConfigError, ServerError
-from pytest_specperf.redact import is_secret_name, redact_args, redact_text
 from pytest_specperf.servers.diagnosis import Diagnosis, LogWatch, describe_exit, diagnose, is_echo
 from pytest_specperf.servers.gpus import GpuWatch
 from pytest_specperf.servers.teardown import Teardown, describe_process, terminate_tree
-from pytest_specperf.transport import probe
 
 LOG_TAIL_LINES = 40
 PROGRESS_INTERVAL_S = 10.0

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from pytest_specperf.redact import REDACTED, redact_text
+from pytest_specperf.common.redact import REDACTED, redact_text
 
 MAX_LINE = 1 << 20  # a line without a newline is cut into pieces of this size
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from filelock import FileLock
 
+from pytest_specperf.common.jsonfile import atomic_write
 from pytest_specperf.errors import ServerError
-from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.servers.teardown import pid_alive
 
 POLL_S = 0.2

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest_specperf
+from pytest_specperf.common.jsonfile import clean
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import clean
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, RequestRecord
 from pytest_specperf.store.records import (

@@ -33,8 +33,8 @@ from pathlib import Path
 import filelock
 
 import pytest_specperf
+from pytest_specperf.common.jsonfile import atomic_write, safe_name
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import atomic_write, safe_name
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.store.compact import (
     FINGERPRINTS_DIR,

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
+from pytest_specperf.common.redact import redact_text
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.records import Measurement, MeasurementKey
-from pytest_specperf.redact import redact_text
 from pytest_specperf.store.file import LOCK_NAME, FileStore
 from pytest_specperf.store.gitcmd import NETWORK_TIMEOUT_S, Git, GitError, first_error
 from pytest_specperf.store.records import (

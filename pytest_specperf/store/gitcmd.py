@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_specperf.common.redact import redact_text
 from pytest_specperf.errors import StoreError
-from pytest_specperf.redact import redact_text
 
 #: Seconds a local git command may take (add, write-tree, checkout of a history branch).
 LOCAL_TIMEOUT_S = 120.0

@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.redact import redact_text
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.records import Measurement, MeasurementKey, RequestRecord
-from pytest_specperf.redact import redact_text
 from pytest_specperf.store.compact import (
     LAYOUT,
     LOG_SUFFIX,

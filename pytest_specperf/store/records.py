@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest_specperf
+from pytest_specperf.common.jsonfile import clean, read_json_object
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import clean, read_json_object
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
 

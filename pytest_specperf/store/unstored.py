@@ -21,9 +21,9 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.jsonfile import atomic_write, read_json_object
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import atomic_write, read_json_object
 from pytest_specperf.store.records import StoredRun, dumps, read_run
 
 KIND = "pytest-specperf-unstored-runs"

@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.interrupts import sigterm_as_interrupt
 from pytest_specperf.config.loading import apply_overrides, find_config_file
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
 from pytest_specperf.errors import ConfigError
-from pytest_specperf.interrupts import sigterm_as_interrupt
 from pytest_specperf.servers.launch import check_command_templates
 
 TUNE_EPILOG = """exit codes:

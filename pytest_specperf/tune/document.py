@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.jsonfile import atomic_write, clean
 from pytest_specperf.engines import engine_for
-from pytest_specperf.jsonfile import atomic_write, clean
 from pytest_specperf.tune.model import Outlook
 from pytest_specperf.tune.output import never_started, winner, winner_speedup
 from pytest_specperf.tune.search import TuneResult

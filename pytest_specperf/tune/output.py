@@ -15,10 +15,10 @@ import math
 import textwrap
 from collections.abc import Iterable, Sequence
 
+from pytest_specperf.common.redact import redact_args, redact_env, redact_text
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.engines import engine_for
 from pytest_specperf.measure.records import POSITIONS_LABEL, POSITIONS_MEANING
-from pytest_specperf.redact import redact_args, redact_env, redact_text
 from pytest_specperf.report.terminal import pm, text_table
 from pytest_specperf.tune.cost import terms_for
 from pytest_specperf.tune.model import Forecast, Outlook

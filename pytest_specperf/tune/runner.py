@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from pytest_specperf import interrupts
+from pytest_specperf.common import interrupts
 from pytest_specperf.config.settings import SpecperfConfig
 from pytest_specperf.measure.machinelock import MachineLock
 from pytest_specperf.measure.records import Measurement

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specperf.common.transport import probe
 from pytest_specperf.measure.http import ServerClient
-from pytest_specperf.transport import probe
 
 STARTUP_TIMEOUT = 30.0
 SPEC_ARGS = (

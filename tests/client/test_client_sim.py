@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 import pytest
 from simproc import SimServer
 
+from pytest_specperf.common.transport import probe
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.errors import ServerError
 from pytest_specperf.measure.http import ServerClient
 from pytest_specperf.measure.load import RoundResult, run_requests
 from pytest_specperf.measure.records import RequestRecord
-from pytest_specperf.transport import probe
 
 TEXT = Prompt("t1", "Explain why the sky is blue in two sentences.", None, "qa")
 CHAT = Prompt("c1", None, ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}), "chat")

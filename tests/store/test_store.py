@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf import jsonfile
+from pytest_specperf.common import jsonfile
+from pytest_specperf.common.jsonfile import safe_name
 from pytest_specperf.errors import StoreError
-from pytest_specperf.jsonfile import safe_name
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.store import compact as compact_module

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.backtest import Row, read_series, replay
+from pytest_specperf.verdict.backtest import Row, read_series, replay
 from pytest_specperf.verdict.history import reject_outliers
 from pytest_specperf.verdict.nightly import PastRun, Tolerance, judge_night
 from pytest_specperf.verdict.stats import Decision, Direction

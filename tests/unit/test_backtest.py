@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specperf.backtest import read_series, replay, summary
 from pytest_specperf.cli import main
+from pytest_specperf.verdict.backtest import read_series, replay, summary
 from pytest_specperf.verdict.nightly import Tolerance
 from pytest_specperf.verdict.verdicts import Verdict
 

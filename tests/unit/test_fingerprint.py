@@ -8,9 +8,9 @@ import platform
 import pytest
 
 import pytest_specperf
+from pytest_specperf.common.redact import REDACTED
 from pytest_specperf.config.settings import DEFAULT_ENV_PATTERNS
 from pytest_specperf.measure.fingerprint import Fingerprint, LocalGpus, capture, normalize_args
-from pytest_specperf.redact import REDACTED
 from pytest_specperf.verdict.drift import Change, diff
 
 HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"

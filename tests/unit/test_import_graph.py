@@ -19,7 +19,7 @@ import pytest_specperf
 
 PACKAGE = Path(pytest_specperf.__file__).parent
 STAGES = ("config", "engines", "servers", "measure", "store", "verdict", "report")
-CROSS_CUTTING = frozenset({"errors", "redact", "jsonfile", "transport"})
+CROSS_CUTTING = frozenset({"errors", "common"})
 APPLICATION = len(STAGES)
 
 #: Arrows that run against the stage order on purpose, each with its reason. A new one fails the test.

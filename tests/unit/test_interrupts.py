@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from pytest_specperf import interrupts
+from pytest_specperf.common import interrupts
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals: main thread only")

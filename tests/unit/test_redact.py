@@ -1,10 +1,10 @@
-"""Secrets are recognised by name and by the shape of their value (pytest_specperf/redact.py)."""
+"""Secrets are recognised by name and by the shape of their value (pytest_specperf/common/redact.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_specperf.redact import REDACTED, looks_random, redact_args, redact_env, redact_text, redact_url
+from pytest_specperf.common.redact import REDACTED, looks_random, redact_args, redact_env, redact_text, redact_url
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bD1fH3j"
 SK = "sk-proj-" + "Zq8Xw2Lm4Nb6Vc8Rt0Yu"

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_specperf.common.jsonfile import atomic_write
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.jsonfile import atomic_write
 from pytest_specperf.report.dashboard.model import LAYER_TITLES, Dashboard, build_dashboard
 from pytest_specperf.report.dashboard.pages import SUITE, SUMMARY, suite_page, summary_page
 from pytest_specperf.store import Store

@@ -17,7 +17,7 @@ from pytest_specperf.errors import SpecperfError
 from pytest_specperf.report.plots import INSTALL_HINT
 
 if TYPE_CHECKING:
-    from pytest_specperf.backtest import Replay
+    from pytest_specperf.verdict.backtest import Replay
     from pytest_specperf.verdict.nightly import Tolerance
 
 MARKS = {"REGRESSION": ("v", "#c0392b"), "SUSPECT": ("o", "#e67e22"), "IMPROVED": ("^", "#27ae60")}

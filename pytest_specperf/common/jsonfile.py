@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_specperf.common.redact import redact_text
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.redact import redact_text
 
 
 def _umask() -> int:
