@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_specperf.verdict.backtest import Night, Row, read_series, replay
-from pytest_specperf.verdict.nightly import Tolerance
-from pytest_specperf.verdict.stats import Direction
+from pytest_specperf.verdict.stats import Direction, Tolerance
 from pytest_specperf.verdict.verdicts import Verdict
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "real-series"

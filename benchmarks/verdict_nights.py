@@ -5,10 +5,12 @@ catches real changes within a night or three. Real nights are not iid normal: st
 heavy tails, starts land on a slow node pool, levels shift and drift, a suite has many keys that
 share a server start, and CI series are autocorrelated. Each trial grows its history night by night
 through the plugin's own code: the look schedule (`nightly.looked`: `rounds` rounds; when not MET,
-the start extended to `max_rounds`; when still beyond the tolerance, a second server start, granted
-by `nightly.Restarts` as the session grants it: one restart confirms every key measured on the start
-before it, at most `max_restarts` a night), the verdict (`nightly.judge_night`), the mark each night
-is stored with (`nightly.stored_status`) and what a history keeps (`store.records.kept_runs`).
+the start extended to `max_rounds`; when still beyond the tolerance, a second server start, asked for
+as the session asks (`nightly.worth_a_restart`: a SUSPECT key asks only when it is a change for its
+server as a whole) and granted by `nightly.Restarts` as the session grants it: one restart confirms
+every key measured on the start before it, at most `max_restarts` a night), the verdict
+(`nightly.judge_night`), the mark each night is stored with (`nightly.stored_status`) and what a
+history keeps (`store.records.kept_runs`).
 
 Each server start's speed comes from the simulator's own night model (`pytest_specperf.sim.nights`:
 node pools, level shifts, drifts, heavy tails, correlated nights), each round adds round noise.
@@ -34,7 +36,7 @@ from scipy.stats import t as student_t
 
 from pytest_specperf.sim.nights import NightNoise, node_speed
 from pytest_specperf.store.records import VERDICT_NIGHTS, kept_runs
-from pytest_specperf.verdict.control import judged_speedup
+from pytest_specperf.verdict.control import paired_speedups
 from pytest_specperf.verdict.nightly import (
     BEYOND_CONFIDENCE,
     NightVerdict,
@@ -44,6 +46,7 @@ from pytest_specperf.verdict.nightly import (
     judge_night,
     looked,
     stored_status,
+    worth_a_restart,
 )
 from pytest_specperf.verdict.stats import Decision
 
@@ -97,7 +100,13 @@ class Night:
 
 
 def one_night(
-    key: Key, rng: np.random.Generator, level: float, server: list[int], restarts: Restarts, searches: int = 1
+    key: Key,
+    rng: np.random.Generator,
+    level: float,
+    server: list[int],
+    restarts: Restarts,
+    searches: int = 1,
+    keys: int = 1,
 ) -> Night:
     """A key's night through the session's looks; `server` is [the current start number], shared by the
     keys of one server, so a restart made for one key is the second start of the others."""
@@ -117,7 +126,7 @@ def one_night(
         lambda: night.look(searches),
         settled=lambda v: v.decision is Decision.MET,
         extend=night.extend,
-        confirmable=lambda v: v.decision in (Decision.SUSPECT, Decision.MISSED),
+        confirmable=lambda v: worth_a_restart(v, keys),
         second_start=second_start,
     )
     return night
@@ -257,7 +266,7 @@ def shared_start(noise: NightNoise, trials: int, rng: np.random.Generator, keys:
             while len(key.history) < 10:
                 nights(key, rng, 1)
         server, restarts = [1], Restarts(MAX_RESTARTS)
-        tonight = [one_night(key, rng, 1.0, server, restarts, searches=keys) for key in suite]
+        tonight = [one_night(key, rng, 1.0, server, restarts, searches=keys, keys=keys) for key in suite]
         for night in tonight:
             store(night)
         bad_nights += any(flagged(n) for n in tonight)
@@ -281,7 +290,7 @@ def suite_restarts(noise: NightNoise, trials: int, rng: np.random.Generator, ser
         granted = Restarts(MAX_RESTARTS)
         for server in suite:
             on = [1]
-            tonight = [one_night(key, rng, 1.0, on, granted, searches=servers * keys) for key in server]
+            tonight = [one_night(key, rng, 1.0, on, granted, searches=servers * keys, keys=keys) for key in server]
             red += any(flagged(n) for n in tonight)
         restarts += granted.used
     per_key = restarts / trials / (servers * keys)
@@ -298,35 +307,48 @@ SPEEDUP = 1.2
 
 @dataclass
 class SpeedupNight:
-    """One night of a speculative key judged on its speedup: its starts' rounds over the same-session
-    reference's mean, the node's speed and the key's own start offsets."""
+    """One night of a speculative key judged on its speedup over the same-session reference: both
+    servers on the night's node, each start of either with its own offset and round noise. A second
+    look starts both servers again (session/looks.py), so the second start is a second draw of the
+    speedup (`control.paired_speedups`)."""
 
     rng: np.random.Generator
     night: int
-    seed: int
-    speed: float  # the node's speed times the speedup, over the reference's mean
+    seeds: tuple[int, int]  # the reference's and the speculative server's
+    node: float
+    speedup: float
     history: list[PastRun]
     starts: list[list[float]] = field(default_factory=list)
+    references: list[float] = field(default_factory=list)  # each reference start's mean throughput
 
-    def rounds(self, start: int, count: int = ROUNDS) -> list[float]:
-        level = self.speed * NORMAL.speed(self.seed, self.night, start)
+    def _rounds(self, level: float, seed: int, start: int, count: int) -> list[float]:
+        level *= self.node * NORMAL.speed(seed, self.night, start)
         return (level * (1.0 + ROUND_CV * self.rng.standard_normal(count))).tolist()
 
+    def start(self, count: int = ROUNDS) -> None:
+        """Both servers measured on a start of their own."""
+        number = len(self.starts) + 1
+        self.references.append(float(np.mean(self._rounds(100.0, self.seeds[0], number, ROUNDS))))
+        self.starts.append(self._rounds(100.0 * self.speedup, self.seeds[1], number, count))
+
+    def draws(self) -> list[list[float]]:
+        return paired_speedups(self.starts, self.references)
+
     def look(self) -> NightVerdict:
-        return judge_night([judged_speedup(self.starts)], self.history, TOLERANCE, rounds=ROUNDS)
+        return judge_night(self.draws(), self.history, TOLERANCE, rounds=ROUNDS)
 
     def extend(self) -> bool:
         if len(self.starts) > 1 or len(self.starts[0]) >= MAX_ROUNDS:
             return False
-        self.starts[0] += self.rounds(1, MAX_ROUNDS - ROUNDS)
+        self.starts[0] += self._rounds(100.0 * self.speedup, self.seeds[1], 1, MAX_ROUNDS - ROUNDS)
         return True
 
     def second_start(self, _: NightVerdict) -> bool:
-        self.starts.append(self.rounds(2))
+        self.start()
         return True
 
     def judged(self) -> NightVerdict:
-        self.starts = [self.rounds(1)]
+        self.start()
         return looked(
             self.look,
             settled=lambda v: v.decision is Decision.MET,
@@ -343,23 +365,21 @@ def _speedup_key(
     its own start offsets (2%) and round noise: 10 nights grown, then `count` nights with the speedup
     changed by `change`. The speculative key is judged on its speedup over the same-session reference
     (verdict/control.py) through the session's looks; returns each later night's verdict and the
-    reference's ratio to its own level that night."""
+    reference's first start's ratio to its own level that night."""
     node_seed, ref, spec = (int(rng.integers(2**31)) for _ in range(3))
     ref_hist: list[float] = []
     history: list[PastRun] = []
     found = []
     for n in range(10 + count):
-        node = node_speed(swing, node_seed, n)
         speedup = SPEEDUP * (1.0 - change if n >= 10 else 1.0)
-        ref_rounds = 100.0 * node * NORMAL.speed(ref, n, 1) * (1.0 + ROUND_CV * rng.standard_normal(ROUNDS))
-        ref_mean = float(np.mean(ref_rounds))
-        night = SpeedupNight(rng, n, spec, 100.0 * node * speedup / ref_mean, history)
+        night = SpeedupNight(rng, n, (ref, spec), node_speed(swing, node_seed, n), speedup, history)
         verdict = night.judged()
+        ref_mean = night.references[0]
         level = math.exp(float(np.mean(np.log(ref_hist[-30:])))) if ref_hist else ref_mean
         if n >= 10:
             found.append((verdict, ref_mean / level))
         status = stored_status(verdict.decision)
-        history.append(PastRun(tuple(judged_speedup(night.starts)), status, str(n)))
+        history += [PastRun(tuple(d), status, str(n)) for d in night.draws()]
         ref_hist.append(ref_mean)
     return found
 

@@ -30,83 +30,103 @@ REPORT_DETAIL = ("none", "short", "full")
 PATH_OPTIONS = ("--specperf-json", "--specperf-markdown", "--specperf-bmf", "--specperf-plot", "--specperf-run-dir")
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """`pytest_addoption`: every option of the plugin, in one group."""
-    group = parser.getgroup("specperf", "speculative-decoding performance (pytest-specperf)")
-    add = group.addoption
-    add(
+#: Every `--specperf-*` option with its argparse settings, in the order `pytest --help` lists them.
+OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    (
         "--specperf-config",
-        metavar="PATH",
-        help="config file (default: specperf.toml or [tool.specperf] in the rootdir)",
-    )
-    add("--specperf-launcher", metavar="ENGINE|sim", help="override `launcher`: sim dry-runs a suite on the simulator")
-    add("--specperf-rounds", metavar="N", help="override `rounds` (measured rounds per measurement)")
-    add("--specperf-sim-time-scale", metavar="F", help="override `sim_time_scale` (simulator delays x F)")
-    add(
+        {"metavar": "PATH", "help": "config file (default: specperf.toml or [tool.specperf] in the rootdir)"},
+    ),
+    (
+        "--specperf-launcher",
+        {"metavar": "ENGINE|sim", "help": "override `launcher`: sim dry-runs a suite on the simulator"},
+    ),
+    ("--specperf-rounds", {"metavar": "N", "help": "override `rounds` (measured rounds per measurement)"}),
+    ("--specperf-sim-time-scale", {"metavar": "F", "help": "override `sim_time_scale` (simulator delays x F)"}),
+    (
         "--specperf-attach",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="use the running server at URL for config NAME (never started or stopped)",
-    )
-    add("--specperf-servers", metavar="A,B", help="run only tests of these server configs (shards on several machines)")
-    add(
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "NAME=URL",
+            "help": "use the running server at URL for config NAME (never started or stopped)",
+        },
+    ),
+    (
+        "--specperf-servers",
+        {"metavar": "A,B", "help": "run only tests of these server configs (shards on several machines)"},
+    ),
+    (
         "--specperf-update",
-        action="store_true",
-        help="store this session's runs as the new normal: each starts a new segment of its history",
-    )
-    add(
+        {
+            "action": "store_true",
+            "help": "store this session's runs as the new normal: each starts a new segment of its history",
+        },
+    ),
+    (
         "--specperf-record",
-        action="store_true",
-        help="append this session's good runs to their histories (the nightly job passes it)",
-    )
-    add(
+        {
+            "action": "store_true",
+            "help": "append this session's good runs to their histories (the nightly job passes it)",
+        },
+    ),
+    (
         "--specperf-update-force",
-        action="store_true",
-        help="like --specperf-update, but also store runs with failed checks, request errors or sanity warnings",
-    )
-    add(
+        {
+            "action": "store_true",
+            "help": "like --specperf-update, but also store runs with failed checks, request errors or sanity warnings",
+        },
+    ),
+    (
         "--specperf-strict",
-        action="store_true",
-        help="pass only checks credibly within their thresholds (config strict)",
-    )
-    add(
+        {"action": "store_true", "help": "pass only checks credibly within their thresholds (config strict)"},
+    ),
+    (
         "--specperf-gate",
-        choices=GATES,
-        default=None,
-        help="hold a speculative key to its speedup over the same-session reference or to its absolute "
-        "throughput (config gate; default speedup)",
-    )
-    add(
+        {
+            "choices": GATES,
+            "default": None,
+            "help": "hold a speculative key to its speedup over the same-session reference or to its absolute "
+            "throughput (config gate; default speedup)",
+        },
+    ),
+    (
         "--specperf-on-incomparable",
-        choices=ON_INCOMPARABLE,
-        default="fail",
-        help="what a baseline from a different setup does (default: fail)",
-    )
-    add(
+        {
+            "choices": ON_INCOMPARABLE,
+            "default": "fail",
+            "help": "what a baseline from a different setup does (default: fail)",
+        },
+    ),
+    (
         "--specperf-run-dir",
-        metavar="DIR",
-        help="where server logs go (default: a specperf folder in pytest's basetemp)",
-    )
-    add(
+        {"metavar": "DIR", "help": "where server logs go (default: a specperf folder in pytest's basetemp)"},
+    ),
+    (
         "--specperf-keep-servers",
-        action="store_true",
-        help="leave launched servers running at exit and print how to attach",
-    )
-    add(
+        {"action": "store_true", "help": "leave launched servers running at exit and print how to attach"},
+    ),
+    (
         "--specperf-report",
-        choices=REPORT_DETAIL,
-        default="short",
-        help="terminal summary detail (default: short)",
-    )
-    add("--specperf-json", metavar="PATH", help="write the session's results as JSON")
-    add(
+        {"choices": REPORT_DETAIL, "default": "short", "help": "terminal summary detail (default: short)"},
+    ),
+    ("--specperf-json", {"metavar": "PATH", "help": "write the session's results as JSON"}),
+    (
         "--specperf-markdown",
-        metavar="PATH",
-        help="write the summary as Markdown (a GitHub Actions job also gets it in $GITHUB_STEP_SUMMARY)",
-    )
-    add("--specperf-bmf", metavar="PATH", help="write Bencher Metric Format JSON")
-    add("--specperf-plot", metavar="DIR", help="write PNG plots (needs the `plot` extra: matplotlib)")
+        {
+            "metavar": "PATH",
+            "help": "write the summary as Markdown (a GitHub Actions job also gets it in $GITHUB_STEP_SUMMARY)",
+        },
+    ),
+    ("--specperf-bmf", {"metavar": "PATH", "help": "write Bencher Metric Format JSON"}),
+    ("--specperf-plot", {"metavar": "DIR", "help": "write PNG plots (needs the `plot` extra: matplotlib)"}),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """`pytest_addoption`: every option of the plugin (`OPTIONS`), in one group."""
+    group = parser.getgroup("specperf", "speculative-decoding performance (pytest-specperf)")
+    for name, settings in OPTIONS:
+        group.addoption(name, **settings)
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ import pytest
 from pytest_specperf import __version__, fixtures, hookspec
 from pytest_specperf.common import interrupts
 from pytest_specperf.config.settings import SIM_LAUNCHER, SpecperfConfig
-from pytest_specperf.engines.base import engine_for
+from pytest_specperf.engines.suite import server_plans
 from pytest_specperf.errors import ConfigError, SpecperfError
 from pytest_specperf.fixtures import RESULT_KEY, SESSION_KEY, TARGET_PARAM, SpecperfResult, fail, item_case
+from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.options import Options, add_options, load_suite_config, spaced_path_hint
 from pytest_specperf.servers.launch import DRY_RUN_LIMITS
@@ -35,8 +36,9 @@ from pytest_specperf.session.payload import WorkerPayload
 from pytest_specperf.session.plan import PlannedTest
 from pytest_specperf.sim import DEFAULT_PROFILE, load_profile
 from pytest_specperf.sim.profile import ProfileError
+from pytest_specperf.verdict.drift import FingerprintDiff, comparable_by, default_comparable
 from pytest_specperf.verdict.markers import (
-    MARKER_KEYS,
+    MARKER_ARGUMENTS,
     Case,
     ServerCase,
     SpecperfMarker,
@@ -46,9 +48,11 @@ from pytest_specperf.verdict.markers import (
 from pytest_specperf.verdict.outcome import outcome_of
 
 SESSION_PLUGIN = "specperf-session"
-#: `pytest --markers`: made from the marker's own list of arguments, so a new one is never left out
+#: `pytest --markers`: made from the marker's own declaration of its arguments and their values, so a new
+#: one is never left out
 MARKER_HELP = (
-    f"specperf({', '.join(f'{key}=' for key in MARKER_KEYS)}): measure a server config and check its performance"
+    f"specperf({', '.join(f'{key}=' for key in MARKER_ARGUMENTS)}): measure a server config and check its "
+    f"performance. {'; '.join(f'{key}={values}' for key, values in MARKER_ARGUMENTS.items())}"
 )
 
 
@@ -60,11 +64,7 @@ def simulated_header(config: SpecperfConfig) -> str:
         modelled = load_profile(name).server.tp_size
     except ProfileError:  # the server's start names the profile's problem
         modelled = None
-    counts = {
-        engine_for(config.engine_name(server)).gpu_count(server.args)
-        for server in config.servers.values()
-        if not server.url
-    }
+    counts = {plan.engine.gpu_count(plan.server.args) for plan in server_plans(config).values() if not plan.server.url}
     unlike = sorted(counts - {modelled}) if modelled is not None else []
     gpus = (
         f"; it models {modelled} GPUs, the servers are launched for {', '.join(map(str, unlike))} (their "
@@ -86,12 +86,27 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspec)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_specperf_comparable(drift: FingerprintDiff) -> bool:
+    """The plugin's rule, asked last: a suite's implementation that answers decides first."""
+    return default_comparable(drift)
+
+
+def _comparable_by_hook(
+    config: pytest.Config, baseline: Fingerprint, current: Fingerprint, drift: FingerprintDiff
+) -> bool:
+    """Whether two fingerprints are comparable, as the session's `pytest_specperf_comparable` says."""
+    answer = config.hook.pytest_specperf_comparable(config=config, baseline=baseline, current=current, drift=drift)
+    return default_comparable(drift) if answer is None else bool(answer)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+    config.add_cleanup(comparable_by(functools.partial(_comparable_by_hook, config)))
     if not config.pluginmanager.is_registered(fixtures):  # the fixtures tests use live in their own module
         config.pluginmanager.register(fixtures, "specperf-fixtures")
     try:
@@ -332,7 +347,7 @@ class SpecperfPlugin:
         except SpecperfError as exc:  # e.g. the server died during adaptive rounds
             self.session.record_error(result.result.key, str(exc))
             fail(str(exc))
-        result.checks = evaluation.checks
+        result.checks = list(evaluation.checks)
         measurement = result.result
         for name in ("output_throughput", "accept_length", "mean_tpot_ms", "mean_ttft_ms"):
             samples = measurement.samples(name)

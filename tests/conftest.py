@@ -1,6 +1,7 @@
 """What every test folder shares: the folder itself on `sys.path`, so the helper modules beside this
-file (`gitrepos`, `lanes`, `standin`, `vllm_models`) are imported by name from any of them, under xdist
-too; a header line per lane that needs more than Python (`lanes.py`: ran, or skipped and why); and a
+file (`gitrepos`, `lanes`, `simharness`, `standin`, `suite_tables`, `vllm_models`) are imported by name
+from any of them, under xdist too; a header line per lane that needs more than Python (`lanes.py`: ran,
+or skipped and why); the simulator started for one test (`sim_factory`, from `simharness`); and a
 stand-in HTTP server (`serve`, `canned_server`) for tests that replay what an engine sent."""
 
 from __future__ import annotations
@@ -17,11 +18,29 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from lanes import header_lines
+from simharness import Sim, launch_sim
 from standin import QuietServer, send_stream
 
 
 def pytest_report_header() -> list[str]:
     return header_lines()
+
+
+@pytest.fixture
+def sim_factory() -> Iterator[Callable[..., Sim]]:
+    """``sim_factory(args, env=None, wait=True, api_key=None) -> Sim``; every simulator it started is
+    stopped (TERM, then KILL) at teardown and its log removed."""
+    started: list[Sim] = []
+
+    def start(args: list[str], **kw: Any) -> Sim:
+        sim = launch_sim(args, **kw)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+        sim.log_path.unlink(missing_ok=True)
 
 
 @pytest.fixture

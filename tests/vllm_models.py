@@ -164,6 +164,10 @@ between maybe really usually sometimes every enough such even rather quite almos
 _FUNCTION_WORDS = set(_FUNCTION_WORDS_TEXT.split())
 
 
+_PUNCTUATION = ".,!?;:'\"()-[]{}<>/\\@#$%&*+=_`~|^"
+_SUFFIXES = ("s", "ed", "ing", "er", "ly", "est", "ness", "ment", "able", "ful")
+
+
 def _vocabulary() -> list[str]:
     """The 4096 tokens, in id order: specials, punctuation, numbers, words, then inflections."""
     seen: dict[str, None] = {}
@@ -172,41 +176,46 @@ def _vocabulary() -> list[str]:
         if len(seen) < VOCAB_SIZE and tok not in seen:
             seen[tok] = None
 
-    for tok in SPECIALS:
+    letters = "abcdefghijklmnopqrstuvwxyz"  # "it's" -> "it", "'", "s"
+    base = _base_words()
+    for tok in [*SPECIALS, *_PUNCTUATION, *(str(n) for n in range(101)), *letters, *base]:
         add(tok)
-    for tok in ".,!?;:'\"()-[]{}<>/\\@#$%&*+=_`~|^":
-        add(tok)
-    for n in range(101):
-        add(str(n))
-    for c in "abcdefghijklmnopqrstuvwxyz":  # "it's" -> "it", "'", "s"
-        add(c)
-    base: list[str] = []
-    for w in _WORDS.split():
-        # The pre-tokenizer splits "don't" into "don", "'", "t": keep the pieces.
-        for piece in w.replace("'", " ").split():
-            if piece not in base:
-                base.append(piece)
-    for w in base:
-        add(w)
     # Inflections of the base words, one suffix at a time over the whole list, until the vocabulary
     # is full: plurals first (most common), then -ed, -ing, -er, -ly, -est.
-    for suffix in ("s", "ed", "ing", "er", "ly", "est", "ness", "ment", "able", "ful"):
+    for suffix in _SUFFIXES:
         for w in base:
-            if len(w) < 3 or w in _FUNCTION_WORDS or w.isdigit():
-                continue
-            if suffix in ("s",) and w.endswith(("s", "x", "z", "ch", "sh")):
-                add(w + "es")
-            elif suffix in ("ed", "ing", "er", "est", "able") and w.endswith("e"):
-                add(w[:-1] + suffix)
-            elif suffix in ("ed", "er", "ly", "est", "ness", "ful") and w.endswith("y") and len(w) > 2:
-                add(w[:-1] + ("i" + suffix if suffix != "ly" else "ily"))
-            else:
-                add(w + suffix)
+            inflected = _inflect(w, suffix)
+            if inflected is not None:
+                add(inflected)
     n = 0
     while len(seen) < VOCAB_SIZE:  # only if the lists above ever shrink
         add(f"w{n}")
         n += 1
     return list(seen)
+
+
+def _base_words() -> list[str]:
+    """The word list once each, in order; the pre-tokenizer splits "don't" into "don", "'", "t", so
+    the pieces are kept."""
+    base: dict[str, None] = {}
+    for w in _WORDS.split():
+        for piece in w.replace("'", " ").split():
+            base.setdefault(piece)
+    return list(base)
+
+
+def _inflect(word: str, suffix: str) -> str | None:
+    """WORD with SUFFIX in English spelling (boxes, baked, happily), or None for words that take none:
+    short ones, function words and numbers."""
+    if len(word) < 3 or word in _FUNCTION_WORDS or word.isdigit():
+        return None
+    if suffix == "s" and word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    if suffix in ("ed", "ing", "er", "est", "able") and word.endswith("e"):
+        return word[:-1] + suffix
+    if suffix in ("ed", "er", "ly", "est", "ness", "ful") and word.endswith("y"):
+        return word[:-1] + ("ily" if suffix == "ly" else "i" + suffix)
+    return word + suffix
 
 
 def model_paths(outdir: str | os.PathLike[str]) -> dict[str, Path]:

@@ -40,7 +40,7 @@ from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.measure.rounds import Measurer
 from pytest_specperf.servers.pool import ServerPool
 from pytest_specperf.verdict.history import speedup_estimate
-from pytest_specperf.verdict.stats import Decision, Direction, Estimate, decide_threshold
+from pytest_specperf.verdict.stats import Decision, Direction, Estimate, Tolerance, decide_threshold
 
 #: What a start is judged on.
 THROUGHPUT = "output_throughput"
@@ -119,7 +119,9 @@ class BisectRunner:
         latest = self._good_setup_start()
         slower_decision, slower = self._judge([latest])  # the rule every start is judged by
         faster = speedup_estimate(self.anchors, [latest], self.config.run_to_run_cv)
-        faster_decision = decide_threshold(faster, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER)
+        faster_decision = decide_threshold(
+            faster, Tolerance(self.config.max_regression).regression_bound, Direction.HIGHER_IS_BETTER
+        )
         if Decision.MISSED not in (slower_decision, faster_decision):
             self.anchors.append(latest)
             self.say(f"  the good setup again: {_pct(slower)} of its earlier start(s): it holds")
@@ -174,7 +176,9 @@ class BisectRunner:
         once the bad setup is reproduced, against the midpoint between the two setups."""
         assert self.anchors, "the good setup is measured first"
         ratio = speedup_estimate(list(runs), self.anchors, self.config.run_to_run_cv)
-        tolerance = decide_threshold(ratio, 1 - self.config.max_regression, Direction.HIGHER_IS_BETTER)
+        tolerance = decide_threshold(
+            ratio, Tolerance(self.config.max_regression).regression_bound, Direction.HIGHER_IS_BETTER
+        )
         return self._between(runs) or tolerance, ratio
 
     def _between(self, runs: Sequence[list[float]]) -> Decision | None:
@@ -191,7 +195,7 @@ class BisectRunner:
             return None
         start, good, bad = (self._level(r) for r in (runs, self.anchors, self.bad_runs))
         middle, gap = (good.mean + bad.mean) / 2, good.mean - bad.mean
-        if middle - good.mean > math.log(1 - self.config.max_regression):
+        if middle - good.mean > Tolerance(self.config.max_regression).log_band[0]:
             return None
         variance = start.variance + good.variance / 4 + bad.variance / 4
         margin = variance * math.log(ODDS) / gap  # log odds = gap * distance / variance

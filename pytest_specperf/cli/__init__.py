@@ -28,9 +28,11 @@ Exit codes:
     2  usage error, or a file that is missing, corrupt, not ours, of a newer schema version, or
        (merge) two reports holding different measurements of the same speculative config
 
-Each subcommand is one module here, with its parser (`add_parser`) and its `run_*` function, declared once
-in `SUBCOMMANDS`. Only the module of the subcommand asked for is imported: `specperf --help` and
-`specperf schema --help` stay quick, since the verdict engine (SciPy) loads only for the command that uses it.
+Each subcommand is one module here, named with its one-line summary in `SUBCOMMANDS` (which `specperf
+--help` lists); the module declares its parser in `SETUP` (cli/setup.py: its run function, its own
+arguments and the shared ones it takes) and `build_subparser` builds it. Only the module of the
+subcommand asked for is imported: `specperf --help` and `specperf schema --help` stay quick, since the
+verdict engine (SciPy) loads only for the command that uses it.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from pytest_specperf.errors import SpecperfError
 
 @dataclass(frozen=True)
 class Subcommand:
-    """One `specperf` subcommand: its name, the one line `specperf --help` shows, and its module."""
+    """One `specperf` subcommand: its name, the one line `specperf --help` and its own help show, and its
+    module (which declares the rest in `SETUP`)."""
 
     name: str
     summary: str
@@ -58,7 +61,7 @@ class Subcommand:
         return f"{__name__}.{self.name}"
 
 
-#: The subcommands, in the order `specperf --help` lists them; each module's parser uses `summary`.
+#: The subcommands, in the order `specperf --help` lists them; each one's parser is built with its `summary`.
 SUBCOMMANDS = (
     Subcommand("show", "stored baselines as a table"),
     Subcommand("history", "stored run histories with segments and change points"),
@@ -99,7 +102,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
     for command in SUBCOMMANDS:
         if only is None or command.name == only:
-            importlib.import_module(command.module).add_parser(commands, EXIT_CODES, formatter)
+            from pytest_specperf.cli.setup import build_subparser
+
+            setup = importlib.import_module(command.module).SETUP
+            build_subparser(commands, command.name, command.summary, setup, formatter)
         else:
             commands.add_parser(command.name, help=command.summary)
     return parser

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import UTC, datetime
-from typing import Any
 
-from pytest_specperf.cli.common import OK, STORE_HELP, add_tolerance_arguments, check_tolerances, opened_store
+from pytest_specperf.cli.common import OK, opened_store
+from pytest_specperf.cli.setup import Setup, StoreArgument, Tolerances, check_tolerances
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits
@@ -27,25 +27,15 @@ from pytest_specperf.verdict.standing import change_in_force, judge_newest
 NOTHING_ACCEPTED = 1
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    accept = commands.add_parser(
-        "accept",
-        help="make a change the accepted level, from the run it began with",
-        epilog=epilog,
-        formatter_class=formatter,
-        description=__doc__.split("\n\n")[1],
-    )
-    accept.add_argument("select", metavar="SERVER[/WORKLOAD[/cN]]", help="the key(s) whose change to accept")
-    accept.add_argument(
+def accept_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("select", metavar="SERVER[/WORKLOAD[/cN]]", help="the key(s) whose change to accept")
+    parser.add_argument(
         "--since",
         metavar="RUN",
         help="the run the new level begins with: its number in `specperf history`, its date (YYYY-MM-DD) or its "
         "commit; default: the run the newest night's change began with",
     )
-    accept.add_argument("--note", default="", help="why the change is accepted (kept in the history)")
-    accept.add_argument("--store", default=".specperf", help=STORE_HELP)
-    add_tolerance_arguments(accept)
-    accept.set_defaults(run=run_accept)
+    parser.add_argument("--note", default="", help="why the change is accepted (kept in the history)")
 
 
 def run_accept(args: argparse.Namespace) -> int:
@@ -95,6 +85,9 @@ def selected(entries: list[StoredBaseline], select: str) -> list[StoredBaseline]
         have = ", ".join(e.measurement.key.label for e in entries) or "none"
         raise SpecperfError(f"{select!r}: no stored history matches (the store holds: {have})")
     return found
+
+
+SETUP = Setup(run_accept, [accept_arguments, StoreArgument(), Tolerances()], description=__doc__.split("\n\n")[1])
 
 
 def in_force_run(entry: StoredBaseline, limits: Limits) -> int | None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from pytest_specperf.cli.common import OK, REGRESSED
+from pytest_specperf.cli.setup import Output, Setup
 from pytest_specperf.common.jsonfile import atomic_write, clean
 from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
@@ -23,19 +23,12 @@ from pytest_specperf.verdict.backtest import (
     to_json,
 )
 from pytest_specperf.verdict.backtest import __doc__ as BACKTEST_DOC
-from pytest_specperf.verdict.nightly import Tolerance
-from pytest_specperf.verdict.stats import Direction
+from pytest_specperf.verdict.stats import Direction, Tolerance
 from pytest_specperf.verdict.verdicts import Verdict
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    parser = commands.add_parser(
-        "backtest",
-        help="replay a nightly series (CSV) through the verdict engine",
-        epilog=epilog,
-        formatter_class=formatter,
-        description=(BACKTEST_DOC or "").split("\n\n")[0],
-    )
+def backtest_arguments(parser: argparse.ArgumentParser) -> None:
+    """The series and how to read it, then the verdict's settings."""
     parser.add_argument("file", type=Path, help="CSV with a header, one row per run, oldest first")
     parser.add_argument("--value", metavar="COLUMN", help="the values (default: the only numeric column)")
     parser.add_argument("--commit", metavar="COLUMN", help="each run's commit")
@@ -68,7 +61,10 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
         metavar="N",
         help=f"nights a night is judged against, as a stored history's verdict reads them (default {VERDICT_NIGHTS})",
     )
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the nights and the summary as JSON")
+
+
+def comparison_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to show beside the verdicts."""
     parser.add_argument(
         "--compare",
         action="store_true",
@@ -80,7 +76,6 @@ def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatte
         metavar="FILE.png",
         help="draw the series, the level and its band, the verdicts and the changes (needs matplotlib: the plot extra)",
     )
-    parser.set_defaults(run=run_backtest)
 
 
 def run_backtest(args: argparse.Namespace) -> int:
@@ -120,3 +115,10 @@ def run_backtest(args: argparse.Namespace) -> int:
         print(f"backtest plot written to {args.plot}")
     last = result.nights[-1].outcome if result.nights else None
     return REGRESSED if last is Verdict.REGRESSION else OK
+
+
+SETUP = Setup(
+    run_backtest,
+    [backtest_arguments, Output("write the nights and the summary as JSON"), comparison_arguments],
+    description=(BACKTEST_DOC or "").split("\n\n")[0],
+)

@@ -32,19 +32,20 @@ from pytest_specperf.bisect.search import (
     most_starts,
 )
 from pytest_specperf.cli.accept import in_force_run, run_name, selected, since_run
-from pytest_specperf.cli.common import OK, STORE_HELP, opened_store
+from pytest_specperf.cli.common import OK, opened_store
+from pytest_specperf.cli.setup import Output, Setup, StoreArgument, Suite
 from pytest_specperf.common.interrupts import sigterm_as_interrupt
 from pytest_specperf.common.jsonfile import atomic_write
 from pytest_specperf.config.loading import apply_overrides, find_config_file
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.engines.suite import check_launcher, launchers, load_suite
+from pytest_specperf.engines.suite import check_launcher, load_suite
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.servers.launch import check_command_templates
 from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.checks import Limits
 from pytest_specperf.verdict.history import speedup_estimate
-from pytest_specperf.verdict.stats import Decision, Direction, decide_threshold
+from pytest_specperf.verdict.stats import Decision, Direction, Tolerance, decide_threshold
 
 NOT_EXPLAINED, NOT_REPRODUCED_EXIT, UNCERTAIN, INTERRUPTED = 1, 3, 4, 130
 EXITS = """exit codes:
@@ -58,36 +59,27 @@ EXITS = """exit codes:
   130  interrupted (every server bisect started is stopped)"""
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    bisect = commands.add_parser(
-        "bisect",
-        help="find the difference between a good and a bad run that made a key slower",
-        epilog=EXITS,
-        formatter_class=formatter,
-        description=__doc__.split("\n\n")[1],
-    )
-    bisect.add_argument("key", metavar="SERVER/WORKLOAD/cN", help="the key whose runs to compare")
-    bisect.add_argument(
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The key and its two runs."""
+    parser.add_argument("key", metavar="SERVER/WORKLOAD/cN", help="the key whose runs to compare")
+    parser.add_argument(
         "--good",
         metavar="RUN",
         help="the good run: its number, date or commit (default: the last run before the change in force)",
     )
-    bisect.add_argument("--bad", metavar="RUN", help="the bad run (default: the newest)")
-    bisect.add_argument("--store", default=".specperf", help=STORE_HELP)
-    bisect.add_argument("--config", metavar="PATH", help="config file (default: specperf.toml, or pyproject.toml here)")
-    bisect.add_argument("--launcher", choices=launchers(), help="override `launcher` (sim: rehearse on the simulator)")
-    bisect.add_argument("--sim-time-scale", type=float, metavar="F", help="override `sim_time_scale`")
-    bisect.add_argument("--run-dir", type=Path, metavar="DIR", help="server logs (default: a new temporary folder)")
-    bisect.add_argument("--dry-run", action="store_true", help="print the differences and the plan; start nothing")
-    bisect.add_argument(
+    parser.add_argument("--bad", metavar="RUN", help="the bad run (default: the newest)")
+
+
+def plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to bisect, and whether to start anything."""
+    parser.add_argument("--dry-run", action="store_true", help="print the differences and the plan; start nothing")
+    parser.add_argument(
         "--builds",
         nargs="+",
         metavar="PYTHON",
         help="engine builds to bisect instead of the differences: interpreters (or their environments' "
         "bin/python), oldest first; the oldest is taken as good, the first slow one is found",
     )
-    bisect.add_argument("--json", metavar="PATH", type=Path, help="write the result as JSON")
-    bisect.set_defaults(run=run_bisect)
 
 
 def run_bisect(args: argparse.Namespace) -> int:
@@ -141,6 +133,14 @@ def _exit_code(result: dict[str, Any]) -> int:
     if answered:
         return OK
     return NOT_EXPLAINED
+
+
+SETUP = Setup(
+    run_bisect,
+    [run_arguments, StoreArgument(), Suite(), plan_arguments, Output("write the result as JSON")],
+    description=__doc__.split("\n\n")[1],
+    epilog=EXITS,
+)
 
 
 def _config(args: argparse.Namespace) -> SpecperfConfig:
@@ -226,7 +226,10 @@ def _bisect(runner: BisectRunner, good_run: Any, config: SpecperfConfig) -> dict
     """The good setup on this node, then the bad setup (reproduce), the search and its check."""
     anchor = runner.measure_good_setup()
     here = speedup_estimate([anchor], [good_run.samples("output_throughput")], config.run_to_run_cv)
-    if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
+    if (
+        decide_threshold(here, Tolerance(config.max_regression).regression_bound, Direction.HIGHER_IS_BETTER)
+        is Decision.MISSED
+    ):
         line = (
             f"no difference in the fingerprint explains it: with every difference at its good value this node "
             f"measures {here.value - 1:+.1%} against the good run (the node, the driver, the hardware)"
@@ -301,7 +304,10 @@ def _bisect_builds(runner: BisectRunner, builds: list[str], good_run: Any, confi
     """The good setup on the oldest build, the newest build, then a binary search for the first slow one."""
     anchor = runner.measure_good_setup(builds[0])
     here = speedup_estimate([anchor], [good_run.samples("output_throughput")], config.run_to_run_cv)
-    if decide_threshold(here, 1 - config.max_regression, Direction.HIGHER_IS_BETTER) is Decision.MISSED:
+    if (
+        decide_threshold(here, Tolerance(config.max_regression).regression_bound, Direction.HIGHER_IS_BETTER)
+        is Decision.MISSED
+    ):
         line = (
             f"no build explains it: the oldest build ({builds[0]}) measures {here.value - 1:+.1%} against the good "
             "run on this node too (the node, the driver, the hardware, or an older build)"

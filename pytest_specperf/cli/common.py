@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +10,7 @@ from pytest_specperf.cli.exits import EXIT_CODES as EXIT_CODES  # the subcommand
 from pytest_specperf.cli.exits import FAILED as FAILED
 from pytest_specperf.cli.exits import OK as OK
 from pytest_specperf.cli.exits import REGRESSED as REGRESSED
-from pytest_specperf.config import values as check
-from pytest_specperf.config.location import GIT_PREFIX, StoreLocation
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.location import StoreLocation, shown_setting
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import Measurement
@@ -22,31 +19,6 @@ from pytest_specperf.store import Store, open_store
 from pytest_specperf.verdict.stats import mean_estimate
 
 STORE_LAYOUT = "stored baselines live in <store>/<server>/*.json, the simulator's in <store>/sim/<server>/*.json"
-STORE_HELP = "store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)"
-
-
-def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
-    """The tolerances a night was judged with: commands that judge a history's newest night take them."""
-    parser.add_argument(
-        "--max-regression",
-        type=check.from_command_line,
-        default=SpecperfConfig.max_regression,
-        metavar="F",
-        help=f"the suite's tolerated throughput loss (default {SpecperfConfig.max_regression:g})",
-    )
-    parser.add_argument(
-        "--max-regression-accept-length",
-        type=check.from_command_line,
-        default=SpecperfConfig.max_regression_accept_length,
-        metavar="F",
-        help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
-    )
-
-
-def check_tolerances(args: argparse.Namespace) -> None:
-    """The tolerances, by the rules the suite's settings of the same names follow."""
-    for name in ("max_regression", "max_regression_accept_length"):
-        setattr(args, name, check.setting(name, getattr(args, name), f"--{name.replace('_', '-')}"))
 
 
 @contextlib.contextmanager
@@ -64,7 +36,8 @@ def opened_store(setting: str) -> Iterator[Store]:
 
 
 def shown(setting: str) -> str:
-    return setting if setting.startswith(GIT_PREFIX) else str(Path(setting))
+    """The store setting as the command's lines name it (config/location.py `shown_setting`)."""
+    return shown_setting(setting)
 
 
 def mean_pm(m: Measurement, metric: str, digits: int) -> str:

@@ -4,36 +4,20 @@ a folder or published onto a git store's branch."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
 
-from pytest_specperf.cli.common import add_tolerance_arguments, check_tolerances, opened_store, shown
+from pytest_specperf.cli.common import opened_store, shown
+from pytest_specperf.cli.setup import Output, Setup, StoreArgument, Tolerances, check_tolerances
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.report import dashboard
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    parser = commands.add_parser(
-        "dashboard",
-        help="a static HTML site of the stored histories",
-        epilog=epilog,
-        formatter_class=formatter,
-        description=(dashboard.__doc__ or "").split("\n\n")[0],
-    )
-    parser.add_argument(
-        "--store",
-        default=".specperf",
-        help="store directory, or git:<branch> / git:<url>#<branch> (default: .specperf)",
-    )
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="where to write the pages")
+def dashboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--publish",
         action="store_true",
         help="a git store: write the pages at the root of its branch, commit and push them (GitHub Pages)",
     )
     parser.add_argument("--title", help="the pages' title (default: the suite's or the branch's name)")
-    add_tolerance_arguments(parser)
-    parser.set_defaults(run=run_dashboard)
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -47,3 +31,15 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.output is None and not args.publish:
         raise SpecperfError("dashboard: give -o DIR (where to write the pages), or --publish for a git store")
     check_tolerances(args)
+
+
+SETUP = Setup(
+    run_dashboard,
+    [
+        StoreArgument(),
+        Output("where to write the pages", flags=("-o", "--output"), metavar="DIR"),
+        dashboard_arguments,
+        Tolerances(),
+    ],
+    description=(dashboard.__doc__ or "").split("\n\n")[0],
+)

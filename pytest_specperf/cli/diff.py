@@ -13,12 +13,11 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pytest_specperf.cli.common import OK, REGRESSED, mean_pm, opened_store, shown
+from pytest_specperf.cli.setup import Setup, Tolerances
 from pytest_specperf.config import values as check
-from pytest_specperf.config.location import GIT_PREFIX
-from pytest_specperf.config.settings import SpecperfConfig
+from pytest_specperf.config.location import form_of
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
@@ -33,30 +32,9 @@ from pytest_specperf.verdict.stats import Decision, Estimate, RegressionResult, 
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    compare = commands.add_parser(
-        "diff",
-        help="compare two JSON reports, stored baseline files or stores",
-        epilog=epilog,
-        formatter_class=formatter,
-    )
-    compare.add_argument("old", help="JSON report, stored baseline file, store directory, or git:... store")
-    compare.add_argument("new", help="JSON report, stored baseline file, store directory, or git:... store")
-    compare.add_argument(
-        "--max-regression",
-        type=check.from_command_line,
-        default=SpecperfConfig.max_regression,
-        metavar="F",
-        help=f"tolerated throughput loss (default {SpecperfConfig.max_regression:g} = 5%%)",
-    )
-    compare.add_argument(
-        "--max-regression-accept-length",
-        type=check.from_command_line,
-        default=SpecperfConfig.max_regression_accept_length,
-        metavar="F",
-        help=f"tolerated accept-length loss (default {SpecperfConfig.max_regression_accept_length:g})",
-    )
-    compare.set_defaults(run=run_diff)
+def diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", help="JSON report, stored baseline file, store directory, or git:... store")
+    parser.add_argument("new", help="JSON report, stored baseline file, store directory, or git:... store")
 
 
 @dataclass(frozen=True)
@@ -135,9 +113,10 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def load_side(given: str | Path) -> Side:
-    """A store (a directory or git:...), a stored baseline file or a JSON report, as measurements by label."""
+    """A store (a directory, git:... or a database), a stored baseline file or a JSON report, as measurements
+    by label."""
     path = Path(given)
-    if str(given).startswith(GIT_PREFIX) or path.is_dir():
+    if form_of(str(given)).scheme != "file" or path.is_dir():
         with opened_store(str(given)) as store:
             histories = store.entries()
         if not histories:
@@ -249,3 +228,8 @@ def _ratio(ratio: Estimate) -> str:
     if not ratio.bounded:
         return f"{ratio.value:.3f} (no CI)"
     return f"{ratio.value:.3f} [{ratio.low:.3f},{ratio.high:.3f}]"
+
+
+SETUP = Setup(
+    run_diff, [diff_arguments, Tolerances(throughput="tolerated throughput loss (default {default:g} = 5%%)")]
+)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_specperf.cli.common import OK
+from pytest_specperf.cli.setup import Output, Setup
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.report.analysis import Report, Row, sweep_summaries
@@ -16,13 +16,8 @@ from pytest_specperf.report.jsonreport import LoadedReport, fit_json, load_repor
 from pytest_specperf.report.terminal import pm, render_text, summary_blocks
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    merge = commands.add_parser(
-        "merge", help="combine the JSON reports of shards into one", epilog=epilog, formatter_class=formatter
-    )
-    merge.add_argument("reports", nargs="+", type=Path, help="JSON reports (--specperf-json) of the shards")
-    merge.add_argument("-o", "--output", type=Path, required=True, help="where to write the merged JSON report")
-    merge.set_defaults(run=run_merge)
+def merge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", type=Path, help="JSON reports (--specperf-json) of the shards")
 
 
 class MergeConflict(SpecperfError):
@@ -133,3 +128,12 @@ def _sources(loaded: Sequence[LoadedReport]) -> list[dict[str, object]]:
             }
         )
     return sources
+
+
+SETUP = Setup(
+    run_merge,
+    [
+        merge_arguments,
+        Output("where to write the merged JSON report", flags=("-o", "--output"), metavar=None, required=True),
+    ],
+)

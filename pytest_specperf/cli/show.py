@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from pytest_specperf.cli.common import OK, STORE_HELP, fingerprint_line, mean_pm, opened_store, shown
+from pytest_specperf.cli.common import OK, fingerprint_line, mean_pm, opened_store, shown
+from pytest_specperf.cli.setup import Setup, StoreArgument
 from pytest_specperf.report.terminal import text_table
 from pytest_specperf.store.records import StoredBaseline
-
-
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    show = commands.add_parser("show", help="stored baselines as a table", epilog=epilog, formatter_class=formatter)
-    show.add_argument("store", nargs="?", default=".specperf", help=STORE_HELP)
-    show.set_defaults(run=run_show)
-
 
 SHOW_HEADERS = ("server", "workload", "c", "tok/s", "τ", "rounds", "stored", "fingerprint")
 SHOW_WIDTHS = (20, 12, None, None, None, None, None, 52)
@@ -31,6 +24,9 @@ def run_show(args: argparse.Namespace) -> int:
     for line in text_table(SHOW_HEADERS, [show_cells(e) for e in entries], SHOW_WIDTHS):
         print(line)
     return OK
+
+
+SETUP = Setup(run_show, [StoreArgument(positional=True)])
 
 
 def show_cells(entry: StoredBaseline) -> list[str]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from pytest_specperf.cli.common import OK, STORE_HELP
+from pytest_specperf.cli.common import OK
+from pytest_specperf.cli.setup import DEFAULT_STORE, STORE_FORMS, Setup, StoreArgument
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.store import open_store
@@ -22,22 +22,14 @@ from pytest_specperf.store.records import runs_word
 from pytest_specperf.store.unstored import read_unstored
 
 
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    store = commands.add_parser(
-        "store",
-        help="store the runs a session kept when its store could not be written",
-        epilog=epilog,
-        formatter_class=formatter,
-    )
-    store.add_argument(
+def store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "file",
         type=Path,
         help="the file of kept runs the session's last line named (<store>/unstored/<date>-<session>/runs.json, "
         "or the same under ~/.cache/pytest-specperf/); or `migrate`: convert the store "
         "(--store, default .specperf) to the append-only layout",
     )
-    store.add_argument("--store", help=f"{STORE_HELP}; default: the store the session meant")
-    store.set_defaults(run=run_store)
 
 
 def run_store(args: argparse.Namespace) -> int:
@@ -60,7 +52,12 @@ def run_store(args: argparse.Namespace) -> int:
 
 
 MIGRATE = "migrate"
-DEFAULT_STORE = ".specperf"
+
+
+SETUP = Setup(
+    run_store,
+    [store_arguments, StoreArgument(default=None, help=f"{STORE_FORMS}; default: the store the session meant")],
+)
 
 
 def run_migrate(setting: str) -> int:

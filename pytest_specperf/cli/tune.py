@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from pytest_specperf.cli.setup import Setup
+from pytest_specperf.tune.command import DESCRIPTION, TUNE_EPILOG, add_tune_arguments, run_tune
 
-from pytest_specperf.tune.command import add_tune_parser
-
-
-def add_parser(commands: Any, epilog: str, formatter: type[argparse.HelpFormatter]) -> None:
-    add_tune_parser(commands, formatter)  # tune's own epilog: its exit codes differ (130 when interrupted)
+#: tune's own epilog: its exit codes differ (130 when interrupted)
+SETUP = Setup(run_tune, [add_tune_arguments], description=DESCRIPTION, epilog=TUNE_EPILOG)

@@ -19,12 +19,17 @@ A third form is a database (store/postgres.py), by its libpq URL::
     store = "postgresql:///perf?service=perf"       environment (PGUSER, PGPASSWORD), ~/.pgpass, a service file
 
 A PostgreSQL URL with a password (in its user part or as ``password=``) is refused, and the refusal
-never repeats the password. `DATABASE_SCHEMES` names the URL schemes that are databases.
+never repeats the password.
+
+`LOCATIONS` is the one table of these forms, by the scheme of the backend that opens each (store/__init__.py
+`BACKENDS` has one row per scheme here, and a test keeps the two in step): a new backend is one form here
+and one row there. Parsing, and every command that shows a setting, asks the table.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -33,8 +38,6 @@ from pytest_specperf.common.redact import redact_url
 from pytest_specperf.errors import ConfigError
 
 GIT_PREFIX = "git:"
-#: URL schemes of the database stores (store/__init__.py `BACKENDS` opens them)
-DATABASE_SCHEMES = ("postgresql", "postgres")
 #: What `git check-ref-format --branch` refuses, as a pattern (checked without running git).
 _BAD_BRANCH = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|/\.|\.lock/|^@$")
 _LOCAL_PATH = re.compile(r"^(?:/|\./|\.\./|~)")
@@ -88,29 +91,84 @@ class StoreLocation:
     @classmethod
     def parse(cls, value: str, *, base: Path, where: str) -> StoreLocation:
         """`value` as the config or the command line gives it; relative paths are relative to `base`."""
-        if urlsplit(value).scheme.lower() in DATABASE_SCHEMES and "://" in value:
-            return cls(database=_database_url(value, where), base=base)
-        if not value.startswith(GIT_PREFIX):
-            return cls(path=base / value)
-        rest = value[len(GIT_PREFIX) :]
-        url, _, branch = rest.rpartition("#") if "#" in rest else ("", "", rest)
-        if not branch or _BAD_BRANCH.search(branch):
-            raise ConfigError(
-                where,
-                f"{value!r} does not name a valid git branch; write git:<branch> (a branch of the suite's own "
-                "repository) or git:<url>#<branch>, e.g. git:specperf-history",
-            )
-        if "#" in rest and not url:
-            raise ConfigError(where, f"{value!r} has an empty URL before '#'; write git:<url>#<branch> or git:<branch>")
-        if url and _has_credentials(url):
-            raise ConfigError(
-                where,
-                f"the URL of {redact_url(value)!r} carries credentials; remove them: git's own configuration "
-                "supplies them (a credential helper, an SSH key, the CI's token), never the plugin's config",
-            )
-        if url and _LOCAL_PATH.match(url):
-            url = str((base / Path(url).expanduser()).resolve())
-        return cls(branch=branch, url=url or None, base=base)
+        return form_of(value).parse(value, base, where)
+
+
+@dataclass(frozen=True)
+class LocationForm:
+    """One way to write the `store` setting: the scheme of the backend that opens it, whether a value is
+    written this way, and how it is parsed (`where` names the setting in an error)."""
+
+    scheme: str
+    matches: Callable[[str], bool]
+    parse: Callable[[str, Path, str], StoreLocation]
+    #: a form whose value is the user's own words, shown as written (a folder is shown as a path)
+    shown_as_written: bool = True
+    #: how a command's help writes this form (None: another spelling of a form the help names)
+    example: str | None = None
+
+
+def _database_form(scheme: str) -> LocationForm:
+    def matches(value: str) -> bool:
+        return "://" in value and urlsplit(value).scheme.lower() == scheme
+
+    example = f"{scheme}://host/db" if scheme == "postgresql" else None
+    return LocationForm(scheme, matches, lambda value, base, where: _database(value, base, where), example=example)
+
+
+def _git(value: str, base: Path, where: str) -> StoreLocation:
+    rest = value[len(GIT_PREFIX) :]
+    url, _, branch = rest.rpartition("#") if "#" in rest else ("", "", rest)
+    if not branch or _BAD_BRANCH.search(branch):
+        raise ConfigError(
+            where,
+            f"{value!r} does not name a valid git branch; write git:<branch> (a branch of the suite's own "
+            "repository) or git:<url>#<branch>, e.g. git:specperf-history",
+        )
+    if "#" in rest and not url:
+        raise ConfigError(where, f"{value!r} has an empty URL before '#'; write git:<url>#<branch> or git:<branch>")
+    if url and _has_credentials(url):
+        raise ConfigError(
+            where,
+            f"the URL of {redact_url(value)!r} carries credentials; remove them: git's own configuration "
+            "supplies them (a credential helper, an SSH key, the CI's token), never the plugin's config",
+        )
+    if url and _LOCAL_PATH.match(url):
+        url = str((base / Path(url).expanduser()).resolve())
+    return StoreLocation(branch=branch, url=url or None, base=base)
+
+
+#: Every form of the `store` setting, by its backend's scheme; the first that matches a value wins,
+#: so the folder, which takes any value, comes last.
+LOCATIONS: tuple[LocationForm, ...] = (
+    _database_form("postgresql"),
+    _database_form("postgres"),
+    LocationForm("git", lambda value: value.startswith(GIT_PREFIX), _git, example="git:<branch> / git:<url>#<branch>"),
+    LocationForm(
+        "file",
+        lambda value: True,
+        lambda value, base, where: StoreLocation(path=base / value),
+        shown_as_written=False,
+        example="store directory",
+    ),
+)
+
+
+def form_of(value: str) -> LocationForm:
+    """The form `value` is written in (a folder when no other form claims it)."""
+    return next(form for form in LOCATIONS if form.matches(value))
+
+
+def setting_forms() -> str:
+    """The setting's forms as a command's help names them: the folder first."""
+    examples = [form.example for form in reversed(LOCATIONS) if form.example is not None]
+    return ", or ".join(examples)
+
+
+def shown_setting(value: str) -> str:
+    """A `store` setting as a command names it: a folder as a path, any other form as written (a path
+    would fold a URL's `//`)."""
+    return value if form_of(value).shown_as_written else str(Path(value))
 
 
 def _has_credentials(url: str) -> bool:
@@ -122,7 +180,7 @@ def _has_credentials(url: str) -> bool:
     return redact_url(bare) != bare
 
 
-def _database_url(value: str, where: str) -> str:
+def _database(value: str, base: Path, where: str) -> StoreLocation:
     """A database URL as given, refused when it carries a password (which the refusal never repeats)."""
     parts = urlsplit(value)
     options = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
@@ -133,4 +191,4 @@ def _database_url(value: str, where: str) -> str:
             f"the database URL {shown!r} carries a password; remove it: libpq reads the credentials from its "
             "environment (PGUSER, PGPASSWORD), ~/.pgpass or a service file, never from the plugin's config",
         )
-    return value
+    return StoreLocation(database=value, base=base)

@@ -107,7 +107,8 @@ class WorkloadConfig:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling params of a workload, engine-neutral; each engine writes them in its own request.
+    """Sampling params of a workload, engine-neutral; each engine writes them in its own request
+    (engines/base.py `openai_sampling` for the OpenAI fields, engines/sglang `sampling_params`).
 
     `sampling_seed` seeds the server's sampler so a run at temperature > 0 may draw the same tokens
     again (SGLang honours it only with --enable-deterministic-inference: engines/sglang). It is
@@ -130,23 +131,6 @@ class SamplingParams:
     def seed(self) -> int | None:
         """The seed to send: only when sampling (temperature > 0)."""
         return self.sampling_seed if self.temperature > 0 else None
-
-    def to_openai(self) -> dict[str, Any]:
-        """The same params as OpenAI chat fields (`ignore_eos` is an SGLang extension there).
-
-        The seed goes in OpenAI's own `seed` field. docs/engines/sglang.md does not list it, but
-        SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
-        forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
-        """
-        params: dict[str, Any] = {
-            "max_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "ignore_eos": self.ignore_eos,
-        }
-        if self.seed is not None:
-            params["seed"] = self.seed
-        return params
 
 
 DEFAULT_WORKLOAD = WorkloadConfig(

@@ -48,6 +48,30 @@ class SpecCounts:
     histogram: tuple[int, ...] | None = None
 
 
+def is_int(value: Any) -> bool:
+    """A JSON integer as a server sends it: `True` is an int to Python, never a count to a server."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def openai_sampling(sampling: SamplingParams) -> dict[str, Any]:
+    """A workload's sampling params as OpenAI request fields, the wire shape of every engine's OpenAI
+    routes (`ignore_eos` is an extension both SGLang and vLLM read there).
+
+    The seed goes in OpenAI's own `seed` field. docs/engines/sglang.md does not list it, but
+    SGLang's `ChatCompletionRequest` declares `seed: Optional[int]` and `to_sampling_params`
+    forwards it as `sampling_seed` (srt/entrypoints/openai/protocol.py), so it is the same seed.
+    """
+    params: dict[str, Any] = {
+        "max_tokens": sampling.max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "ignore_eos": sampling.ignore_eos,
+    }
+    if sampling.seed is not None:
+        params["seed"] = sampling.seed
+    return params
+
+
 def count_list(value: Any) -> tuple[int, ...] | None:
     """A histogram as a server sends it (a JSON list of non-negative integers), else None."""
     if not isinstance(value, list) or not value:
@@ -242,6 +266,43 @@ def milestone(pattern: str) -> re.Pattern[str]:
     return re.compile(rf"^(?!{NOT_PROGRESS})(?=.*?(?:{pattern}))", re.IGNORECASE)
 
 
+#: A start-up failure's log pattern (case-insensitive) and its one-line diagnosis with the usual fix.
+StartupFailure = tuple[re.Pattern[str], str]
+
+# fmt: off
+#: How every Python engine's start fails the same way, read the same whatever the engine: argparse
+#: refusing a flag or its value, a port another process took, a model that is not there, a failed
+#: import. An engine's `startup_failures` lists these among its own causes, in the order it matches.
+UNKNOWN_FLAG = (
+    r"error: unrecognized arguments",
+    "the engine does not know a flag in the launch arguments (check `args`)",
+)
+REFUSED_VALUE = (r"error: argument --", "the engine refused a flag's value (check `args`)")
+PORT_IN_USE = "address already in use: another process took the server's port"
+PORT_TAKEN = (r"address already in use|errno 98\b", PORT_IN_USE)
+MODEL_NOT_FOUND = "model not found: check `model`/`draft_model` (a local path or a Hugging Face repo id)"
+IMPORT_FAILED = r"ModuleNotFoundError|ImportError|undefined symbol"
+#: Lines after which no Python engine's start becomes ready: a failed bind, a native abort.
+FATAL_BIND = r"error while attempting to bind on address|address already in use|\berrno 98\b"
+FATAL_ABORT = r"^terminate called after throwing|^Fatal Python error:"
+# fmt: on
+
+
+def not_installed(package: str, engine: str) -> tuple[str, str]:
+    """The engine's own package missing from the configured interpreter (before any other import failure)."""
+    return (rf"No module named '?{package}\b", f"{engine} is not installed for the configured `python`")
+
+
+def startup_failures(*causes: tuple[str, str]) -> tuple[StartupFailure, ...]:
+    """An engine's `startup_failures` from (pattern, diagnosis) pairs, first match first."""
+    return tuple((re.compile(pattern, re.IGNORECASE), diagnosis) for pattern, diagnosis in causes)
+
+
+def fatal_startup(*patterns: str) -> tuple[re.Pattern[str], ...]:
+    """An engine's `fatal_startup`: its own patterns between the bind failure and the native abort."""
+    return tuple(re.compile(p, re.IGNORECASE) for p in (FATAL_BIND, *patterns, FATAL_ABORT))
+
+
 class Engine(ABC):
     """One serving engine's contract, as the plugin relies on it (see docs/engines/)."""
 
@@ -288,7 +349,7 @@ class Engine(ABC):
     #: log lines that echo the launch (its arguments, its command line): never the cause of a failure
     launch_echo: ClassVar[tuple[re.Pattern[str], ...]] = ()
     #: known causes of a failed start: (log pattern, one-line diagnosis with the usual fix)
-    startup_failures: ClassVar[tuple[tuple[re.Pattern[str], str], ...]] = ()
+    startup_failures: ClassVar[tuple[StartupFailure, ...]] = ()
     #: log lines after which a start never becomes ready, though the launcher may not exit (SGLang's
     #: stays "Waiting for application shutdown." after a failed bind): the wait for it ends at once
     fatal_startup: ClassVar[tuple[re.Pattern[str], ...]] = ()
@@ -483,6 +544,14 @@ def engine_for(name: str) -> Engine:
             engine = factory()
         _INSTANCES[name] = engine
     return engine
+
+
+def default_engine() -> Engine:
+    """The engine of a server config that names none (`DEFAULT_ENGINE`): what a client or a fingerprint
+    built without a server's engine speaks."""
+    from pytest_specperf.config.settings import DEFAULT_ENGINE
+
+    return engine_for(DEFAULT_ENGINE)
 
 
 def simulated_engines() -> tuple[str, ...]:

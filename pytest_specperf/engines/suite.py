@@ -10,7 +10,7 @@ and the launcher against the engines that exist (every registered engine, and th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -20,6 +20,26 @@ from pytest_specperf.config.settings import SIM_LAUNCHER, ServerConfig, Specperf
 from pytest_specperf.engines.base import Engine, engine_for, engine_names
 from pytest_specperf.engines.flags import EngineFlags
 from pytest_specperf.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """A server config with its engine, resolved once: launching, attaching, measuring and tuning the
+    server take the engine from here (and from the `LaunchPlan` and `RunningServer` made from it), so
+    nothing past the config looks a server's engine up by name again."""
+
+    server: ServerConfig
+    engine: Engine
+
+    @classmethod
+    def of(cls, config: SpecperfConfig, server: ServerConfig) -> ServerPlan:
+        """The plan of `server`, whose engine is its own `engine` key or the suite's."""
+        return cls(server, engine_for(config.engine_name(server)))
+
+
+def server_plans(config: SpecperfConfig) -> dict[str, ServerPlan]:
+    """Every server config of the suite with its engine, by name."""
+    return {name: ServerPlan.of(config, server) for name, server in config.servers.items()}
 
 
 def launchers() -> tuple[str, ...]:
@@ -87,8 +107,7 @@ def check_launcher(config: SpecperfConfig, where: str) -> None:
     """The simulator speaks only the engines it simulates; a launcher that names an engine must be
     that engine. `where` names the setting: the config's `launcher`, or `--specperf-launcher`."""
     check.choice(config.launcher, where, launchers())
-    for server in config.servers.values():
-        engine = engine_for(config.engine_name(server))
+    for server, engine in ((plan.server, plan.engine) for plan in server_plans(config).values()):
         if config.launcher == SIM_LAUNCHER and not engine.simulated and not server.is_attached:
             raise ConfigError(
                 where,

@@ -21,6 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specperf.engines import vllm_tuning
 from pytest_specperf.engines.base import (
+    IMPORT_FAILED,
+    MODEL_NOT_FOUND,
+    PORT_TAKEN,
+    REFUSED_VALUE,
+    UNKNOWN_FLAG,
     Engine,
     EngineRequest,
     SpecCounters,
@@ -28,7 +33,12 @@ from pytest_specperf.engines.base import (
     StreamMode,
     VersionRange,
     count_list,
+    fatal_startup,
+    is_int,
     milestone,
+    not_installed,
+    openai_sampling,
+    startup_failures,
 )
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags
 from pytest_specperf.engines.tuning import Candidate
@@ -119,26 +129,23 @@ except Exception:
 LAUNCH_ECHO = tuple(re.compile(p) for p in (
     r"non-default args:", r"Initializing a V1 LLM engine .* with config:", r"\bargs: Namespace\(",
 ))
-STARTUP_FAILURES = tuple((re.compile(p, re.IGNORECASE), cause) for p, cause in (
-    (r"error: unrecognized arguments", "the engine does not know a flag in the launch arguments (check `args`)"),
-    (r"error: argument --", "the engine refused a flag's value (check `args`)"),
-    (r"address already in use|errno 98\b", "address already in use: another process took the server's port"),
+STARTUP_FAILURES = startup_failures(
+    UNKNOWN_FLAG,
+    REFUSED_VALUE,
+    PORT_TAKEN,
     (r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks|not enough KV cache",
      "GPU out of memory: lower --gpu-memory-utilization / --max-model-len, or free the GPUs"),
     (r"HFValidationError|Repo id must be in the form|RepositoryNotFoundError|does not appear to have a file named"
-     r"|Invalid repository ID or local directory",
-     "model not found: check `model`/`draft_model` (a local path or a Hugging Face repo id)"),
-    (r"No module named '?vllm\b", "vLLM is not installed for the configured `python`"),
-    (r"ModuleNotFoundError|ImportError|undefined symbol", "a Python import failed: a missing or mismatched package"),
-))
+     r"|Invalid repository ID or local directory", MODEL_NOT_FOUND),
+    not_installed("vllm", "vLLM"),
+    (IMPORT_FAILED, "a Python import failed: a missing or mismatched package"),
+)
 #: Lines after which a vLLM start never becomes ready (see `Engine.fatal_startup`).
-FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"error while attempting to bind on address|address already in use|\berrno 98\b",
+FATAL_STARTUP = fatal_startup(
     r"error: unrecognized arguments|error: argument --",
     r"HFValidationError|RepositoryNotFoundError|Invalid repository ID or local directory",
     r"CUDA out of memory|torch\.OutOfMemoryError|No available memory for the cache blocks",
-    r"^terminate called after throwing|^Fatal Python error:",
-))
+)
 #: Start-up milestones a progress line shows; a WARNING line never is one ("Enforce eager set,
 #: disabling torch.compile" names a compile step that does not happen).
 STARTUP_MILESTONES = tuple(milestone(p) for p in (
@@ -227,21 +234,8 @@ class VLLM(Engine):
                 )
 
     def check_server(self, server: ServerConfig, where: str, flags: EngineFlags) -> None:
-        trees = supports_trees(flags)
         if server.speculative_config is not None:
-            extra = [
-                k
-                for k in ("algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens")
-                if getattr(server, k)
-            ]
-            if extra:
-                raise ConfigError(
-                    f"{where} {extra[0]}", "give either the portable keys or a raw `speculative_config`, not both"
-                )
-            if "method" not in server.speculative_config:
-                raise ConfigError(f"{where} speculative_config", 'needs a "method" (e.g. "ngram", "eagle3")')
-            if TREE_FIELD in server.speculative_config and trees is False:
-                raise ConfigError(f"{where} speculative_config", _no_trees(flags))
+            _check_raw_speculative_config(server, where, flags)
             return
         if server.algorithm is None:
             return
@@ -257,18 +251,7 @@ class VLLM(Engine):
         if server.num_steps is None:
             raise ConfigError(f"{where} num_steps", "vLLM needs the number of draft tokens per step (num_steps)")
         if server.eagle_topk is not None and server.eagle_topk > 1:
-            if not trees:
-                raise ConfigError(f"{where} eagle_topk", _no_trees(flags))
-            if server.num_draft_tokens is None:
-                raise ConfigError(
-                    f"{where} num_draft_tokens", "a tree needs its size: num_draft_tokens (root included)"
-                )
-            if server.num_draft_tokens > server.num_steps * server.eagle_topk + 1:
-                raise ConfigError(
-                    f"{where} num_draft_tokens",
-                    f"{server.num_draft_tokens} is more than num_steps * eagle_topk + 1 = "
-                    f"{server.num_steps * server.eagle_topk + 1}",
-                )
+            _check_tree(server, server.num_steps, where, flags)
             return
         if server.num_draft_tokens is not None and server.num_draft_tokens != server.num_steps + 1:
             raise ConfigError(
@@ -345,7 +328,7 @@ class VLLM(Engine):
     def request(self, prompt: Prompt, sampling: SamplingParams, model: str | None) -> EngineRequest:
         """Chat rows go to `/v1/chat/completions` (the model's chat template), text rows to `/v1/completions`."""
         common: dict[str, Any] = {
-            **sampling.to_openai(),
+            **openai_sampling(sampling),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -374,7 +357,7 @@ class VLLM(Engine):
         return SpecCounts(
             verify_steps=steps,
             accepted_drafts=accepted,
-            proposed_drafts=drafted if _is_int(drafted) else None,
+            proposed_drafts=drafted if is_int(drafted) else None,
             spec_tokens=accepted + steps,
             histogram=count_list(spec.get("acceptance_histogram")),
         )
@@ -488,10 +471,37 @@ def prometheus_samples(text: str, names: frozenset[str]) -> list[tuple[str, dict
         return None
 
 
+def _check_raw_speculative_config(server: ServerConfig, where: str, flags: EngineFlags) -> None:
+    """A raw `speculative_config` table stands alone: no portable key beside it, a method, a tree only
+    where the installed vLLM has one."""
+    assert server.speculative_config is not None
+    extra = [
+        k for k in ("algorithm", "draft_model", "num_steps", "eagle_topk", "num_draft_tokens") if getattr(server, k)
+    ]
+    if extra:
+        raise ConfigError(
+            f"{where} {extra[0]}", "give either the portable keys or a raw `speculative_config`, not both"
+        )
+    if "method" not in server.speculative_config:
+        raise ConfigError(f"{where} speculative_config", 'needs a "method" (e.g. "ngram", "eagle3")')
+    if TREE_FIELD in server.speculative_config and supports_trees(flags) is False:
+        raise ConfigError(f"{where} speculative_config", _no_trees(flags))
+
+
+def _check_tree(server: ServerConfig, num_steps: int, where: str, flags: EngineFlags) -> None:
+    """A tree of `eagle_topk` branches: the installed vLLM must have trees, and the size must fit them."""
+    assert server.eagle_topk is not None
+    if not supports_trees(flags):
+        raise ConfigError(f"{where} eagle_topk", _no_trees(flags))
+    if server.num_draft_tokens is None:
+        raise ConfigError(f"{where} num_draft_tokens", "a tree needs its size: num_draft_tokens (root included)")
+    if server.num_draft_tokens > num_steps * server.eagle_topk + 1:
+        raise ConfigError(
+            f"{where} num_draft_tokens",
+            f"{server.num_draft_tokens} is more than num_steps * eagle_topk + 1 = {num_steps * server.eagle_topk + 1}",
+        )
+
+
 def _count(value: float) -> int:
     """A counter's value as the integer it counts (vLLM writes `29.0`)."""
     return round(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -37,7 +37,7 @@ from typing import Any
 import pytest_specperf
 from pytest_specperf.common.redact import REDACTED, is_secret_name, redact_args, redact_env, redact_text
 from pytest_specperf.config.settings import DEFAULT_ENGINE, DEFAULT_ENV_PATTERNS
-from pytest_specperf.engines.base import Engine, engine_for
+from pytest_specperf.engines.base import Engine, default_engine
 
 UNSET = "unset"
 
@@ -332,7 +332,7 @@ def capture(
     GPUs the whole deployment uses, as its engine reads them from the launch arguments (or the
     server's info): a per-replica count such as SGLang's `/v1/loads` undercounts data parallelism.
     """
-    engine = engine or engine_for(DEFAULT_ENGINE)
+    engine = engine or default_engine()
     info = server_info or {}
     marker = info.get("simulator") if isinstance(info.get("simulator"), Mapping) else None
     gpus = gpu_probe() if local else None

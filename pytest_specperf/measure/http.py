@@ -33,9 +33,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_specperf.common.redact import redact_url
-from pytest_specperf.config.settings import DEFAULT_ENGINE
 from pytest_specperf.config.workloads import Prompt, SamplingParams
-from pytest_specperf.engines import Engine, engine_for
+from pytest_specperf.engines import Engine
+from pytest_specperf.engines.base import default_engine
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.records import RequestRecord
 from pytest_specperf.measure.streams import ResponseStream, StreamError, short, sse_payloads
@@ -89,7 +89,7 @@ class ServerClient:
         #: the URL as messages show it: credentials and token-like query values hidden
         self.shown_url = redact_url(self.base_url)
         self.request_timeout = request_timeout
-        self.engine: Engine = engine or engine_for(DEFAULT_ENGINE)
+        self.engine: Engine = engine or default_engine()  # a running server passes its own
         self.model = model  # OpenAI endpoints of some engines (vLLM) route by model name
         self.last_activity = time.monotonic()  # a request sent or a byte of an answer received
         self._in_flight = 0

@@ -7,20 +7,19 @@ the same thing.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.config.settings import DEFAULT_ENGINE, SpecperfConfig
-from pytest_specperf.config.workloads import warmup_count
 from pytest_specperf.engines import engine_for, engine_names
 from pytest_specperf.measure.fingerprint import UNSET
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.measure.rounds import Cut
 from pytest_specperf.report.costmodel import CostModel, VerifyCostFit, analyze, fit_verify_costs
+from pytest_specperf.report.noise import noise_warning
 from pytest_specperf.report.sweep import Crossover, LevelWinner, best_config_per_level, find_crossover
 from pytest_specperf.store.records import SaveResult, StoredBaseline
 from pytest_specperf.verdict.checks import (
@@ -41,17 +40,17 @@ from pytest_specperf.verdict.stats import (
     Estimate,
     coefficient_of_variation,
     mean_estimate,
-    rounds_to_resolve,
 )
 from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
 from pytest_specperf.verdict.verdicts import Verdict, worst
 
-NOISY_CV = 0.05
+#: Where a report's histories live, as its header and its JSON name them: the session's `store` setting, or
+#: the name a report read back (`specperf merge`) carries. A location, not an open `store.base.Store`: a
+#: report is written after the store is closed, and a merged one never opened it.
+ShownStore = StoreLocation | str
+
 #: The verdict cell of a measurement the session was cut short in (Ctrl-C, SIGTERM, a time limit).
 INTERRUPTED = "INTERRUPTED"
-#: `steady_trend`: the fewest rounds a trend is read from, and the share of their variance a line must explain.
-TREND_ROUNDS = 3
-TREND_FIT = 0.9
 #: A key whose run-to-run CV is credibly above tolerance / BLIND_RATIO cannot show a change of the tolerance.
 BLIND_RATIO = 2.5
 
@@ -156,6 +155,32 @@ class Report:
         return {key: cut for key, cut in self.interrupted.items() if key not in measured}
 
 
+#: What a key left out by the rules of storing can do about it (not one a session cut short held back).
+FORCE_HINT = "--specperf-update-force stores it anyway"
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What a session knows besides its measurements and their verdicts, for the report built from them:
+    the errors, the servers restarted to confirm checks, what the servers and the store said, and what
+    `--specperf-update` is about to accept. A report read back or merged has none."""
+
+    #: measurements that could not be made, or whose tests errored, with the first line of why
+    errors: Mapping[MeasurementKey, str] = field(default_factory=dict)
+    #: servers restarted to confirm checks, with the measurements measured again on the second start
+    second_starts: Mapping[str, Sequence[MeasurementKey]] = field(default_factory=dict)
+    #: what the server pool said (a port or an out-of-memory retry, a restart), the workers' too
+    pool_warnings: tuple[str, ...] = ()
+    #: what the store said while tonight's runs were stored
+    store_warnings: tuple[str, ...] = ()
+    #: keys not stored because the session was cut short (`--specperf-update-force` cannot store them)
+    held: frozenset[MeasurementKey] = frozenset()
+    #: --specperf-update: tonight against the level it replaces, where that is a REGRESSION or SUSPECT
+    update_accepts: Mapping[MeasurementKey, str] = field(default_factory=dict)
+    #: rows judged already (the verdicts a stored run keeps, found before storing): not evaluated again
+    judged: Mapping[MeasurementKey, Row] = field(default_factory=dict)
+
+
 def build_report(
     config: SpecperfConfig,
     measurements: dict[MeasurementKey, Measurement],
@@ -168,69 +193,146 @@ def build_report(
     confirmations: dict[MeasurementKey, str] | None = None,
     searches: int = 1,
     interrupted: Mapping[MeasurementKey, Cut] | None = None,
+    facts: SessionFacts | None = None,
 ) -> Report:
-    """Rows from each measurement's own evaluation against its history with the config's
-    tolerances (the same engine the tests ran; tests' markers may be stricter), each row's verdict
-    the worst of its tests' (`verdicts`) and that evaluation's (the words a stored run's status and
-    the dashboard use too: session/storing.py). A measurement
-    the session was cut short in (`interrupted`) is INCONCLUSIVE unless a test of it finished."""
-    report = Report(saved=sorted(saved.items(), key=lambda kv: kv[0].label), interrupted=dict(interrupted or {}))
+    """The session's report, built once and whole: rows from each measurement's own evaluation against
+    its history with the config's tolerances (the same engine the tests ran; tests' markers may be
+    stricter), each row's verdict the worst of its tests' (`verdicts`) and that evaluation's (the words
+    a stored run's status and the dashboard use too: session/storing.py), and the warnings in one order.
+    A measurement the session was cut short in (`interrupted`) is INCONCLUSIVE unless a test of it finished."""
+    facts = facts or SessionFacts()
+    cuts = dict(interrupted or {})
     ordered = sorted(
         measurements.values(), key=lambda m: (not m.is_reference, m.key.server, m.key.workload, m.key.concurrency)
     )
-    report.warnings += version_warnings(ordered)
-    for measurement in ordered:
+    judged = RowInputs(config, measurements, verdicts, baselines, updating, searches, cuts)
+    rows = [
+        dataclasses.replace(
+            judged.row(measurement, facts.judged.get(measurement.key)),
+            not_stored=(not_stored or {}).get(measurement.key),
+            confirmation=(confirmations or {}).get(measurement.key),
+            update_accepts=facts.update_accepts.get(measurement.key),
+        )
+        for measurement in ordered
+    ]
+    fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
+    return Report(
+        rows=rows,
+        fits=_fits(config, rows),
+        drift=judged.drift(ordered),
+        warnings=session_warnings(config, ordered, rows, cuts, facts, not_stored or {}),
+        saved=sorted(saved.items(), key=lambda kv: kv[0].label),
+        fingerprint_summary=fingerprints[0].summary() if fingerprints else None,
+        simulated=bool(fingerprints) and fingerprints[0].identity.get("launcher") == "sim",
+        sweeps=sweep_summaries(rows),
+        errors=dict(sorted(facts.errors.items())),
+        second_starts={server: list(keys) for server, keys in facts.second_starts.items()},
+        interrupted=cuts,
+    )
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """What a row of the summary is judged from: the measurements with their references, the stored
+    histories, the tests' verdicts and the measurements cut short."""
+
+    config: SpecperfConfig
+    measurements: Mapping[MeasurementKey, Measurement]
+    verdicts: Mapping[MeasurementKey, list[Verdict]]
+    baselines: Mapping[MeasurementKey, StoredBaseline | None]
+    updating: bool
+    searches: int
+    interrupted: Mapping[MeasurementKey, Cut]
+
+    def reference_of(self, measurement: Measurement) -> Measurement | None:
         key = measurement.key
-        reference = measurements.get(MeasurementKey(config.reference, key.workload, key.concurrency))
-        if reference is measurement:
-            reference = None
-        baseline = baselines.get(key)
-        reference_baseline = baselines.get(reference.key) if reference is not None else None
+        reference = self.measurements.get(MeasurementKey(self.config.reference, key.workload, key.concurrency))
+        return None if reference is measurement else reference
+
+    def row(self, measurement: Measurement, judged: Row | None = None) -> Row:
+        """The key's own verdict at the suite's tolerances, and its tests' (which may be stricter, or check
+        less: a test of the accept length alone does not hide what the throughput's history says). A row
+        `judged` before (ahead of storing) is not evaluated again; it takes the verdicts its key gained
+        since (a run the store could not write is an ERROR)."""
+        key, reference = measurement.key, self.reference_of(measurement)
+        if judged is not None and key not in self.interrupted:
+            return dataclasses.replace(judged, verdict=worst([judged.verdict, *self.verdicts.get(key, [])]))
+        baseline = self.baselines.get(key)
+        reference_baseline = self.baselines.get(reference.key) if reference is not None else None
         evaluation = evaluate(
             measurement,
             reference,
             None,
-            Limits.of(config, key.workload),
+            Limits.of(self.config, key.workload),
             baseline,
-            updating=updating,
+            updating=self.updating,
             reference_baseline=reference_baseline,
-            searches=searches,
+            searches=self.searches,
         )
-        # the key's own verdict at the suite's tolerances, and its tests' (which may be stricter, or check
-        # less: a test of the accept length alone does not hide what the throughput's history says)
-        verdict = worst([*verdicts.get(key, []), evaluation.verdict])
-        row = _row(measurement, reference, baseline, evaluation, verdict, updating, reference_baseline)
-        row = dataclasses.replace(
-            row,
-            not_stored=(not_stored or {}).get(key),
-            confirmation=(confirmations or {}).get(key),
-            lossless=_lossless(config, measurement, reference),
+        verdict = worst([*self.verdicts.get(key, []), evaluation.verdict])
+        row = _row(measurement, reference, baseline, evaluation, verdict, self.updating, reference_baseline)
+        row = dataclasses.replace(row, lossless=_lossless(self.config, measurement, reference))
+        if (cut := self.interrupted.get(key)) is None:
+            return row
+        return dataclasses.replace(
+            row, interrupted=cut, verdict=worst(self.verdicts.get(key) or [Verdict.INCONCLUSIVE])
         )
-        if (cut := report.interrupted.get(key)) is not None:
-            row = dataclasses.replace(row, interrupted=cut, verdict=worst(verdicts.get(key) or [Verdict.INCONCLUSIVE]))
-        report.rows.append(row)
-        changes = drift(baseline, measurement) if baseline is not None and not updating else None
-        if changes:
-            report.drift[key.label] = [*changes.identity, *changes.environment]
-        report.warnings += [f"{key.label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
-        if row.unlike_reference:
-            report.warnings.append(
-                f"{key.label}: its speedup over {config.reference} compares more than speculation: "
-                + "; ".join(str(c) for c in row.unlike_reference)
-            )
-        report.warnings += _noise_warning(measurement, config)
-        report.warnings += history_warnings(row, config.max_regression)
-    report.warnings += [
+
+    def drift(self, ordered: Sequence[Measurement]) -> dict[str, list[Change]]:
+        """What changed since each key's stored history, identity first (none while updating)."""
+        found: dict[str, list[Change]] = {}
+        for measurement in ordered:
+            baseline = self.baselines.get(measurement.key)
+            changes = drift(baseline, measurement) if baseline is not None and not self.updating else None
+            if changes:
+                found[measurement.key.label] = [*changes.identity, *changes.environment]
+        return found
+
+
+def session_warnings(
+    config: SpecperfConfig,
+    ordered: Sequence[Measurement],
+    rows: Sequence[Row],
+    interrupted: Mapping[MeasurementKey, Cut],
+    facts: SessionFacts,
+    not_stored: Mapping[MeasurementKey, str],
+) -> list[str]:
+    """Every warning of the session, in the one order the terminal and the JSON show: errors, engine
+    releases, each row's own, the cuts, second starts, the pool's and the store's lines, change points,
+    what was not stored and what an update accepts."""
+    lines = [f"ERROR {key.label}: {message}" for key, message in sorted(facts.errors.items())]
+    lines += version_warnings(list(ordered))
+    for row in rows:
+        lines += row_warnings(row, config)
+    lines += [
         f"{key.label}: {cut.text}: the session was cut short (Ctrl-C, SIGTERM or a time limit)"
-        for key, cut in sorted(report.interrupted.items(), key=lambda kv: kv[0].label)
+        for key, cut in sorted(interrupted.items(), key=lambda kv: kv[0].label)
     ]
-    report.fits = _fits(config, report.rows)
-    report.sweeps = sweep_summaries(report.rows)
-    fingerprints = [m.fingerprint for m in ordered if m.fingerprint is not None]
-    if fingerprints:
-        report.fingerprint_summary = fingerprints[0].summary()
-        report.simulated = fingerprints[0].identity.get("launcher") == "sim"
-    return report
+    lines += second_start_events(list(rows), {server: list(keys) for server, keys in facts.second_starts.items()})
+    lines += [*facts.pool_warnings, *facts.store_warnings]
+    lines += [f"change point: {change.sentence}" for row in rows for change in row.changes]
+    lines += [
+        f"not stored {key.label}: {why}" + ("" if key in facts.held else f" ({FORCE_HINT})")
+        for key, why in sorted(not_stored.items(), key=lambda kv: kv[0].label)
+    ]
+    return lines + [
+        f"--specperf-update accepts {key.label} as the new level, though against the level it replaces "
+        f"tonight is {text}"
+        for key, text in sorted(facts.update_accepts.items(), key=lambda kv: kv[0].label)
+    ]
+
+
+def row_warnings(row: Row, config: SpecperfConfig) -> list[str]:
+    """A row's own warnings: its measurement's notes and warnings, a speedup that compares more than
+    speculation, noisy or warming rounds, and what its history says about tonight."""
+    measurement, label = row.measurement, row.key.label
+    lines = [f"{label}: {w}" for w in [*measurement.notes, *measurement.warnings]]
+    if row.unlike_reference:
+        lines.append(
+            f"{label}: its speedup over {config.reference} compares more than speculation: "
+            + "; ".join(str(c) for c in row.unlike_reference)
+        )
+    return lines + noise_warning(measurement, config) + history_warnings(row, config.max_regression)
 
 
 def version_warnings(measurements: list[Measurement]) -> list[str]:
@@ -436,70 +538,6 @@ def _fits(config: SpecperfConfig, rows: list[Row]) -> list[Fit]:
         servers = tuple(name for name, _ in members[group])
         fits.append(Fit(servers, group[-2], group[-1], fit, tuple(c for _, c in members[group])))
     return fits
-
-
-def steady_trend(values: Sequence[float]) -> str | None:
-    """ "rose" or "fell" when rounds move steadily one way, as an engine still warming up does; else None.
-
-    The rule: at least `TREND_ROUNDS` rounds, every round beyond the one before in the same direction,
-    and a straight line through them explaining at least `TREND_FIT` of their variance (what is left
-    about the line is small beside the move). A rank test cannot be the rule: a night has 3 rounds, and
-    with 3 the smallest p-value Kendall's or Mann-Kendall's test can reach is 1/3. The rule is asked only
-    of rounds that spread beyond the noise threshold (`NOISY_CV`): a steady server's rounds at 1% CV may
-    fall in order by chance (the plain c8 rounds of the same H200 night, 810.7 ± 7.9 tok/s), but 3 rounds
-    in a row moving 26% (1017 → 1281 → 1686 tok/s) are an engine not yet warm, not noise.
-    """
-    if len(values) < TREND_ROUNDS:
-        return None
-    steps = [b - a for a, b in itertools.pairwise(values)]
-    if not (all(d > 0 for d in steps) or all(d < 0 for d in steps)):
-        return None
-    x = range(len(values))
-    x_mean, y_mean = statistics.fmean(x), statistics.fmean(values)
-    sxx = math.fsum((i - x_mean) ** 2 for i in x)
-    sxy = math.fsum((i - x_mean) * (v - y_mean) for i, v in zip(x, values, strict=True))
-    syy = math.fsum((v - y_mean) ** 2 for v in values)
-    explained = sxy * sxy / (sxx * syy) if syy > 0 else 0.0
-    if explained < TREND_FIT:
-        return None
-    return "rose" if steps[0] > 0 else "fell"
-
-
-def warming_warning(measurement: Measurement, config: SpecperfConfig) -> str | None:
-    """'still warming up: rounds rose 1017 → 1281 → 1686 tok/s; raise ...' when a server start's rounds
-    spread beyond the noise threshold and move steadily one way (`steady_trend`), else None."""
-    for values in measurement.start_samples("output_throughput"):
-        cv = coefficient_of_variation(values)
-        trend = steady_trend(values) if cv is not None and cv > NOISY_CV else None
-        if trend is None:
-            continue
-        rounds = " → ".join(_tok_s(v) for v in values)
-        key = measurement.key
-        workload = config.workloads.get(key.workload)
-        sent = warmup_count(workload, key.concurrency) if workload is not None else None
-        now = f" ({sent} warm-up requests at c{key.concurrency} tonight)" if sent is not None else ""
-        return (
-            f"{key.label}: still warming up: rounds {trend} {rounds} tok/s; raise `warmup` of workload "
-            f"{key.workload!r}{now} until the first round is as fast as the last, rather than adding rounds"
-        )
-    return None
-
-
-def _tok_s(value: float) -> str:
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
-def _noise_warning(measurement: Measurement, config: SpecperfConfig) -> list[str]:
-    samples = measurement.samples("output_throughput")
-    cv = coefficient_of_variation(samples)
-    if cv is None or cv <= NOISY_CV:
-        return []
-    if (warming := warming_warning(measurement, config)) is not None:
-        return [warming]  # the spread is the warm-up's, which more rounds would not resolve
-    mean = sum(samples) / len(samples)
-    needed = rounds_to_resolve(mean, mean * (1 - config.max_regression), cv)
-    hint = f"; about {needed} rounds would resolve a {config.max_regression:.0%} change" if needed else ""
-    return [f"{measurement.key.label}: noisy throughput, CV {cv:.1%} over {len(samples)} rounds{hint}"]
 
 
 def sweep_summaries(rows: list[Row]) -> list[SweepSummary]:

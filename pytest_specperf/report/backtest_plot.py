@@ -18,7 +18,7 @@ from pytest_specperf.report.plots import INSTALL_HINT
 
 if TYPE_CHECKING:
     from pytest_specperf.verdict.backtest import Replay
-    from pytest_specperf.verdict.nightly import Tolerance
+    from pytest_specperf.verdict.stats import Tolerance
 
 MARKS = {"REGRESSION": ("v", "#c0392b"), "SUSPECT": ("o", "#e67e22"), "IMPROVED": ("^", "#27ae60")}
 

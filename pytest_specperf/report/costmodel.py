@@ -32,10 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from scipy import stats as sps
-from scipy.optimize import brentq
-
-from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, t_quantile
 
 Number = float | Estimate
 K = TypeVar("K", bound=Hashable)
@@ -139,6 +136,8 @@ def _invert_chain(tau: float, k: int) -> float:
         return 0.0
     if tau >= k + 1.0:
         return 1.0
+    from scipy.optimize import brentq  # only where a τ is inverted: scipy.optimize is slow to import
+
     return float(brentq(lambda a: expected_accept_length(a, k) - tau, 0.0, 1.0, xtol=1e-12))
 
 
@@ -295,8 +294,10 @@ def fit_verify_cost(points: Iterable[tuple[float, float]], confidence: float = D
 
 
 def _least_squares(pts: tuple[tuple[float, float], ...], confidence: float) -> VerifyCostFit:
-    fit = sps.linregress([n for n, _ in pts], [c for _, c in pts])
-    t = float(sps.t.ppf((1.0 + confidence) / 2.0, len(pts) - 2))
+    from scipy.stats import linregress  # only where a cost is fitted: scipy.stats is slow to import
+
+    fit = linregress([n for n, _ in pts], [c for _, c in pts])
+    t = t_quantile(confidence, len(pts) - 2)
 
     def est(value: float, stderr: float) -> Estimate:
         return Estimate(value, value - t * stderr, value + t * stderr, len(pts), confidence)

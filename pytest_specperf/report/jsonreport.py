@@ -28,9 +28,10 @@ from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.measure.rounds import Cut
-from pytest_specperf.report.analysis import Fit, Report, Row, sweep_summaries
+from pytest_specperf.report.analysis import Fit, Report, Row, ShownStore, sweep_summaries
 from pytest_specperf.report.costmodel import CostModel, FitStatus, ImpliedAcceptance, VerifyCostFit
-from pytest_specperf.report.schema import SCHEMA_NAME, SCHEMA_VERSION, validate
+from pytest_specperf.report.fields import MEASUREMENT_FIELDS
+from pytest_specperf.report.schema import REPORT_FIELDS, SCHEMA_NAME, SCHEMA_VERSION, validate
 from pytest_specperf.report.sweep import Crossover, LevelWinner
 from pytest_specperf.store.records import SaveResult, Summary
 from pytest_specperf.verdict.checks import LosslessMatch
@@ -50,13 +51,14 @@ class ReportError(SpecperfError):
 def report_document(
     report: Report,
     *,
-    store: Any = None,
+    store: ShownStore | None = None,
     sources: Sequence[Mapping[str, Any]] = (),
     created: str | None = None,
     host: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON report of `report` (see docs/json-schema.md); `sources` lists merged shards."""
-    document = {
+    """The JSON report of `report` (see docs/json-schema.md); `sources` lists merged shards. The keys
+    `schema.REPORT_FIELDS` declares, in its order."""
+    values: dict[str, Any] = {
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
         "created": created or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -64,6 +66,14 @@ def report_document(
         "specperf_version": pytest_specperf.__version__,
         "store": None if store is None else str(store),
         "sources": [dict(s) for s in sources],
+        **report_values(report),
+    }
+    return clean({field.name: values[field.name] for field in REPORT_FIELDS})
+
+
+def report_values(report: Report) -> dict[str, Any]:
+    """What each key of the document written from the report model holds (`report_document` writes them)."""
+    return {
         "simulated": report.simulated,
         "fingerprint_summary": report.fingerprint_summary,
         "measurements": [
@@ -84,7 +94,6 @@ def report_document(
         "warnings": list(report.warnings),
         "saved_baselines": [saved_json(key, saved) for key, saved in report.saved],
     }
-    return clean(document)
 
 
 def dumps(document: Mapping[str, Any]) -> str:
@@ -114,25 +123,25 @@ def _key_json(key: MeasurementKey) -> dict[str, Any]:
 def error_entry(key: MeasurementKey, reason: str) -> dict[str, Any]:
     """A measurement that could not be made, or whose test errored: ERROR and the one line of why."""
     return {
-        "label": key.label,
-        "server": key.server,
-        "workload": key.workload,
-        "concurrency": key.concurrency,
+        **_key_json(key),
         "verdict": Verdict.ERROR.value,
         "reason": reason,
     }
 
 
 def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None = None) -> dict[str, Any]:
-    """One measurement: identity, verdict (and why, for ERROR), summary, estimates, cost model, drift, rounds."""
+    """One measurement: identity, verdict (and why, for ERROR), summary, estimates, cost model, drift, rounds;
+    the keys `schema.MEASUREMENT_FIELDS` declares, in its order."""
+    values = measurement_values(row, drift, reason)
+    return {field.name: values[field.name] for field in MEASUREMENT_FIELDS}
+
+
+def measurement_values(row: Row, drift: Sequence[Change] = (), reason: str | None = None) -> dict[str, Any]:
+    """What each key of a measurement holds (`measurement_entry` writes them as declared)."""
     m = row.measurement
-    raw = m.to_dict()
     fingerprint = m.fingerprint.redacted().to_dict() if isinstance(m.fingerprint, Fingerprint) else None
     return {
-        "label": m.key.label,
-        "server": m.key.server,
-        "workload": m.key.workload,
-        "concurrency": m.key.concurrency,
+        **_key_json(m.key),
         "is_reference": m.is_reference,
         "num_steps": m.num_steps,
         "eagle_topk": m.eagle_topk,
@@ -143,14 +152,7 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "summary": summary_json(m),
         "accept_length_source": m.accept_length_source,
         "acceptance_per_position": list(per_position) if (per_position := m.acceptance_per_position) else None,
-        "estimates": {
-            "output_throughput": estimate_json(row.throughput),
-            "accept_length": estimate_json(row.accept_length),
-            "mean_tpot_ms": estimate_json(row.tpot_ms),
-            "mean_ttft_ms": estimate_json(row.ttft_ms),
-            "speedup": estimate_json(row.speedup),
-            "vs_baseline": estimate_json(row.vs_baseline),
-        },
+        "estimates": estimates_json(row),
         "throughput_cv": row.cv,
         "cost_model": cost_json(row.cost),
         "drift": [{"name": c.name, "old": c.old, "new": c.new} for c in drift],
@@ -166,7 +168,19 @@ def measurement_entry(row: Row, drift: Sequence[Change] = (), reason: str | None
         "explanation": row.explanation,
         "interrupted": cut_json(row.interrupted),
         "lossless": lossless_json(row.lossless),
-        "rounds": raw["rounds"],
+        "rounds": m.to_dict()["rounds"],
+    }
+
+
+def estimates_json(row: Row) -> dict[str, Any]:
+    """A row's estimates, by the metric names of the summary (`vs_baseline`: tonight over the level)."""
+    return {
+        "output_throughput": estimate_json(row.throughput),
+        "accept_length": estimate_json(row.accept_length),
+        "mean_tpot_ms": estimate_json(row.tpot_ms),
+        "mean_ttft_ms": estimate_json(row.ttft_ms),
+        "speedup": estimate_json(row.speedup),
+        "vs_baseline": estimate_json(row.vs_baseline),
     }
 
 
@@ -204,11 +218,9 @@ def gate_json(row: Row) -> dict[str, Any] | None:
     """What tonight's throughput check against the history rests on, and what the key can see."""
     night = row.night
     if night is None or night.comparison is None:
-        return (
-            dict(row.gate)
-            if row.gate is not None
-            else ({"confirmation": row.confirmation} if row.confirmation else None)
-        )
+        if row.gate is not None:
+            return dict(row.gate)  # a row read back from a report keeps its gate as it was
+        return {"confirmation": row.confirmation} if row.confirmation else None
     c = night.comparison
     return {
         "runs": c.runs,
@@ -366,10 +378,7 @@ def winner_json(w: LevelWinner) -> dict[str, Any]:
 
 def saved_json(key: MeasurementKey, saved: SaveResult) -> dict[str, Any]:
     return {
-        "label": key.label,
-        "server": key.server,
-        "workload": key.workload,
-        "concurrency": key.concurrency,
+        **_key_json(key),
         "path": str(saved.path),
         "old": saved.old.to_dict() if saved.old else None,
         "new": saved.new.to_dict(),
@@ -442,7 +451,7 @@ def decode_report(data: Mapping[str, Any]) -> Report:
     """The `Report` a document describes; sweeps are recomputed from its rows."""
     rows = [decode_row(entry) for entry in data["measurements"]]
     drift = {e["label"]: [Change(c["name"], c["old"], c["new"]) for c in e["drift"]] for e in data["measurements"]}
-    report = Report(
+    return Report(
         rows=rows,
         fits=[decode_fit(f) for f in data["verify_cost_fits"]],
         drift={label: changes for label, changes in drift.items() if changes},
@@ -450,17 +459,14 @@ def decode_report(data: Mapping[str, Any]) -> Report:
         saved=[decode_saved(s) for s in data["saved_baselines"]],
         fingerprint_summary=data.get("fingerprint_summary"),
         simulated=bool(data.get("simulated")),
-        errors={
-            MeasurementKey(e["server"], e["workload"], int(e["concurrency"])): str(e["reason"])
-            for e in data.get("errors", [])
-        },
-        interrupted={
-            MeasurementKey(e["server"], e["workload"], int(e["concurrency"])): Cut(int(e["rounds"]), int(e["planned"]))
-            for e in data.get("interrupted", [])
-        },
+        sweeps=sweep_summaries(rows),
+        errors={_decode_key(e): str(e["reason"]) for e in data.get("errors", [])},
+        interrupted={_decode_key(e): Cut(int(e["rounds"]), int(e["planned"])) for e in data.get("interrupted", [])},
     )
-    report.sweeps = sweep_summaries(rows)
-    return report
+
+
+def _decode_key(entry: Mapping[str, Any]) -> MeasurementKey:
+    return MeasurementKey(entry["server"], entry["workload"], int(entry["concurrency"]))
 
 
 def decode_measurement(entry: Mapping[str, Any]) -> Measurement:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_specperf.common.jsonfile import clean
 from pytest_specperf.errors import SpecperfError
-from pytest_specperf.report.analysis import Report
+from pytest_specperf.report.analysis import Report, ShownStore
 from pytest_specperf.report.jsonreport import report_document, write_json
 from pytest_specperf.verdict.stats import Estimate
 
@@ -62,7 +62,7 @@ def _bmf_metric(estimate: Estimate | None) -> dict[str, float] | None:
 # --- Markdown ------------------------------------------------------------------------------------------
 
 
-def markdown_text(report: Report, *, store: Any = None, sources: Sequence[str] = ()) -> str:
+def markdown_text(report: Report, *, store: ShownStore | None = None, sources: Sequence[str] = ()) -> str:
     from pytest_specperf.report.terminal import render_markdown, summary_blocks
 
     return render_markdown(summary_blocks(report, store=store, sources=sources, full=True))
@@ -101,7 +101,7 @@ UpdateJson = Callable[[Report, dict[str, Any]], None]
 
 
 def write_outputs(
-    report: Report, paths: OutputPaths, *, store: Any = None, update_json: UpdateJson | None = None
+    report: Report, paths: OutputPaths, *, store: ShownStore | None = None, update_json: UpdateJson | None = None
 ) -> list[str]:
     """Write every output `paths` asks for; returns one line per file written (or failed).
 
@@ -130,7 +130,7 @@ def write_outputs(
     return lines
 
 
-def _json_job(path: Path, report: Report, store: Any, update_json: UpdateJson | None) -> list[str]:
+def _json_job(path: Path, report: Report, store: ShownStore | None, update_json: UpdateJson | None) -> list[str]:
     document = report_document(report, store=store)
     if update_json is not None:
         update_json(report, document)

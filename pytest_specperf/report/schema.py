@@ -10,54 +10,102 @@ schema uses, so the package needs no `jsonschema` dependency.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from pytest_specperf.measure.records import POSITIONS_LABEL, POSITIONS_MEANING
 from pytest_specperf.report.costmodel import FitStatus
+from pytest_specperf.report.fields import (
+    BOOL,
+    CUT_PROPERTIES,
+    DISTRIBUTION,
+    ESTIMATE,
+    INT,
+    MEASUREMENT_FIELDS,
+    NUM,
+    POSITIONS_DESCRIPTION,
+    STR,
+    Field,
+    key_list,
+    nullable,
+)
+from pytest_specperf.report.schemacheck import problems
 from pytest_specperf.verdict.trends import KEY_METRICS
-from pytest_specperf.verdict.verdicts import Verdict
 
 SCHEMA_NAME = "pytest-specperf/report"
 SCHEMA_VERSION = 1
 
 
-# --- the schema ----------------------------------------------------------------------------------------
+# --- the schema ---------------------------------------------------------------------------------------
 
-
-def _keys(names: str) -> list[str]:
-    """Property names written as one string: the long `required` lists stay readable."""
-    return names.split()
-
-
-#: Acceptance by draft position, as every output names and defines it (docs/metrics.md).
-POSITIONS_DESCRIPTION = (
-    f"{POSITIONS_LABEL[0].upper()}{POSITIONS_LABEL[1:]} 1, 2, ...: {POSITIONS_MEANING} "
-    "(zeros at the drafted positions no verify step reached)"
+#: What a document is written from besides the report model (`Report`): the session and the command.
+DOCUMENT: tuple[str, ...] = ()
+#: The document's own keys, in the order the JSON report writes them (a measurement's: `MEASUREMENT_FIELDS`).
+REPORT_FIELDS: tuple[Field, ...] = (
+    Field("schema", {"const": SCHEMA_NAME}, True, '`"pytest-specperf/report"`', DOCUMENT),
+    Field("schema_version", {"type": "integer", "minimum": 1}, True, "integer", DOCUMENT),
+    Field("created", STR, True, "string", DOCUMENT),
+    Field("host", STR, True, "string", DOCUMENT),
+    Field("specperf_version", STR, True, "string", DOCUMENT),
+    Field("store", nullable(STR), True, "string or null", DOCUMENT),
+    Field(
+        "sources",
+        {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {"path": STR}}},
+        True,
+        "array",
+        DOCUMENT,
+    ),
+    Field("simulated", BOOL, True, "boolean", ("simulated",)),
+    Field("fingerprint_summary", nullable(STR), True, "string or null", ("fingerprint_summary",)),
+    Field(
+        "measurements",
+        {"type": "array", "items": {"$ref": "#/$defs/measurement"}},
+        True,
+        "array of measurement",
+        ("rows", "drift"),
+    ),
+    Field("errors", {"type": "array", "items": {"$ref": "#/$defs/error"}}, False, "array of error", ("errors",)),
+    Field(
+        "interrupted",
+        {
+            "type": "array",
+            "description": "Measurements the session was cut short in (Ctrl-C, SIGTERM, a time limit), with how far "
+            "each got; those with a completed round are also in `measurements`, with the rounds they completed.",
+            "items": {
+                "type": "object",
+                "required": key_list("label server workload concurrency rounds planned text"),
+                "properties": {
+                    "label": STR,
+                    "server": STR,
+                    "workload": STR,
+                    "concurrency": {"type": "integer", "minimum": 1},
+                    **CUT_PROPERTIES,
+                },
+            },
+        },
+        False,
+        "array",
+        ("interrupted",),
+    ),
+    Field(
+        "second_starts",
+        {
+            "type": "array",
+            "description": "Servers restarted to confirm checks on a second start, and what was measured again.",
+            "items": {
+                "type": "object",
+                "required": ["server", "measurements"],
+                "properties": {"server": STR, "measurements": {"type": "array", "items": STR}},
+            },
+        },
+        False,
+        "array",
+        ("second_starts",),
+    ),
+    Field("verify_cost_fits", {"type": "array", "items": {"$ref": "#/$defs/fit"}}, True, "array of fit", ("fits",)),
+    Field("sweeps", {"type": "array", "items": {"$ref": "#/$defs/sweep"}}, True, "array of sweep", ("sweeps",)),
+    Field("warnings", {"type": "array", "items": STR}, True, "array of strings", ("warnings",)),
+    Field("saved_baselines", {"type": "array", "items": {"$ref": "#/$defs/saved"}}, True, "array", ("saved",)),
 )
-
-
-def _nullable(schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [dict(schema), {"type": "null"}]}
-
-
-_NUM = {"type": "number"}
-_INT = {"type": "integer"}
-_STR = {"type": "string"}
-_BOOL = {"type": "boolean"}
-
-#: How far a measurement got when the session was cut short: "interrupted after 2 of 3 rounds".
-_CUT_PROPERTIES: dict[str, Any] = {
-    "rounds": {"type": "integer", "minimum": 0},
-    "planned": {"type": "integer", "minimum": 1},
-    "text": _STR,
-}
-_ESTIMATE = {"$ref": "#/$defs/estimate"}
-_DISTRIBUTION = {
-    "type": "object",
-    "required": ["mean", "p50", "p90", "p99"],
-    "properties": {k: _nullable(_NUM) for k in ("mean", "p50", "p90", "p99")},
-}
 
 REPORT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -65,64 +113,20 @@ REPORT_SCHEMA: dict[str, Any] = {
     "title": "pytest-specperf JSON report",
     "description": "See docs/json-schema.md. Non-finite numbers are null; unknown keys may be added in v1.",
     "type": "object",
-    "required": _keys(
-        "schema schema_version created host specperf_version store sources simulated "
-        "fingerprint_summary measurements verify_cost_fits sweeps warnings saved_baselines"
-    ),
-    "properties": {
-        "schema": {"const": SCHEMA_NAME},
-        "schema_version": {"type": "integer", "minimum": 1},
-        "created": _STR,
-        "host": _STR,
-        "specperf_version": _STR,
-        "store": _nullable(_STR),
-        "sources": {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {"path": _STR}}},
-        "simulated": _BOOL,
-        "fingerprint_summary": _nullable(_STR),
-        "measurements": {"type": "array", "items": {"$ref": "#/$defs/measurement"}},
-        "verify_cost_fits": {"type": "array", "items": {"$ref": "#/$defs/fit"}},
-        "sweeps": {"type": "array", "items": {"$ref": "#/$defs/sweep"}},
-        "warnings": {"type": "array", "items": _STR},
-        "saved_baselines": {"type": "array", "items": {"$ref": "#/$defs/saved"}},
-        "errors": {"type": "array", "items": {"$ref": "#/$defs/error"}},
-        "interrupted": {
-            "type": "array",
-            "description": "Measurements the session was cut short in (Ctrl-C, SIGTERM, a time limit), with how far "
-            "each got; those with a completed round are also in `measurements`, with the rounds they completed.",
-            "items": {
-                "type": "object",
-                "required": _keys("label server workload concurrency rounds planned text"),
-                "properties": {
-                    "label": _STR,
-                    "server": _STR,
-                    "workload": _STR,
-                    "concurrency": {"type": "integer", "minimum": 1},
-                    **_CUT_PROPERTIES,
-                },
-            },
-        },
-        "second_starts": {
-            "type": "array",
-            "description": "Servers restarted to confirm checks on a second start, and what was measured again.",
-            "items": {
-                "type": "object",
-                "required": ["server", "measurements"],
-                "properties": {"server": _STR, "measurements": {"type": "array", "items": _STR}},
-            },
-        },
-    },
+    "required": [f.name for f in REPORT_FIELDS if f.required],
+    "properties": {f.name: dict(f.schema) for f in REPORT_FIELDS},
     "$defs": {
         "error": {
             "type": "object",
             "description": "A measurement that could not be made, or whose test errored inside the plugin.",
-            "required": _keys("label server workload concurrency verdict reason"),
+            "required": key_list("label server workload concurrency verdict reason"),
             "properties": {
-                "label": _STR,
-                "server": _STR,
-                "workload": _STR,
+                "label": STR,
+                "server": STR,
+                "workload": STR,
                 "concurrency": {"type": "integer", "minimum": 1},
                 "verdict": {"const": "ERROR"},
-                "reason": _STR,
+                "reason": STR,
             },
         },
         "estimate": {
@@ -130,65 +134,65 @@ REPORT_SCHEMA: dict[str, Any] = {
             "description": "A value with its interval; low/high null = unbounded on that side (too few rounds).",
             "required": ["value", "low", "high", "n", "confidence", "bounded"],
             "properties": {
-                "value": _nullable(_NUM),
-                "low": _nullable(_NUM),
-                "high": _nullable(_NUM),
+                "value": nullable(NUM),
+                "low": nullable(NUM),
+                "high": nullable(NUM),
                 "n": {"type": "integer", "minimum": 0},
-                "confidence": _NUM,
-                "bounded": _BOOL,
+                "confidence": NUM,
+                "bounded": BOOL,
             },
         },
         "change": {
             "type": "object",
             "required": ["name", "old", "new"],
-            "properties": {"name": _STR, "old": _STR, "new": _STR},
+            "properties": {"name": STR, "old": STR, "new": STR},
         },
         "fingerprint": {
             "type": "object",
             "required": ["identity", "environment"],
             "properties": {
-                "identity": {"type": "object", "additionalProperties": _STR},
-                "environment": {"type": "object", "additionalProperties": _STR},
+                "identity": {"type": "object", "additionalProperties": STR},
+                "environment": {"type": "object", "additionalProperties": STR},
             },
         },
         "record": {
             "type": "object",
             "required": ["index", "sent", "completion_tokens", "error"],
             "properties": {
-                "index": _INT,
-                "sent": _NUM,
-                "first_chunk": _nullable(_NUM),
-                "last_chunk": _nullable(_NUM),
-                "prompt_tokens": _INT,
-                "completion_tokens": _INT,
-                "verify_ct": _nullable(_INT),
-                "error": _nullable(_STR),
+                "index": INT,
+                "sent": NUM,
+                "first_chunk": nullable(NUM),
+                "last_chunk": nullable(NUM),
+                "prompt_tokens": INT,
+                "completion_tokens": INT,
+                "verify_ct": nullable(INT),
+                "error": nullable(STR),
             },
         },
         "round": {
             "type": "object",
-            "required": _keys(
+            "required": key_list(
                 "index duration_s output_throughput request_count error_count ttft_ms tpot_ms e2e_ms "
                 "chunk_gap_ms accept_length records"
             ),
             "properties": {
-                "index": _INT,
-                "duration_s": _NUM,
-                "output_throughput": _NUM,
-                "request_count": _INT,
-                "error_count": _INT,
-                "ttft_ms": _DISTRIBUTION,
-                "tpot_ms": _DISTRIBUTION,
-                "e2e_ms": _DISTRIBUTION,
-                "chunk_gap_ms": _DISTRIBUTION,
-                "accept_length": _nullable(_NUM),
-                "accept_length_per_request": _nullable(_NUM),
-                "acceptance_rate": _nullable(_NUM),
+                "index": INT,
+                "duration_s": NUM,
+                "output_throughput": NUM,
+                "request_count": INT,
+                "error_count": INT,
+                "ttft_ms": DISTRIBUTION,
+                "tpot_ms": DISTRIBUTION,
+                "e2e_ms": DISTRIBUTION,
+                "chunk_gap_ms": DISTRIBUTION,
+                "accept_length": nullable(NUM),
+                "accept_length_per_request": nullable(NUM),
+                "acceptance_rate": nullable(NUM),
                 "accept_length_source": {"enum": ["responses", "prometheus"]},
                 "spec_counters": {"$ref": "#/$defs/spec_counters"},
                 "acceptance_per_position": {
                     "type": "array",
-                    "items": _NUM,
+                    "items": NUM,
                     "description": f"{POSITIONS_DESCRIPTION}, over this round's counter deltas.",
                 },
                 "records": {"type": "array", "items": {"$ref": "#/$defs/record"}},
@@ -199,135 +203,58 @@ REPORT_SCHEMA: dict[str, Any] = {
             "description": "The change of the server's speculation counters over a round (vLLM's Prometheus).",
             "required": ["drafts", "draft_tokens", "accepted", "accepted_per_position"],
             "properties": {
-                "drafts": _INT,
-                "draft_tokens": _INT,
-                "accepted": _INT,
-                "accepted_per_position": {"type": "array", "items": _INT},
+                "drafts": INT,
+                "draft_tokens": INT,
+                "accepted": INT,
+                "accepted_per_position": {"type": "array", "items": INT},
             },
         },
         "summary": {
             "type": "object",
             "description": "vllm bench serve names where the concept matches; means over rounds.",
-            "required": _keys(
+            "required": key_list(
                 "rounds completed errors duration output_throughput mean_ttft_ms median_ttft_ms p99_ttft_ms "
                 "mean_tpot_ms median_tpot_ms p99_tpot_ms mean_chunk_gap_ms median_chunk_gap_ms "
                 "p99_chunk_gap_ms accept_length"
             ),
             "properties": {
-                "rounds": _INT,
-                "completed": _INT,
-                "errors": _INT,
-                "duration": _NUM,
-                "total_input_tokens": _INT,
-                "total_output_tokens": _INT,
+                "rounds": INT,
+                "completed": INT,
+                "errors": INT,
+                "duration": NUM,
+                "total_input_tokens": INT,
+                "total_output_tokens": INT,
                 **{
-                    k: _nullable(_NUM)
+                    k: nullable(NUM)
                     for k in ("request_throughput", "output_throughput", "accept_length", "acceptance_rate")
                 },
             },
-            "additionalProperties": _nullable(_NUM),
+            "additionalProperties": nullable(NUM),
         },
         "cost_model": {
             "type": "object",
-            "required": _keys(
+            "required": key_list(
                 "accept_length tpot_ms reference_tpot_ms cycle_ms break_even_accept_length headroom "
                 "speedup_tpot speedup_throughput implied_alpha implied_alpha_note acceptance_rate"
             ),
             "properties": {
                 **{
-                    k: _ESTIMATE
-                    for k in _keys(
+                    k: ESTIMATE
+                    for k in key_list(
                         "accept_length tpot_ms reference_tpot_ms cycle_ms break_even_accept_length headroom "
                         "speedup_tpot"
                     )
                 },
-                "speedup_throughput": _nullable(_ESTIMATE),
-                "implied_alpha": _nullable(_ESTIMATE),
-                "implied_alpha_note": _nullable(_STR),
-                "acceptance_rate": _nullable(_ESTIMATE),
+                "speedup_throughput": nullable(ESTIMATE),
+                "implied_alpha": nullable(ESTIMATE),
+                "implied_alpha_note": nullable(STR),
+                "acceptance_rate": nullable(ESTIMATE),
             },
         },
         "measurement": {
             "type": "object",
-            "required": _keys(
-                "label server workload concurrency is_reference workload_hash verdict summary estimates "
-                "throughput_cv cost_model drift warnings fingerprint rounds"
-            ),
-            "properties": {
-                "label": _STR,
-                "server": _STR,
-                "workload": _STR,
-                "concurrency": {"type": "integer", "minimum": 1},
-                "is_reference": _BOOL,
-                "num_steps": _nullable(_INT),
-                "eagle_topk": _nullable(_INT),
-                "num_draft_tokens": _nullable(_INT),
-                "workload_hash": _STR,
-                "verdict": {"enum": [v.value for v in Verdict]},
-                "reason": _nullable(_STR),
-                "summary": {"$ref": "#/$defs/summary"},
-                "accept_length_source": _nullable({"enum": ["responses", "prometheus", "prometheus+responses"]}),
-                "acceptance_per_position": _nullable(
-                    {
-                        "type": "array",
-                        "items": _NUM,
-                        "description": f"{POSITIONS_DESCRIPTION}, pooled over the rounds.",
-                    }
-                ),
-                "estimates": {
-                    "type": "object",
-                    "required": _keys("output_throughput accept_length mean_tpot_ms mean_ttft_ms speedup vs_baseline"),
-                    "additionalProperties": _nullable(_ESTIMATE),
-                },
-                "throughput_cv": _nullable(_NUM),
-                "cost_model": _nullable({"$ref": "#/$defs/cost_model"}),
-                "drift": {"type": "array", "items": {"$ref": "#/$defs/change"}},
-                "unlike_reference": {
-                    "type": "array",
-                    "description": "What the reference and this server differ in besides speculation "
-                    "(old: the reference's value): its speedup compares those too.",
-                    "items": {"$ref": "#/$defs/change"},
-                },
-                "warnings": {"type": "array", "items": _STR},
-                "notes": {"type": "array", "items": _STR},
-                "fingerprint": _nullable({"$ref": "#/$defs/fingerprint"}),
-                "history": {
-                    "type": "object",
-                    "description": "Per key metric, every stored run of the comparable history, tonight last.",
-                    "additionalProperties": {"type": "array", "items": {"$ref": "#/$defs/history_point"}},
-                },
-                "change_points": {"type": "array", "items": {"$ref": "#/$defs/change_point"}},
-                "gate": _nullable({"$ref": "#/$defs/gate"}),
-                "not_stored": _nullable(_STR),
-                "update_accepts": _nullable(_STR),
-                "explanation": _nullable({"$ref": "#/$defs/explanation"}),
-                "interrupted": _nullable(
-                    {
-                        "type": "object",
-                        "description": "The session was cut short while this measurement was taken: its rounds "
-                        "are the ones it completed, it is not stored, and nothing was decided on it unless a test "
-                        "of it had finished (verdict INCONCLUSIVE otherwise).",
-                        "required": _keys("rounds planned text"),
-                        "properties": _CUT_PROPERTIES,
-                    }
-                ),
-                "lossless": _nullable(
-                    {
-                        "type": "object",
-                        "description": "A speculative measurement on a temperature-0 workload: its outputs equal "
-                        "to the reference server's for the same prompt in the same round slot, whether a lossless "
-                        "check passed, failed or was not asked for.",
-                        "required": ["equal", "compared", "share", "first_mismatch"],
-                        "properties": {
-                            "equal": _INT,
-                            "compared": _INT,
-                            "share": _NUM,
-                            "first_mismatch": _nullable(_STR),
-                        },
-                    }
-                ),
-                "rounds": {"type": "array", "items": {"$ref": "#/$defs/round"}},
-            },
+            "required": [f.name for f in MEASUREMENT_FIELDS if f.required],
+            "properties": {f.name: dict(f.schema) for f in MEASUREMENT_FIELDS},
         },
         "explanation": {
             "type": "object",
@@ -335,12 +262,12 @@ REPORT_SCHEMA: dict[str, Any] = {
             "its throughput level rests on, per part of the speculative cycle (throughput = accept length / cycle, "
             "cycle = accept length x TPOT; reference_tpot: plain decoding of the same sessions). `part` names the "
             "part that carries the move; `causes` the environment differences since the level that can act on it.",
-            "required": _keys("sentence part throughput accept_length cycle reference_tpot ttft causes"),
+            "required": key_list("sentence part throughput accept_length cycle reference_tpot ttft causes"),
             "properties": {
-                "sentence": _STR,
+                "sentence": STR,
                 "part": {"enum": ["accept_length", "target", "drafting", "cycle", "prefill", "unclear"]},
                 **{
-                    name: _nullable({"$ref": "#/$defs/ratio"})
+                    name: nullable({"$ref": "#/$defs/ratio"})
                     for name in ("throughput", "accept_length", "cycle", "reference_tpot", "ttft")
                 },
                 "causes": {"type": "array", "items": {"$ref": "#/$defs/change"}},
@@ -350,21 +277,21 @@ REPORT_SCHEMA: dict[str, Any] = {
                     "moved with this key: candidate causes whatever part they act on.",
                     "items": {"$ref": "#/$defs/change"},
                 },
-                "level_spread": _nullable(
+                "level_spread": nullable(
                     {
                         "type": "number",
                         "description": "Highest over lowest throughput of the level's nights, when they differ too "
                         "much to tell which part moved (part `unclear`).",
                     }
                 ),
-                "positions": _nullable(
+                "positions": nullable(
                     {
                         "type": "object",
                         "description": f"{POSITIONS_DESCRIPTION}, at the level and tonight.",
                         "required": ["level", "tonight"],
                         "properties": {
-                            "level": {"type": "array", "items": _NUM},
-                            "tonight": {"type": "array", "items": _NUM},
+                            "level": {"type": "array", "items": NUM},
+                            "tonight": {"type": "array", "items": NUM},
                         },
                     }
                 ),
@@ -373,73 +300,73 @@ REPORT_SCHEMA: dict[str, Any] = {
         "ratio": {
             "type": "object",
             "description": "Tonight over the level, with its interval (null bounds: no interval).",
-            "required": _keys("value low high"),
-            "properties": {"value": _NUM, "low": _nullable(_NUM), "high": _nullable(_NUM)},
+            "required": key_list("value low high"),
+            "properties": {"value": NUM, "low": nullable(NUM), "high": nullable(NUM)},
         },
         "history_point": {
             "type": "object",
             "description": "One run of a key's history; created/segment null for tonight.",
-            "required": _keys("created commit segment tonight value"),
+            "required": key_list("created commit segment tonight value"),
             "properties": {
-                "created": _nullable(_STR),
-                "commit": _nullable(_STR),
-                "segment": _nullable(_INT),
-                "tonight": _BOOL,
-                "status": _nullable({"enum": ["accepted", "suspect", "refused"]}),
-                "value": _ESTIMATE,
+                "created": nullable(STR),
+                "commit": nullable(STR),
+                "segment": nullable(INT),
+                "tonight": BOOL,
+                "status": nullable({"enum": ["accepted", "suspect", "refused"]}),
+                "value": ESTIMATE,
             },
         },
         "gate": {
             "type": "object",
             "description": "What tonight's throughput check against its history rests on, and what it can detect.",
             "properties": {
-                "runs": _INT,
-                "run_to_run_cv": _NUM,
-                "prior": _BOOL,
-                "starts": _INT,
-                "detectable_change": _nullable(_NUM),
+                "runs": INT,
+                "run_to_run_cv": NUM,
+                "prior": BOOL,
+                "starts": INT,
+                "detectable_change": nullable(NUM),
                 "rejected": {"type": "array", "items": {"type": "object"}},
-                "confirmation": _nullable(_STR),
-                "confirmed": _nullable(_BOOL),
-                "first_start": _nullable(_NUM),
-                "spread_runs": _INT,
-                "change_runs": _INT,
-                "by_change": _BOOL,
-                "back_to_level": _BOOL,
+                "confirmation": nullable(STR),
+                "confirmed": nullable(BOOL),
+                "first_start": nullable(NUM),
+                "spread_runs": INT,
+                "change_runs": INT,
+                "by_change": BOOL,
+                "back_to_level": BOOL,
             },
         },
         "change_point": {
             "type": "object",
             "description": "The newest change point of a key series (current segment, tonight appended).",
-            "required": _keys("metric index runs since commit tonight ratio p_value description"),
+            "required": key_list("metric index runs since commit tonight ratio p_value description"),
             "properties": {
                 "metric": {"enum": list(KEY_METRICS)},
-                "index": _INT,
-                "runs": _INT,
-                "since": _nullable(_STR),
-                "commit": _nullable(_STR),
-                "tonight": _BOOL,
-                "ratio": _ESTIMATE,
-                "p_value": _nullable(_NUM),
+                "index": INT,
+                "runs": INT,
+                "since": nullable(STR),
+                "commit": nullable(STR),
+                "tonight": BOOL,
+                "ratio": ESTIMATE,
+                "p_value": nullable(NUM),
                 "kind": {"enum": ["step", "drift"]},
-                "per_run": _nullable(_NUM),
-                "description": _STR,
+                "per_run": nullable(NUM),
+                "description": STR,
             },
         },
         "fit": {
             "type": "object",
             "required": ["workload", "concurrency", "servers", "cycle_ms", "status", "note", "points", "fixed_ms"],
             "properties": {
-                "workload": _STR,
-                "concurrency": _INT,
-                "servers": {"type": "array", "items": _STR},
-                "cycle_ms": {"type": "array", "items": _NUM},
+                "workload": STR,
+                "concurrency": INT,
+                "servers": {"type": "array", "items": STR},
+                "cycle_ms": {"type": "array", "items": NUM},
                 "status": {"enum": [s.value for s in FitStatus]},
-                "note": _STR,
-                "points": {"type": "array", "items": {"type": "array", "items": _NUM}},
-                "fixed_ms": _nullable(_ESTIMATE),
-                "per_token_ms": _nullable(_ESTIMATE),
-                "fixed_shares": {"type": "array", "items": _NUM},
+                "note": STR,
+                "points": {"type": "array", "items": {"type": "array", "items": NUM}},
+                "fixed_ms": nullable(ESTIMATE),
+                "per_token_ms": nullable(ESTIMATE),
+                "fixed_shares": {"type": "array", "items": NUM},
             },
         },
         "crossover": {
@@ -448,32 +375,32 @@ REPORT_SCHEMA: dict[str, Any] = {
             "required": ["kind", "concurrency", "low", "high", "non_monotone", "description"],
             "properties": {
                 "kind": {"enum": ["crosses", "crosses upward", "above", "below"]},
-                "concurrency": _nullable(_NUM),
-                "low": _nullable(_NUM),
-                "high": _nullable(_NUM),
-                "non_monotone": _BOOL,
-                "description": _STR,
+                "concurrency": nullable(NUM),
+                "low": nullable(NUM),
+                "high": nullable(NUM),
+                "non_monotone": BOOL,
+                "description": STR,
             },
         },
         "sweep": {
             "type": "object",
             "required": ["workload", "levels", "configs", "best"],
             "properties": {
-                "workload": _STR,
-                "levels": {"type": "array", "items": _INT},
+                "workload": STR,
+                "levels": {"type": "array", "items": INT},
                 "configs": {
                     "type": "array",
                     "items": {
                         "type": "object",
                         "required": ["server", "speedups", "crossover"],
                         "properties": {
-                            "server": _STR,
+                            "server": STR,
                             "speedups": {
                                 "type": "array",
                                 "items": {
                                     "type": "object",
                                     "required": ["concurrency", "speedup"],
-                                    "properties": {"concurrency": _INT, "speedup": _ESTIMATE},
+                                    "properties": {"concurrency": INT, "speedup": ESTIMATE},
                                 },
                             },
                             "crossover": {"$ref": "#/$defs/crossover"},
@@ -486,13 +413,13 @@ REPORT_SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "required": ["concurrency", "server", "throughput", "certainty"],
                         "properties": {
-                            "concurrency": _NUM,
-                            "server": _STR,
-                            "throughput": _ESTIMATE,
-                            "runner_up": _nullable(_STR),
-                            "runner_up_throughput": _nullable(_ESTIMATE),
+                            "concurrency": NUM,
+                            "server": STR,
+                            "throughput": ESTIMATE,
+                            "runner_up": nullable(STR),
+                            "runner_up_throughput": nullable(ESTIMATE),
                             "certainty": {"enum": ["sole", "clear", "overlapping", "tied"]},
-                            "tied_with": {"type": "array", "items": _STR},
+                            "tied_with": {"type": "array", "items": STR},
                         },
                     },
                 },
@@ -502,17 +429,17 @@ REPORT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["label", "server", "workload", "concurrency", "path", "old", "new"],
             "properties": {
-                "label": _STR,
-                "server": _STR,
-                "workload": _STR,
-                "concurrency": _INT,
-                "path": _STR,
+                "label": STR,
+                "server": STR,
+                "workload": STR,
+                "concurrency": INT,
+                "path": STR,
                 "old": {"type": ["object", "null"]},
                 "new": {"type": "object"},
-                "replaced_error": _nullable(_STR),
-                "kept_as": _nullable(_STR),
-                "segment": _INT,
-                "runs": _INT,
+                "replaced_error": nullable(STR),
+                "kept_as": nullable(STR),
+                "segment": INT,
+                "runs": INT,
                 "new_segment": {"type": "boolean"},
             },
         },
@@ -522,79 +449,8 @@ REPORT_SCHEMA: dict[str, Any] = {
 
 # --- the checker ---------------------------------------------------------------------------------------
 
-_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-}
-
 
 def validate(instance: Any, schema: Mapping[str, Any] = REPORT_SCHEMA) -> list[str]:
-    """Problems of `instance` against `schema`, as 'where: what' strings (empty when valid).
-
-    Covers the keywords `REPORT_SCHEMA` uses (type, const, enum, minimum, required, properties,
-    additionalProperties, items, anyOf, local $ref), so the package needs no jsonschema dependency.
-    """
-    problems: list[str] = []
-    _check(instance, schema, schema, "$", problems)
-    return problems
-
-
-def _check(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], where: str, out: list[str]) -> None:
-    if "$ref" in schema:
-        ref = schema["$ref"]
-        if not ref.startswith("#/$defs/"):
-            raise ValueError(f"unsupported $ref {ref!r}")
-        _check(value, root["$defs"][ref.removeprefix("#/$defs/")], root, where, out)
-    if "anyOf" in schema:
-        if not any(not _sub(value, option, root, where) for option in schema["anyOf"]):
-            out.append(f"{where}: matches none of the allowed shapes ({_describe(value)})")
-        return
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else types
-        if not any(_TYPES[t](value) for t in names):
-            out.append(f"{where}: expected {' or '.join(names)}, got {_describe(value)}")
-            return
-    if "const" in schema and value != schema["const"]:
-        out.append(f"{where}: expected {schema['const']!r}, got {value!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        out.append(f"{where}: {value!r} is not one of {schema['enum']}")
-    if "minimum" in schema and _TYPES["number"](value) and value < schema["minimum"]:
-        out.append(f"{where}: {value} is below the minimum {schema['minimum']}")
-    if isinstance(value, dict):
-        _check_object(value, schema, root, where, out)
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            _check(item, schema["items"], root, f"{where}[{i}]", out)
-
-
-def _check_object(
-    value: dict[str, Any], schema: Mapping[str, Any], root: Mapping[str, Any], where: str, out: list[str]
-) -> None:
-    for key in schema.get("required", ()):
-        if key not in value:
-            out.append(f"{where}: missing required key {key!r}")
-    properties = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    for key, item in value.items():
-        if key in properties:
-            _check(item, properties[key], root, f"{where}.{key}", out)
-        elif extra is False:
-            out.append(f"{where}: unexpected key {key!r}")
-        elif isinstance(extra, Mapping):
-            _check(item, extra, root, f"{where}.{key}", out)
-
-
-def _sub(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], where: str) -> list[str]:
-    found: list[str] = []
-    _check(value, schema, root, where, found)
-    return found
-
-
-def _describe(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+    """Problems of `instance` against `schema`, as 'where: what' strings (empty when valid): the keywords
+    `REPORT_SCHEMA` uses (report/schemacheck.py), so the package needs no jsonschema dependency."""
+    return problems(instance, schema)

@@ -22,7 +22,7 @@ from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.machinelock import is_wait_note
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report import details
-from pytest_specperf.report.analysis import INTERRUPTED, Cut, Report, Row
+from pytest_specperf.report.analysis import INTERRUPTED, Cut, Report, Row, ShownStore
 from pytest_specperf.report.blocks import NAME_WIDTH, WORKLOAD_WIDTH, Block, level, percent, pm, signed_pm, times
 from pytest_specperf.report.details import sweep_blocks
 from pytest_specperf.verdict.results import capped_by
@@ -46,7 +46,12 @@ SPARK = "▁▂▃▄▅▆▇"  # odd: no change sits on the middle level
 
 
 def summary_blocks(
-    report: Report, *, store: Any = None, sources: Sequence[str] = (), detail: bool = True, full: bool = False
+    report: Report,
+    *,
+    store: ShownStore | None = None,
+    sources: Sequence[str] = (),
+    detail: bool = True,
+    full: bool = False,
 ) -> list[Block]:
     """The whole summary, in reading order: the header, the verdict table, what explains it (`detail`:
     cost model, acceptance by draft position, lossless, τ, fits, sweeps; `details.py`), and what needs
@@ -59,7 +64,7 @@ def summary_blocks(
     return blocks + [b for b in attention if b is not None]
 
 
-def header_block(report: Report, store: Any, sources: Sequence[str]) -> Block:
+def header_block(report: Report, store: ShownStore | None, sources: Sequence[str]) -> Block:
     lines = []
     if store is not None:
         lines.append(f"store: {store.shown() if isinstance(store, StoreLocation) else store}")
@@ -99,11 +104,13 @@ def simulation_note(report: Report) -> str | None:
     scales = sorted({fp.identity.get("sim_time_scale", UNSET) for fp in simulated})
     return (
         f"SIMULATED: {which} come from pytest_specperf.sim{profile}, a model of a GPU server, not a GPU; "
-        + "; ".join(_scale_note(s) for s in scales)
+        + "; ".join(scale_note(s) for s in scales)
     )
 
 
-def _scale_note(scale: str) -> str:
+def scale_note(scale: str) -> str:
+    """What a simulator's time scale does to its numbers, in words: the terminal summary and the
+    dashboard say it alike, so a scaled run is never read as a real one."""
     try:
         factor = float(scale)
     except ValueError:
@@ -369,7 +376,9 @@ def _md(text: str) -> str:
 # --- pytest ----------------------------------------------------------------------------------------
 
 
-def terminal_summary(terminalreporter: Any, report: Report, *, store: Any = None, full: bool = False) -> None:
+def terminal_summary(
+    terminalreporter: Any, report: Report, *, store: ShownStore | None = None, full: bool = False
+) -> None:
     """The `pytest_terminal_summary` section: a screen by default, everything under `full` (-v)."""
     terminalreporter.section("specperf")
     for line in render_text(summary_blocks(report, store=store, detail=full, full=full)):

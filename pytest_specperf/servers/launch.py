@@ -26,8 +26,9 @@ from pathlib import Path
 from pytest_specperf.common.redact import is_secret_name, redact_args, redact_text
 from pytest_specperf.common.transport import probe
 from pytest_specperf.config.settings import DEFAULT_ENGINE, SIM_LAUNCHER, ServerConfig, SpecperfConfig
-from pytest_specperf.engines import Engine, EngineFlags, engine_for
-from pytest_specperf.engines.base import is_warning
+from pytest_specperf.engines import Engine, EngineFlags
+from pytest_specperf.engines.base import default_engine, is_warning
+from pytest_specperf.engines.suite import ServerPlan
 from pytest_specperf.errors import ConfigError, ServerError
 from pytest_specperf.servers.diagnosis import Diagnosis, LogWatch, describe_exit, diagnose, is_echo
 from pytest_specperf.servers.gpus import GpuWatch
@@ -65,7 +66,7 @@ class LaunchPlan:
     launcher: str = DEFAULT_ENGINE
     remote: bool = False  # a `command` template that runs the server on another host (srun): no local GPU checks
     template_argv: tuple[str, ...] | None = field(default=None, repr=False)  # a dry run's rendered `command`
-    engine: Engine = field(default_factory=lambda: engine_for(DEFAULT_ENGINE), repr=False, compare=False)
+    engine: Engine = field(default_factory=default_engine, repr=False, compare=False)  # the server plan's
 
     @property
     def url(self) -> str:
@@ -119,7 +120,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def server_args(server: ServerConfig, config: SpecperfConfig, port: int, max_concurrency: int = 1) -> list[str]:
     """The engine's launch arguments for a server config (for SGLang, the same for the simulator)."""
-    return engine_for(config.engine_name(server)).launch_args(server, config, port, max_concurrency)
+    return ServerPlan.of(config, server).engine.launch_args(server, config, port, max_concurrency)
 
 
 def build_launch(
@@ -129,10 +130,12 @@ def build_launch(
     run_dir: Path,
     port: int | None = None,
     max_concurrency: int = 1,
+    engine: Engine | None = None,
 ) -> LaunchPlan:
-    """The launch plan of `server`: its engine's command, a cluster command, or the simulator."""
+    """The launch plan of `server`: its engine's command, a cluster command, or the simulator. `engine`
+    is its server plan's (the pool resolves each config's once); without it, the config's own."""
     port = port or free_port(server.host)
-    engine = engine_for(config.engine_name(server))
+    engine = engine or ServerPlan.of(config, server).engine
     flags = config.engine_flags.get(engine.name)
     args = engine.launch_args(server, config, port, max_concurrency)
     rendered = render_command(server, config, args, port) if server.command else None

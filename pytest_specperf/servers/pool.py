@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.engines import Engine, engine_for
+from pytest_specperf.engines import Engine
+from pytest_specperf.engines.suite import ServerPlan, server_plans
 from pytest_specperf.errors import ServerError
 from pytest_specperf.servers.diagnosis import describe_exit, slurm_end
 from pytest_specperf.servers.gpus import GpuWatch
@@ -103,6 +104,8 @@ class ServerPool:
         after_fork: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
+        #: each server config with its engine, resolved once for the session
+        self.plans = server_plans(config)
         self.run_dir = run_dir
         self.keep_servers = keep_servers
         self.progress = progress
@@ -216,7 +219,7 @@ class ServerPool:
                 server.name,
                 server.url.rstrip("/"),
                 server,
-                engine_for(self.config.engine_name(server)),
+                self.engine_of(server),
                 api_key=self.config.api_key_for(server),
             )
         if self.registry is None:
@@ -230,7 +233,7 @@ class ServerPool:
                 server.name,
                 claim.url,
                 server,
-                engine_for(self.config.engine_name(server)),
+                self.engine_of(server),
                 log_path=Path(claim.log_path) if claim.log_path else None,
                 api_key=self.config.api_key_for(server),
                 pid=claim.pid,
@@ -247,6 +250,14 @@ class ServerPool:
         assert running.process is not None and running.process.pid is not None
         self.registry.ready(server.name, running.url, running.process.pid, str(running.log_path))
         return running
+
+    def engine_of(self, server: ServerConfig) -> Engine:
+        """The engine of `server` from its plan (a config the suite does not hold, such as a variant
+        `specperf bisect` starts, gets a plan of its own)."""
+        plan = self.plans.get(server.name)
+        if plan is None or plan.server.engine != server.engine:
+            plan = ServerPlan.of(self.config, server)
+        return plan.engine
 
     def _make_way(self) -> None:
         """While waiting for a machine-wide slot, hold none: a waiting worker that keeps a server
@@ -292,6 +303,7 @@ class ServerPool:
             self.config,
             run_dir=self.run_dir,
             max_concurrency=self.max_concurrency(server.name),
+            engine=self.engine_of(server),
         )
         # which start of this config this is: the simulator draws a new start offset for a restart
         start = str(self._started.get(server.name, 0) + 1)

@@ -16,7 +16,6 @@ each concern is an object of its own:
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -45,14 +44,11 @@ from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.store.unstored import kept_paths
 from pytest_specperf.verdict.checks import Evaluation
 from pytest_specperf.verdict.stats import Decision
+from pytest_specperf.verdict.verdicts import Verdict
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import UpdateFingerprint
-    from pytest_specperf.report.analysis import Report
-
-
-#: What a key left out by the rules of storing can do about it (not one a session cut short held back).
-FORCE_HINT = "--specperf-update-force stores it anyway"
+    from pytest_specperf.report.analysis import Report, Row, RowInputs
 
 
 class SpecperfSession:
@@ -78,25 +74,13 @@ class SpecperfSession:
     ) -> None:
         from pytest_specperf.measure.rounds import Measurer  # the HTTP client, only once a suite is configured
 
-        self.config = config
-        self.options = options
-        self.run_dir = run_dir
-        self.worker = worker
+        self.config, self.options, self.run_dir, self.worker = config, options, run_dir, worker
         self.session_id = session_id or uuid.uuid4().hex[:12]
         shared = shared_dir if worker else None  # under xdist: the folder of this session's workers
         self.registry = SharedRegistry(shared, worker, progress) if shared and worker else None
         self.plan = Plan(config)
         self.usage = ServerUse(self.plan, self.registry)
-        self.pool = ServerPool(
-            config,
-            run_dir,
-            keep_servers=options.keep_servers,
-            progress=progress,
-            max_concurrency=self.plan.max_concurrency,
-            registry=self.registry,
-            still_needed=self.usage.still_needed,
-            after_fork=interrupts.check,
-        )
+        self.pool = self._server_pool(progress)
         self.store = open_store(config.store, work_dir=run_dir / f"history-{self.session_id}", follower=bool(worker))
         self.measurements = Measurements(
             config,
@@ -119,7 +103,27 @@ class SpecperfSession:
             updating=options.update,
             strict=self.strict,
         )
-        self.recorder = Recorder(
+        self.recorder = self._recorder(progress)
+        self._worker_pool_warnings: list[str] = []
+        self._worker_tests: Counter[MeasurementKey] = Counter()  # under xdist: the workers' plans' tests per key
+        self._rows: dict[MeasurementKey, Row] = {}  # each key's row, judged once (before storing)
+        self._report: Report | None = None  # the session's report, built once (after storing)
+
+    def _server_pool(self, progress: Callable[[str], None] | None) -> ServerPool:
+        return ServerPool(
+            self.config,
+            self.run_dir,
+            keep_servers=self.options.keep_servers,
+            progress=progress,
+            max_concurrency=self.plan.max_concurrency,
+            registry=self.registry,
+            still_needed=self.usage.still_needed,
+            after_fork=interrupts.check,
+        )
+
+    def _recorder(self, progress: Callable[[str], None] | None) -> Recorder:
+        config, options = self.config, self.options
+        return Recorder(
             self.store,
             session_id=self.session_id,
             history=config.history,
@@ -129,8 +133,6 @@ class SpecperfSession:
             progress=progress,
             unstored_paths=kept_paths(config.store, self.session_id),
         )
-        self._worker_pool_warnings: list[str] = []
-        self._worker_tests: Counter[MeasurementKey] = Counter()  # under xdist: the workers' plans' tests per key
 
     @property
     def strict(self) -> bool:
@@ -192,7 +194,7 @@ class SpecperfSession:
         """Append the session's measurements to their histories, after all their checks ran (storing.py);
         only the process that sees every verdict stores: the controller under xdist."""
         if self.options.storing and self.worker is None:
-            rows = {row.key: row.verdict for row in self.report().rows}  # the words the summary will use
+            rows = self.row_verdicts()  # the words the summary will use
             self.recorder.store_all(self.measurements.done, self.outcomes, self.baselines, rows=rows)
 
     def storing_interrupted(self) -> None:
@@ -236,44 +238,60 @@ class SpecperfSession:
         return bool(self.measurements.done or self.measurements.cut or self.errors())
 
     def report(self) -> Report:
-        """The session's results as one report model (terminal, Markdown and JSON render it)."""
-        from pytest_specperf.report.analysis import build_report, second_start_events
+        """The session's results as one report model (terminal, Markdown and JSON render it), built once:
+        the first call after the session's runs were stored builds it, every later one is given the same."""
+        if self._report is None:
+            self._report = self._build_report()
+        return self._report
 
-        updating = self.options.update
-        done, recorder = self.measurements.done, self.recorder
-        baselines = {} if updating else {k: self.baselines.readable(k) for k in done}
-        report = build_report(
+    def _build_report(self) -> Report:
+        from pytest_specperf.report.analysis import SessionFacts, build_report
+
+        updating, recorder = self.options.update, self.recorder
+        facts = SessionFacts(
+            errors=self.errors(),
+            second_starts={server: tuple(keys) for server, keys in self.looks.second_starts.items()},
+            pool_warnings=(*self._worker_pool_warnings, *self.pool.report_lines),
+            store_warnings=tuple(recorder.warnings),
+            held=frozenset(recorder.held),
+            update_accepts=self._update_accepts() if updating else {},
+            judged=self._rows,
+        )
+        inputs = self._row_inputs()
+        return build_report(
             self.config,
-            {**self.measurements.partial, **done},  # a measurement cut short keeps the rounds it completed
+            dict(inputs.measurements),
             self.outcomes.verdicts,
-            baselines,
+            dict(inputs.baselines),
             recorder.saved,
             updating=updating,
             not_stored=recorder.not_stored,
             confirmations=self.looks.confirmations,
             searches=self.plan.searches,
             interrupted=self.measurements.cut,
+            facts=facts,
         )
-        report.errors = dict(sorted(self.errors().items()))
-        report.warnings[:0] = [f"ERROR {key.label}: {message}" for key, message in report.errors.items()]
-        report.warnings += second_start_events(report.rows, self.looks.second_starts)
-        report.second_starts = {server: list(keys) for server, keys in self.looks.second_starts.items()}
-        report.warnings += [*self._worker_pool_warnings, *self.pool.report_lines]
-        report.warnings += recorder.warnings
-        report.warnings += [f"change point: {change.sentence}" for row in report.rows for change in row.changes]
-        report.warnings += [
-            f"not stored {key.label}: {why}" + ("" if key in recorder.held else f" ({FORCE_HINT})")
-            for key, why in sorted(recorder.not_stored.items(), key=lambda kv: kv[0].label)
-        ]
-        if updating:
-            accepts = self._update_accepts()
-            report.rows = [dataclasses.replace(r, update_accepts=accepts.get(r.key)) for r in report.rows]
-            report.warnings += [
-                f"--specperf-update accepts {key.label} as the new level, though against the level it replaces "
-                f"tonight is {text}"
-                for key, text in sorted(accepts.items(), key=lambda kv: kv[0].label)
-            ]
-        return report
+
+    def _row_inputs(self) -> RowInputs:
+        from pytest_specperf.report.analysis import RowInputs
+
+        updating, done = self.options.update, self.measurements.done
+        return RowInputs(
+            self.config,
+            {**self.measurements.partial, **done},  # a measurement cut short keeps the rounds it completed
+            self.outcomes.verdicts,
+            {} if updating else {k: self.baselines.readable(k) for k in done},
+            updating,
+            self.plan.searches,
+            self.measurements.cut,
+        )
+
+    def row_verdicts(self) -> dict[MeasurementKey, Verdict]:
+        """The verdict each key's row will show, before its run is stored (the words a stored run keeps).
+        The rows are kept: the report is built from them, so each key is judged once."""
+        inputs = self._row_inputs()
+        self._rows = {key: inputs.row(measurement) for key, measurement in self.measurements.done.items()}
+        return {key: row.verdict for key, row in self._rows.items()}
 
     def _update_accepts(self) -> dict[MeasurementKey, str]:
         """What `--specperf-update` is about to accept: each key's night judged against the history it

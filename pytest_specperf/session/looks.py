@@ -4,7 +4,10 @@ look can still change the verdict (verdict/nightly.py).
 The second look extends the server start the rounds were measured on to `max_rounds` rounds, and,
 when a check a start's offset can explain is still beyond its threshold, adds `rounds` rounds on a
 second server start: the server is restarted unless it was restarted since (one restart confirms
-every check of a server that fails together), within the session's `max_restarts`. A check whose
+every check of a server that fails together), within the session's `max_restarts`; a SUSPECT check
+asks for it only when it is a change for the server as a whole (verdict/nightly.py
+`worth_a_restart`), and a speedup's second start takes one of the reference too, so that the second
+look is a second draw of the ratio (verdict/control.py `paired_speedups`). A check whose
 value has no spread across rounds (a deterministic accept length) is never the reason for a second
 start: it would measure the same value again. Why a night was decided on one start is kept
 (`confirmations`), and which keys were measured again (`second_starts`).
@@ -25,7 +28,7 @@ from pytest_specperf.session.plan import Plan
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
 from pytest_specperf.verdict.control import SPEEDUP_CHECK
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
-from pytest_specperf.verdict.nightly import Restarts, looked, second_start_reasons, without_spread
+from pytest_specperf.verdict.nightly import Restarts, looked, second_start_reasons, without_spread, worth_a_restart
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
@@ -92,12 +95,13 @@ class Looks:
                 searches=self.plan.searches,
             )
 
+        keys = self._keys_of(key.server)
         evaluation = looked(
             look,
             settled=lambda e: e.settled,
             extend=lambda: self._extend(result),
-            confirmable=lambda e: bool(confirming_checks(result, e)),
-            second_start=lambda e: self._second_start(result, e),
+            confirmable=lambda e: bool(confirming_checks(result, e, keys)),
+            second_start=lambda e: self._second_start(result, e, reference, keys),
         )
         unmoved = _without_spread(result, evaluation)
         if unmoved and key not in self.confirmations and result.starts == 1:
@@ -120,14 +124,21 @@ class Looks:
         )
         return True
 
-    def _second_start(self, result: Measurement, evaluation: Evaluation) -> bool:
+    def _keys_of(self, server: str) -> int:
+        """The keys `server` measures tonight: how many can ask for its restart (`worth_a_restart`)."""
+        return sum(1 for k in self.plan.needed_keys() if k.server == server)
+
+    def _second_start(
+        self, result: Measurement, evaluation: Evaluation, reference: Measurement | None, keys: int
+    ) -> bool:
         """Re-measure on another server start than the first: restart the server, unless it was
         restarted since (for another measurement: one restart confirms every check of a server that
         fails together). False when no second start can be had; the confirmation log says why."""
         key = result.key
         if result.starts > 1 or not self.config.confirm:
             return False
-        beyond = ", ".join(confirming_checks(result, evaluation))
+        reasons = confirming_checks(result, evaluation, keys)
+        beyond = ", ".join(reasons)
         current = self.measurements.measured_on_current_start(key)
         restart, why = self.restarts.ask(
             on_current_start=current, cannot=self.pool.cannot_restart(key.server) if current else None
@@ -135,6 +146,8 @@ class Looks:
         if why is not None:
             self.confirmations[key] = f"decided on one server start: {why}"
             return False
+        if SPEEDUP_CHECK in reasons and reference is not None:
+            self._reference_again(reference, key.label)
         if restart:
             self.pool.restart(key.server, f"to confirm {key.label} ({beyond}) on a second start")
         self.measurements.more(
@@ -142,6 +155,22 @@ class Looks:
         )
         self.second_starts.setdefault(key.server, []).append(key)
         return True
+
+    def _reference_again(self, reference: Measurement, label: str) -> None:
+        """The reference measured on a second start of its own, before a speculative key's second start
+        that confirms its speedup: a speedup carries both servers' start offsets, and a second start
+        divided by the reference's first start would share that start's offset (no second draw of the
+        ratio, verdict/control.py `paired_speedups`). Once per reference measurement; none when the
+        reference cannot be started again (attached by URL, another worker's)."""
+        ref = reference.key
+        if reference.starts > 1 or self.pool.cannot_restart(ref.server) is not None:
+            return
+        if self.measurements.measured_on_current_start(ref):
+            self.pool.restart(ref.server, f"to confirm the speedup of {label} on a second start of both servers")
+        workload = self.config.workloads[ref.workload]
+        self.measurements.more(reference, lambda server: self.measurer.add_start(reference, server, workload))
+        self.second_starts.setdefault(ref.server, []).append(ref)
+        self.measurements.release(ref.server)
 
     def _check_reference(
         self, key: MeasurementKey, marker: SpecperfMarker | None, reference: Measurement | None
@@ -183,10 +212,13 @@ def _beyond(result: Measurement, evaluation: Evaluation) -> list[tuple[str, list
     ]
 
 
-def confirming_checks(result: Measurement, evaluation: Evaluation) -> list[str]:
+def confirming_checks(result: Measurement, evaluation: Evaluation, keys: int = 1) -> list[str]:
     """The checks a second server start is taken for: beyond their threshold, explainable by a start's
-    offset, and with a value that varies from round to round (verdict/nightly.py `second_start_reasons`)."""
-    return second_start_reasons(_beyond(result, evaluation))
+    offset, with a value that varies from round to round (verdict/nightly.py `second_start_reasons`),
+    and, judged against a history, a change for the server as a whole when it measures `keys` keys
+    (`worth_a_restart`)."""
+    asking = {c.name for c in evaluation.checks if c.night is None or worth_a_restart(c.night, keys)}
+    return [name for name in second_start_reasons(_beyond(result, evaluation)) if name in asking]
 
 
 def _without_spread(result: Measurement, evaluation: Evaluation) -> list[str]:

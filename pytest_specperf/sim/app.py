@@ -62,6 +62,18 @@ def main(argv: list[str] | None = None) -> int:
             return follow(config.nodes, stop)
         except KeyboardInterrupt:
             return 0
+    config, tuned, missing = _communication(config)
+    _banner(config, tuned, missing)
+    engine = _engine(config, tuned)
+    _log_noise(config, engine)
+    state = ServerState(config, engine, tuned, missing)
+    httpd = _bind(state)
+    return 1 if httpd is None else _serve(state, httpd, stop)
+
+
+def _communication(config: SimServerConfig) -> tuple[SimServerConfig, bool, tuple[str, ...]]:
+    """The NCCL environment as the profile judges it: tuned or not, what is missing, and a slower
+    communication when NCCL would fall back to sockets."""
     missing = tuple(config.profile.nccl.missing(os.environ))
     tuned = config.profile.nccl.is_tuned(os.environ)
     if over_sockets(os.environ):
@@ -71,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
             " and ".join(SOCKET_FALLBACK_ENV),
             SOCKET_COMM_FACTOR,
         )
-    _banner(config, tuned, missing)
-    engine = Engine(
+    return config, tuned, missing
+
+
+def _engine(config: SimServerConfig, tuned: bool) -> Engine:
+    """The batching engine with every setting the launch resolved."""
+    return Engine(
         EngineSettings(
             profile=config.profile,
             spec=config.spec,
@@ -95,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             warmup_ramp=config.sim.warmup_ramp,
         )
     )
+
+
+def _log_noise(config: SimServerConfig, engine: Engine) -> None:
+    """Say in the log which noise this start draws, so a surprising number can be traced to its flag."""
     if config.sim.run_jitter or config.sim.round_jitter or config.sim.night is not None:
         log.info(
             "sim: run speed factor %.4f (--sim-run-jitter %g, night %s), per-round CV %g",
@@ -108,19 +128,28 @@ def main(argv: list[str] | None = None) -> int:
             "sim: acceptance depends on which prompts share a decode step (--sim-batch-acceptance %g)",
             config.sim.batch_acceptance,
         )
-    state = ServerState(config, engine, tuned, missing)
+
+
+def _bind(state: ServerState) -> SimHTTPServer | None:
+    """The HTTP server on its port, or None after logging uvicorn's words for a port that is taken."""
     try:
-        httpd = SimHTTPServer(state)
+        return SimHTTPServer(state)
     except OSError as exc:  # uvicorn's words, as SGLang's log shows them
         log.error(
             "ERROR:    [Errno %d] error while attempting to bind on address (%r, %d): %s",
             exc.errno or 0,
-            config.host,
-            config.port,
+            state.config.host,
+            state.config.port,
             (exc.strerror or str(exc)).lower(),
         )
-        return 1
-    engine.start()
+        return None
+
+
+def _serve(state: ServerState, httpd: SimHTTPServer, stop: threading.Event) -> int:
+    """Start up (waiting for every node first), serve until stopped, and shut down: 1 when the start
+    failed or another node left, else 0."""
+    config = state.config
+    state.engine.start()
     threading.Thread(target=httpd.serve_forever, args=(0.05,), name="sim-http", daemon=True).start()
     rendezvous = Rendezvous(config.nodes) if config.nodes.count > 1 else None
     code = 0
@@ -136,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if rendezvous is not None:
         rendezvous.close()
     httpd.shutdown()
-    engine.stop()
+    state.engine.stop()
     return code
 
 

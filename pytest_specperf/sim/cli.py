@@ -267,11 +267,7 @@ def parse_config(argv: list[str]) -> SimServerConfig:
     parser = build_parser()
     table, algorithms = flag_table(argv)
     args, extra = parser.parse_known_args(resolve_flags(parser, argv, table))
-    try:
-        profile = load_profile(args.sim_profile)
-    except ProfileError as exc:
-        raise SimConfigError(f"--sim-profile: {exc}") from None
-    profile = _draft(profile, args)
+    profile = _draft(_profile(args.sim_profile), args)
     notices: list[tuple[str, str]] = []
     sim = _sim_options(args)
     spec, algorithm, draft = _resolve_spec(args, profile, notices, algorithms)
@@ -280,40 +276,9 @@ def parse_config(argv: list[str]) -> SimServerConfig:
             "--sim-lossy-rate needs a speculative server (--speculative-algorithm): plain decoding "
             "is the lossless reference"
         )
-    max_running = args.max_running_requests
-    if max_running is None:
-        if spec is not None:
-            max_running = SPEC_DEFAULT_MAX_RUNNING
-            notices.append(
-                (
-                    "warning",
-                    f"max_running_requests is set to {SPEC_DEFAULT_MAX_RUNNING} for speculative "
-                    "decoding. You can override it with --max-running-requests.",
-                )
-            )
-        else:
-            max_running = profile.server.max_running_requests
-    _check_positive(
-        {
-            "--max-running-requests": max_running,
-            "--tp-size": args.tp_size,
-            "--cuda-graph-max-bs-decode": args.cuda_graph_max_bs_decode,
-            "--cuda-graph-max-bs-prefill": args.cuda_graph_max_bs_prefill,
-        }
-    )
-    if not 0 <= args.port <= 65535:
-        raise SimConfigError(f"--port {args.port} is not a TCP port (0-65535)")
-    if args.tp_size != profile.server.tp_size:
-        notices.append(
-            (
-                "warning",
-                f"profile {profile.name} is calibrated for --tp-size {profile.server.tp_size}; "
-                f"--tp-size {args.tp_size} is reported but timings are not rescaled",
-            )
-        )
-    unmodelled = _unmodelled(extra)
-    if extra:
-        notices.append(("warning", f"not modelled by the simulator (accepted and ignored): {shlex.join(extra)}"))
+    max_running = _max_running(args, profile, spec is not None, notices)
+    _check_server(args, max_running)
+    notices += _launch_notices(args, profile, extra)
     return SimServerConfig(
         model_path=args.model_path,
         served_model_name=args.served_model_name or args.model_path,
@@ -339,9 +304,64 @@ def parse_config(argv: list[str]) -> SimServerConfig:
         deterministic=args.enable_deterministic_inference,
         cuda_graph_max_bs_given=args.cuda_graph_max_bs_decode,
         profile=profile,
-        unmodelled_args=unmodelled,
+        unmodelled_args=_unmodelled(extra),
         notices=tuple(notices),
     )
+
+
+def _profile(name: str) -> Profile:
+    """The cost and acceptance profile named by --sim-profile, its error in the flag's words."""
+    try:
+        return load_profile(name)
+    except ProfileError as exc:
+        raise SimConfigError(f"--sim-profile: {exc}") from None
+
+
+def _max_running(args: argparse.Namespace, profile: Profile, speculative: bool, notices: list[tuple[str, str]]) -> int:
+    """--max-running-requests, else SGLang's default: 48 with speculation (and its warning), else the profile's."""
+    if args.max_running_requests is not None:
+        return int(args.max_running_requests)
+    if not speculative:
+        return profile.server.max_running_requests
+    notices.append(
+        (
+            "warning",
+            f"max_running_requests is set to {SPEC_DEFAULT_MAX_RUNNING} for speculative "
+            "decoding. You can override it with --max-running-requests.",
+        )
+    )
+    return SPEC_DEFAULT_MAX_RUNNING
+
+
+def _check_server(args: argparse.Namespace, max_running: int) -> None:
+    """The sizes and the port a real server would refuse."""
+    _check_positive(
+        {
+            "--max-running-requests": max_running,
+            "--tp-size": args.tp_size,
+            "--cuda-graph-max-bs-decode": args.cuda_graph_max_bs_decode,
+            "--cuda-graph-max-bs-prefill": args.cuda_graph_max_bs_prefill,
+        }
+    )
+    if not 0 <= args.port <= 65535:
+        raise SimConfigError(f"--port {args.port} is not a TCP port (0-65535)")
+
+
+def _launch_notices(args: argparse.Namespace, profile: Profile, extra: list[str]) -> list[tuple[str, str]]:
+    """Warnings for what the simulator reports but does not model: another --tp-size than the profile's,
+    and flags it accepts and ignores."""
+    notices: list[tuple[str, str]] = []
+    if args.tp_size != profile.server.tp_size:
+        notices.append(
+            (
+                "warning",
+                f"profile {profile.name} is calibrated for --tp-size {profile.server.tp_size}; "
+                f"--tp-size {args.tp_size} is reported but timings are not rescaled",
+            )
+        )
+    if extra:
+        notices.append(("warning", f"not modelled by the simulator (accepted and ignored): {shlex.join(extra)}"))
+    return notices
 
 
 def _nodes(args: argparse.Namespace) -> Nodes:

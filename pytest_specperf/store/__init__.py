@@ -4,8 +4,9 @@
 `load_storage` picks one by URI: a path is the file store (file.py), ``git:<branch>`` or
 ``git:<url>#<branch>`` the git store (git.py), ``postgresql://host/db`` the PostgreSQL store
 (postgres.py, which needs the optional psycopg). `BACKENDS` is the one table of them, by the
-location's scheme: a new backend is one module implementing `Store` and one row here; the verdict
-code never sees which one it reads.
+location's scheme: a new backend is one module implementing `Store`, one row here and its form of the
+setting in config/location.py `LOCATIONS` (the config stage parses the setting before any store is
+imported; a test keeps the two tables in step); the verdict code never sees which one it reads.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _postgresql(location: StoreLocation, work_dir: Path | None, follower: bool) 
     return PostgresStore(location, work_dir=work_dir, follower=follower)
 
 
-#: The backends by the scheme of their location (`StoreLocation.scheme`).
+#: The backends by the scheme of their location (`StoreLocation.scheme`, one of config/location.py `LOCATIONS`).
 BACKENDS: dict[str, Callable[[StoreLocation, Path | None, bool], Store]] = {
     "file": _file,
     "git": _git,

@@ -31,11 +31,15 @@ the ``.records.json`` file beside the lines, which names the run it belongs to.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +128,29 @@ def columns(rounds: list[dict[str, Any]]) -> dict[str, list[Any]]:
 @dataclass(frozen=True)
 class Encoded:
     """A run as stored: its line, and the shared documents it names (relative path: text), each written
-    once, before the first line that names it, and never changed (their names are their digests)."""
+    once, before the first line that names it, and never changed (their names are their digests).
+    `record` is the line's run, already scrubbed, so the line is remade for another segment without
+    encoding the run again (`with_segment`)."""
 
     line: str
     documents: dict[str, str]
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_segment(self, segment: int) -> Encoded:
+        """The same run in `segment` (an append learns its segment from the history's last line)."""
+        record = {**self.record, "segment": int(segment)}
+        return Encoded(_line(record), self.documents, record)
+
+
+def _line(record: dict[str, Any]) -> str:
+    """A scrubbed run record as its line (what `compact_json` writes, without scrubbing it again)."""
+    return json.dumps({"run": record}, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+#: shared documents made this process, by the JSON of what they were made from: a session's runs share
+#: one fingerprint per server and one setup per key, so each is redacted and hashed once, not per run
+_SHARED: dict[tuple[str, str], tuple[str, str, str]] = {}
+_SHARED_MAX = 4096
 
 
 def shared(kind: str, document: Any) -> tuple[str, str, str]:
@@ -135,6 +158,18 @@ def shared(kind: str, document: Any) -> tuple[str, str, str]:
     digest = digest_of(document)
     text = json.dumps(clean(document), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return digest, f"{kind}/{digest}.json", text
+
+
+def _shared_once(kind: str, source: Any, make: Callable[[], Any]) -> tuple[str, str, str]:
+    """`shared(kind, make())`, remembered by the JSON of `source` (what `make` builds it from: redaction
+    and scrubbing are pure, so the same source always makes the same document)."""
+    key = (kind, json.dumps(source, sort_keys=True, default=repr))
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        found = _SHARED[key] = shared(kind, make())
+    return found
 
 
 def encode_run(run: StoredRun, *, exact: bool = False) -> Encoded:
@@ -148,8 +183,12 @@ def encode_run(run: StoredRun, *, exact: bool = False) -> Encoded:
         round_.pop("records", None)
         round_.pop("acceptance_per_position", None)  # derived from spec_counters on reading
     table = columns(rounds)
-    fingerprint, fingerprint_path, fingerprint_text = shared(FINGERPRINTS_DIR, fingerprint_document(run.fingerprint))
-    setup, setup_path, setup_text = shared(SETUPS_DIR, {**body, "columns": list(table)})
+    print_ = run.fingerprint
+    fingerprint, fingerprint_path, fingerprint_text = _shared_once(
+        FINGERPRINTS_DIR, print_.to_dict(), lambda: fingerprint_document(print_)
+    )
+    setup_body = {**body, "columns": list(table)}
+    setup, setup_path, setup_text = _shared_once(SETUPS_DIR, setup_body, lambda: setup_body)
     values = list(table.values())
     record: dict[str, Any] = {
         "v": LAYOUT,
@@ -162,8 +201,8 @@ def encode_run(run: StoredRun, *, exact: bool = False) -> Encoded:
     }
     if run.acceptance is not None:
         record["acceptance"] = run.acceptance
-    line = compact_json({"run": record}) + "\n"
-    return Encoded(line, {fingerprint_path: fingerprint_text, setup_path: setup_text})
+    record = clean(record)  # strict JSON: a non-finite float is null, as `compact_json` writes it
+    return Encoded(_line(record), {fingerprint_path: fingerprint_text, setup_path: setup_text}, record)
 
 
 def records_document(run: StoredRun) -> dict[str, Any]:
@@ -180,17 +219,42 @@ def records_document(run: StoredRun) -> dict[str, Any]:
 
 def rows(table: Mapping[str, list[Any]], n: int) -> list[dict[str, Any]]:
     """Inverse of `columns`."""
-    out: list[dict[str, Any]] = [{} for _ in range(n)]
-    for name, values in table.items():
-        if not isinstance(values, list) or len(values) != n:
+    values = list(table.values())
+    for name, column in zip(table, values, strict=True):
+        if not isinstance(column, list) or len(column) != n:
             raise ValueError(f"round column {name!r} must hold {n} values")
-        head, dot, sub = name.partition(".")
-        for body, value in zip(out, values, strict=True):
-            if dot:
-                body.setdefault(head, {})[sub] = value
-            else:
-                body[name] = value
+    plain, nested = _plan(tuple(table))
+    out = []
+    for i in range(n):
+        body = {name: values[at][i] for name, at in plain}
+        for head, subs in nested:
+            body[head] = {sub: values[at][i] for sub, at in subs}
+        out.append(body)
     return out
+
+
+_Plan = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, tuple[tuple[str, int], ...]], ...]]
+#: how a setup's column names map onto a round's fields, made once per setup: every night of a key
+#: shares its setup, so a year of lines is turned into rounds without splitting the names again
+_PLANS: dict[tuple[str, ...], _Plan] = {}
+
+
+def _plan(names: tuple[str, ...]) -> _Plan:
+    """(plain field, column) and (object field, (its key, column) ...) for the column `names`."""
+    found = _PLANS.get(names)
+    if found is None:
+        plain: list[tuple[str, int]] = []
+        nested: dict[str, list[tuple[str, int]]] = {}
+        for at, name in enumerate(names):
+            head, dot, sub = name.partition(".")
+            if dot:
+                nested.setdefault(head, []).append((sub, at))
+            else:
+                plain.append((name, at))
+        found = (tuple(plain), tuple((head, tuple(subs)) for head, subs in nested.items()))
+        if len(_PLANS) < 1024:
+            _PLANS[names] = found
+    return found
 
 
 @dataclass
@@ -259,64 +323,98 @@ def read_line(data: Mapping[str, Any], documents: Documents) -> StoredRun:
     return StoredRun(measurement, Summary.of(measurement), provenance, int(run["segment"]), status, acceptance)
 
 
+@dataclass(frozen=True, slots=True)
+class _Brief:
+    """What choosing a history's window needs of one line (its number, text, run, night, segment and
+    status), read without decoding its rounds."""
+
+    number: int
+    line: str
+    ident: str
+    session: object
+    segment: object
+    status: object
+
+
+#: the end of a line as `encode_run` writes it (keys sorted: segment, setup, status, v close the run)
+_TAIL = re.compile(r'"segment":(-?\d+),"setup":"[0-9A-Za-z]*","status":"([a-z]+)","v":\d+\}\}\s*$')
+_PROVENANCE = '"provenance":'
+_DECODER = json.JSONDecoder()
+
+
+def _ident(provenance: object, number: int) -> str:
+    """A line's run (`run_ident` of its provenance), or its line number when that is malformed (then
+    `read_line` says what is wrong with it)."""
+    try:
+        assert isinstance(provenance, dict)
+        return str(provenance.get("run_id") or f"{provenance['created']}|{provenance.get('session') or '-'}")
+    except (KeyError, AssertionError):
+        return f"line {number}"
+
+
+def _brief(path: Path, number: int, line: str) -> _Brief:
+    """`_Brief` of a line: its end and its provenance read where `encode_run` puts them, and a line of
+    any other shape parsed whole (StoreError when it is not JSON)."""
+    tail = _TAIL.search(line)
+    at = line.find(_PROVENANCE)
+    if tail is not None and at >= 0:
+        try:
+            provenance, _ = _DECODER.raw_decode(line, at + len(_PROVENANCE))
+        except json.JSONDecodeError:
+            provenance = None
+        if isinstance(provenance, dict):
+            session = provenance.get("session") or None
+            return _Brief(number, line, _ident(provenance, number), session, int(tail[1]), tail[2])
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}:{number}: corrupt history line: not valid JSON ({exc})") from None
+    run = data.get("run") if isinstance(data, dict) else None
+    run = run if isinstance(run, dict) else {}
+    provenance = run.get("provenance")
+    session = (provenance.get("session") if isinstance(provenance, dict) else None) or None
+    status = run.get("status", "accepted")
+    return _Brief(number, line, _ident(provenance, number), session, run.get("segment"), status)
+
+
 def read_lines(path: Path, lines: Iterable[str], documents: Documents, *, nights: int | None = None) -> list[StoredRun]:
     """The runs of a history's lines, a run held twice (re-applied after a push) kept once. A last line
     without its newline is a write that was cut short: it is left out (the next append completes the
     file's lines first). With `nights`, only the runs a history trimmed to that many nights would keep
-    (`records.kept_runs`: the verdict's window) are decoded: a year of nights costs a parse of its JSON,
-    not a build of 365 measurements."""
-    parsed: list[tuple[int, dict[str, Any]]] = []
+    (`records.kept_runs`: the verdict's window) are decoded: a year of nights costs a look at each
+    line's end and provenance, not a parse of its rounds or a build of 365 measurements."""
+    briefs: list[_Brief] = []
     seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
         if not line.endswith("\n") or not line.strip():
             continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{path}:{number}: corrupt history line: not valid JSON ({exc})") from None
-        try:
-            provenance = data["run"]["provenance"]
-            ident = provenance.get("run_id") or f"{provenance['created']}|{provenance.get('session') or '-'}"
-        except (KeyError, TypeError, AttributeError):
-            ident = f"line {number}"  # read_line says what is wrong with it
-        if ident in seen:
-            continue
-        seen.add(ident)
-        parsed.append((number, data))
-    if nights is not None and parsed:
-        parsed = _window(parsed, nights)
-    runs: list[StoredRun] = []
-    for number, data in parsed:
-        try:
-            runs.append(read_line(data, documents))
-        except NewerLayoutError as exc:
-            raise StoreError(f"{path}:{number}: {exc}") from None
-        except KeyError as exc:
-            raise StoreError(f"{path}:{number}: corrupt history line: missing field {exc}") from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise StoreError(f"{path}:{number}: corrupt history line: {exc}") from None
-    return runs
+        brief = _brief(path, number, line)
+        if brief.ident not in seen:
+            seen.add(brief.ident)
+            briefs.append(brief)
+    if nights is not None and briefs:
+        current = briefs[-1].segment
+        briefs = kept_runs(
+            briefs,
+            nights,
+            night_of=lambda b: b.session,
+            counted=lambda b: b.segment == current and b.status == "accepted",
+        )
+    return [_decoded(path, brief, documents) for brief in briefs]
 
 
-def _window(parsed: list[tuple[int, dict[str, Any]]], nights: int) -> list[tuple[int, dict[str, Any]]]:
-    """The lines a history trimmed to `nights` keeps, told from their JSON alone (store/file.py
-    `newest_nights` on the decoded runs keeps the same ones)."""
-
-    def field(entry: tuple[int, dict[str, Any]], name: str, default: Any = None) -> Any:
-        run = entry[1].get("run")
-        return run.get(name, default) if isinstance(run, dict) else default
-
-    def session(entry: tuple[int, dict[str, Any]]) -> object:
-        provenance = field(entry, "provenance")
-        return (provenance.get("session") if isinstance(provenance, dict) else None) or None
-
-    current = field(parsed[-1], "segment")
-    return kept_runs(
-        parsed,
-        nights,
-        night_of=session,
-        counted=lambda e: field(e, "segment") == current and field(e, "status", "accepted") == "accepted",
-    )
+def _decoded(path: Path, brief: _Brief, documents: Documents) -> StoredRun:
+    """The run of one line; StoreError names the file, the line and what is wrong."""
+    try:
+        return read_line(json.loads(brief.line), documents)
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}:{brief.number}: corrupt history line: not valid JSON ({exc})") from None
+    except NewerLayoutError as exc:
+        raise StoreError(f"{path}:{brief.number}: {exc}") from None
+    except KeyError as exc:
+        raise StoreError(f"{path}:{brief.number}: corrupt history line: missing field {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StoreError(f"{path}:{brief.number}: corrupt history line: {exc}") from None
 
 
 def with_records(runs: list[StoredRun], path: Path) -> list[StoredRun]:
@@ -326,6 +424,11 @@ def with_records(runs: list[StoredRun], path: Path) -> list[StoredRun]:
         return runs
     try:
         data = json.loads(records.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return runs  # replaced without an fsync (`replace_records`): cut short by a power loss
+    except OSError as exc:
+        raise StoreError(f"{records}: cannot read the records of the newest run: {exc}") from None
+    try:
         newest = runs[-1]
         if data.get("run") != run_ident(newest.provenance):
             return runs
@@ -371,3 +474,115 @@ def store_root_of(path: Path) -> Path:
         if (parent / FINGERPRINTS_DIR).is_dir():
             return parent
     return Path(path).resolve().parent.parent
+
+
+# ---- the file of lines: its tail, an append, the records beside it --------------------------------
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: the records file is shared like the history (CI artifacts, other users): the umask's mode, as jsonfile's
+_FILE_MODE = 0o666 & ~_umask()
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What an append needs of the history before it: the current segment, the newest run's summary,
+    and whether the history holds the run being appended (re-applied after a rejected push)."""
+
+    segment: int
+    summary: Summary
+    holds: bool = False
+
+
+def read_tail(path: Path, documents: Documents, run_id: str | None = None) -> tuple[Tail | None, int, str | None]:
+    """The history's newest run (None when there is none), how many lines it has, and why it is
+    unreadable (None: it is not). Only the last line is decoded: an append costs about the same on
+    night 365 as on night 1. A last line cut short (no newline) is dropped from the file first, its
+    bytes kept."""
+    if not path.exists():
+        return None, 0, None
+    data = path.read_bytes()
+    if data and b"\n" not in data:
+        return None, 0, f"{path}: corrupt history: no complete line"
+    if data and not data.endswith(b"\n"):  # a write cut short: its bytes kept aside, the history goes on
+        whole = data[: data.rfind(b"\n") + 1]
+        keep_aside(path, data[len(whole) :], "cut")
+        with path.open("r+b") as handle:
+            handle.truncate(len(whole))
+        data = whole
+    count = data.count(b"\n")
+    if not data.strip():
+        return None, count, None
+    last = data[data.rstrip(b"\n").rfind(b"\n") + 1 :]
+    try:
+        run = read_line(json.loads(last), documents)
+    except NewerLayoutError as exc:
+        raise StoreError(
+            f"{path}: refusing to append to this history: {exc}. A newer pytest-specperf ({LAYOUT} is this one's "
+            "layout) stored it, and appending in an older layout would lose data"
+        ) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return None, count, f"{path}: corrupt history line {count}: {exc}"
+    holds = run_id is not None and f'"run_id":{json.dumps(run_id)}'.encode() in data
+    return Tail(run.segment, run.summary, holds), count, None
+
+
+def replace_records(path: Path, text: str) -> None:
+    """The newest run's per-request records, replaced at once (a temp file renamed over the old one) but
+    not fsynced: they are not the history. The line that follows is what is made durable; after a power
+    loss the records file is the one before (it names an older run, so it is not read) or cut short
+    (compact.py `with_records` leaves it out), and the history reads on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.chmod(temporary, _FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        raise
+
+
+def append_line(path: Path, line: str) -> None:
+    """One line at the end of `path`, in one write, made durable before the lock is released: the one
+    fsync of an append (and its folder's, when the line starts the file). A write or fsync that fails
+    (a full disk) takes its bytes back, so the history is as it was and the error is said."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+    if size == 0:
+        sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make a new file's name in `folder` durable; a file system that cannot is not an error."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def keep_aside(path: Path, data: bytes, why: str) -> Path:
+    """`data` from `path` kept in `<name>.<why>-<UTC time>` beside it, never lost (and never read)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
+    target.write_bytes(data)
+    return target

@@ -44,12 +44,14 @@ from pytest_specperf.store.compact import (
     SETUPS_DIR,
     Documents,
     Encoded,
-    NewerLayoutError,
+    append_line,
     compact_json,
     encode_run,
     read_line,
     read_log,
+    read_tail,
     records_document,
+    replace_records,
 )
 from pytest_specperf.store.records import (
     DEFAULT_HISTORY,
@@ -60,7 +62,6 @@ from pytest_specperf.store.records import (
     SaveResult,
     StoredBaseline,
     StoredRun,
-    Summary,
     accepted_from,
     is_simulated,
     kept_runs,
@@ -281,7 +282,7 @@ class FileStore:
         """
         if history < 0:
             raise ValueError(f"history must keep at least 1 night (or 0: all of them), got {history}")
-        encode_run(run)  # fail before touching the store
+        encoded = encode_run(run)  # fails before the store is touched; the segment is set under the lock
         key = run.measurement.key
         path = self.path_for(key, simulated=is_simulated(run.fingerprint))
         try:
@@ -289,7 +290,7 @@ class FileStore:
                 if not self._migrated:
                     self._migrated = True
                     self._notes.extend(self._migrate_locked())
-                result = self._append_locked(path, run, new_segment, history)
+                result = self._append_locked(path, run, encoded, new_segment, history)
                 if not (self.root / ".gitignore").exists():
                     atomic_write(self.root / ".gitignore", GITIGNORE)
         except OSError as exc:
@@ -300,9 +301,11 @@ class FileStore:
             ) from None
         return result
 
-    def _append_locked(self, path: Path, run: StoredRun, new_segment: bool, history: int) -> SaveResult:
-        tail, count, error = _tail(path, self.documents)
-        if run.provenance.run_id and tail is not None and _holds(path, run.provenance.run_id):
+    def _append_locked(
+        self, path: Path, run: StoredRun, encoded: Encoded, new_segment: bool, history: int
+    ) -> SaveResult:
+        tail, count, error = read_tail(path, self.documents, run.provenance.run_id)
+        if tail is not None and tail.holds:
             held = tail.segment
             return SaveResult(path, tail.summary, run.summary, segment=held, runs=count, new_segment=new_segment)
         kept = _move_aside(path, "unreadable") if error else None
@@ -310,10 +313,10 @@ class FileStore:
             count = 0
         segment = (tail.segment + (1 if new_segment else 0)) if tail is not None else 0
         run = dataclasses.replace(run, segment=segment)
-        encoded = encode_run(run)
+        encoded = encoded.with_segment(segment)
         self._write_documents(encoded)
-        atomic_write(_records_path(path), compact_json(records_document(run)) + "\n")
-        _append_line(path, encoded.line)  # the run is stored once this is written
+        replace_records(_records_path(path), compact_json(records_document(run)) + "\n")
+        append_line(path, encoded.line)  # the run is stored once this is written
         count += 1
         if history > 0:
             count = self._retain(path, history, count)
@@ -339,7 +342,9 @@ class FileStore:
         return len(kept)
 
     def _write_documents(self, encoded: Encoded) -> None:
-        """The shared documents a line names, each written once (before the line that names it)."""
+        """The shared documents a line names, each written once (before the line that names it). Looked
+        for on every append, not remembered: a git store's work tree is reset to another job's push
+        before this session's runs are re-applied, which takes away the documents written before."""
         for relative, text in encoded.documents.items():
             target = self.root / relative
             if not target.exists():
@@ -472,44 +477,6 @@ def newest_nights(runs: list[StoredRun], nights: int) -> list[StoredRun]:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class _Tail:
-    """What an append needs of the history before it: the current segment and the newest run's summary."""
-
-    segment: int
-    summary: Summary
-
-
-def _tail(path: Path, documents: Documents) -> tuple[_Tail | None, int, str | None]:
-    """The history's newest run (None when there is none), how many lines it has, and why it is
-    unreadable (None: it is not). Only the last line is parsed: an append costs the same on night 365
-    as on night 1. A last line cut short (no newline) is dropped from the file first, its bytes kept."""
-    if not path.exists():
-        return None, 0, None
-    data = path.read_bytes()
-    if data and b"\n" not in data:
-        return None, 0, f"{path}: corrupt history: no complete line"
-    if data and not data.endswith(b"\n"):  # a write cut short: its bytes kept aside, the history goes on
-        whole = data[: data.rfind(b"\n") + 1]
-        _keep_aside(path, data[len(whole) :], "cut")
-        with path.open("r+b") as handle:
-            handle.truncate(len(whole))
-        data = whole
-    lines = data.splitlines()
-    if not lines:
-        return None, 0, None
-    try:
-        run = read_line(json.loads(lines[-1]), documents)
-    except NewerLayoutError as exc:
-        raise StoreError(
-            f"{path}: refusing to append to this history: {exc}. A newer pytest-specperf ({LAYOUT} is this one's "
-            "layout) stored it, and appending in an older layout would lose data"
-        ) from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return None, len(lines), f"{path}: corrupt history line {len(lines)}: {exc}"
-    return _Tail(run.segment, run.summary), len(lines), None
-
-
 def _key_stem(path: Path) -> tuple[str, str]:
     """A history file's workload and level, and its layer: what pairs it with a reference's."""
     layer = "sim" if path.parent.parent.name == SIM_DIR else ""
@@ -530,30 +497,6 @@ def _last_line(path: Path, block: int = 65536) -> bytes:
             if len(lines) == 2 or size == 0:
                 return lines[-1]
     return b""
-
-
-def _holds(path: Path, run_id: str) -> bool:
-    """Whether the history in `path` holds the run `run_id` (re-applied after a rejected push)."""
-    return f'"run_id":{json.dumps(run_id)}'.encode() in path.read_bytes()
-
-
-def _append_line(path: Path, line: str) -> None:
-    """One line at the end of `path`, in one write, made durable before the lock is released."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _keep_aside(path: Path, data: bytes, why: str) -> Path:
-    """`data` from `path` kept in `<name>.<why>-<UTC time>` beside it, never lost (and never read)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    target = path.with_name(f"{path.name}.{why}-{stamp}")
-    target.write_bytes(data)
-    return target
 
 
 def _records_path(path: Path) -> Path:

@@ -13,7 +13,10 @@ run's per-request records are one row per key. The schema is versioned (`SCHEMA`
 * `append` is one transaction: the key's advisory lock, the documents, the run, the records; a night
   interrupted mid-write leaves nothing half-written, and shards appending at once each land whole. A run
   whose id the history holds is not added again.
-* `load`, `entries`: the runs of a key, oldest first (the verdict's window for `load`).
+* `load`, `entries`: the runs of a key, oldest first (for `load` only the verdict's window is decoded);
+  `histories_of` the selected keys and their reference's, for `specperf history`. A key's rows are found
+  in their order by the index ``specperf_runs_by_key`` (made by `prepare`, also on a database an earlier
+  release made): without it, an append's look for the key's newest row walks a year of 1,000 keys.
 
 Credentials come only from libpq's own conventions (PGUSER, PGPASSWORD, ~/.pgpass, a service file):
 config/location.py refuses a URL that carries a password, and nothing here prints the connection
@@ -42,12 +45,14 @@ from pytest_specperf.store.compact import (
     compact_json,
     encode_run,
     read_line,
+    read_lines,
     records_document,
     run_ident,
 )
 from pytest_specperf.store.file import SIM_DIR, newest_nights, verdict_window
 from pytest_specperf.store.records import (
     DEFAULT_HISTORY,
+    VERDICT_NIGHTS,
     Provenance,
     SaveResult,
     StoredBaseline,
@@ -71,6 +76,7 @@ CREATE TABLE IF NOT EXISTS specperf_runs (
     layer text NOT NULL, server text NOT NULL, workload text NOT NULL, concurrency integer NOT NULL,
     run text NOT NULL, segment integer NOT NULL, line text NOT NULL,
     UNIQUE (layer, server, workload, concurrency, run));
+CREATE INDEX IF NOT EXISTS specperf_runs_by_key ON specperf_runs (layer, server, workload, concurrency, id);
 CREATE TABLE IF NOT EXISTS specperf_records (
     layer text NOT NULL, server text NOT NULL, workload text NOT NULL, concurrency integer NOT NULL,
     run text NOT NULL, body text NOT NULL, PRIMARY KEY (layer, server, workload, concurrency));
@@ -222,26 +228,61 @@ class PostgresStore:
         return folder / key.server / f"{key.workload}-c{int(key.concurrency)}{LOG_SUFFIX}"
 
     def load(self, key: MeasurementKey, *, simulated: bool = False) -> StoredBaseline | None:
+        """The verdict's window of the key's history (`verdict_window`): only its runs are decoded."""
         self.prepare()
-        history = self._history(_Key.of(key, simulated=simulated))
+        history = self._history(_Key.of(key, simulated=simulated), nights=VERDICT_NIGHTS)
         return None if history is None else verdict_window(history)
 
     def entries(self) -> list[StoredBaseline]:
         self.prepare()
-        with self._transaction() as cursor:
-            cursor.execute("SELECT DISTINCT layer, server, workload, concurrency FROM specperf_runs")
-            keys = [_Key(*row) for row in cursor.fetchall()]
-        histories = [self._history(key) for key in keys]
+        histories = [self._history(key) for key in self._keys()]
         return sorted((h for h in histories if h is not None), key=lambda h: str(h.path))
 
-    def _history(self, key: _Key) -> StoredBaseline | None:
+    def histories_of(self, server: str = "", workload: str = "") -> list[StoredBaseline]:
+        """The whole histories of `server` on `workload` ("": any) and the reference histories of the same
+        workloads and levels they pair with, as `FileStore.histories_of`: what `specperf history
+        SERVER/WORKLOAD` shows, without reading every history of the database. Another key is told a
+        reference by its newest run alone."""
+        self.prepare()
+        keys = self._keys()
+        wanted = [k for k in keys if server in ("", k.server) and workload in ("", k.workload)]
+        stems = {(k.layer, k.workload, k.concurrency) for k in wanted}
+        others = [
+            k
+            for k in keys
+            if k not in wanted and (k.layer, k.workload, k.concurrency) in stems and self._is_reference(k)
+        ]
+        histories = [self._history(key) for key in [*wanted, *others]]
+        return sorted((h for h in histories if h is not None), key=lambda h: str(h.path))
+
+    def _keys(self) -> list[_Key]:
+        with self._transaction() as cursor:
+            cursor.execute("SELECT DISTINCT layer, server, workload, concurrency FROM specperf_runs")
+            return [_Key(*row) for row in cursor.fetchall()]
+
+    def _is_reference(self, key: _Key) -> bool:
         with self._transaction() as cursor:
             cursor.execute(
-                "SELECT id, line FROM specperf_runs WHERE layer = %s AND server = %s AND workload = %s "
+                "SELECT line FROM specperf_runs WHERE layer = %s AND server = %s AND workload = %s "
+                "AND concurrency = %s ORDER BY id DESC LIMIT 1",
+                key.params,
+            )
+            row = cursor.fetchone()
+        try:
+            return row is not None and read_line(json.loads(row[0]), self.documents).measurement.is_reference
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return True  # unreadable: read whole, so its error is said as `entries()` would say it
+
+    def _history(self, key: _Key, *, nights: int | None = None) -> StoredBaseline | None:
+        """The key's runs, oldest first (with `nights`, the window `compact.read_lines` keeps, the only
+        runs decoded), and the newest run's per-request records; StoreError names the run's line."""
+        with self._transaction() as cursor:
+            cursor.execute(
+                "SELECT line FROM specperf_runs WHERE layer = %s AND server = %s AND workload = %s "
                 "AND concurrency = %s ORDER BY id",
                 key.params,
             )
-            lines = cursor.fetchall()
+            lines = [f"{row[0]}\n" for row in cursor.fetchall()]
             cursor.execute(
                 "SELECT run, body FROM specperf_records WHERE layer = %s AND server = %s AND workload = %s "
                 "AND concurrency = %s",
@@ -251,14 +292,8 @@ class PostgresStore:
         if not lines:
             return None
         path = self.path_for(MeasurementKey(key.server, key.workload, key.concurrency), simulated=bool(key.layer))
-        runs = []
-        for number, (_, line) in enumerate(lines, start=1):
-            try:
-                runs.append(read_line(json.loads(line), self.documents))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise StoreError(
-                    f"{self.location}, {path.relative_to(self.root)}:{number}: corrupt run: {exc}"
-                ) from None
+        named = Path(f"{self.location}, {path.relative_to(self.root).as_posix()}")
+        runs = read_lines(named, lines, self.documents, nights=nights)
         if records is not None and records[0] == run_ident(runs[-1].provenance):
             runs[-1] = _with_records(runs[-1], json.loads(records[1]))
         newest = runs[-1]
@@ -282,7 +317,7 @@ class PostgresStore:
     def append(self, run: StoredRun, *, new_segment: bool = True, history: int = DEFAULT_HISTORY) -> SaveResult:
         """One transaction: lock the key, append the run (unless it is there), replace the records."""
         self.prepare()
-        encode_run(run)  # fail before touching the database
+        encoded = encode_run(run)  # fails before the database is touched; the segment is set in the transaction
         key = _Key.of(run.measurement.key, simulated=is_simulated(run.fingerprint))
         path = self.path_for(run.measurement.key, simulated=bool(key.layer))
         with self._transaction() as cursor:
@@ -308,7 +343,7 @@ class PostgresStore:
                 )
             segment = (previous.segment + (1 if new_segment else 0)) if previous else 0
             run = dataclasses.replace(run, segment=segment)
-            encoded = encode_run(run)
+            encoded = encoded.with_segment(segment)
             self._insert_documents(cursor, encoded.documents)
             cursor.execute(
                 "INSERT INTO specperf_runs (layer, server, workload, concurrency, run, segment, line) "

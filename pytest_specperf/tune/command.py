@@ -33,14 +33,8 @@ start the one with the largest expected improvement, stop when the leaders are k
 spent. Reads [specperf.tune] from the same config file as the tests."""
 
 
-def add_tune_parser(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
-    tune = commands.add_parser(
-        "tune",
-        help="find the best speculative config in a few server starts",
-        description=DESCRIPTION,
-        epilog=TUNE_EPILOG,
-        formatter_class=formatter,
-    )
+def add_tune_arguments(tune: argparse.ArgumentParser) -> None:
+    """The subcommand's arguments (cli/tune.py declares its parser with them, DESCRIPTION and TUNE_EPILOG)."""
     tune.add_argument("--config", metavar="PATH", help="config file (default: specperf.toml, or pyproject.toml here)")
     tune.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     tune.add_argument("--json", metavar="PATH", type=Path, help="write the result as JSON")
@@ -50,7 +44,6 @@ def add_tune_parser(commands: Any, formatter: type[argparse.HelpFormatter]) -> N
     tune.add_argument("--sim-time-scale", type=float, metavar="F", help="override `sim_time_scale`")
     tune.add_argument("--run-dir", type=Path, metavar="DIR", help="server logs (default: a new temporary folder)")
     tune.add_argument("--top", type=int, default=10, metavar="N", help="rows per ranking besides the measured (0: all)")
-    tune.set_defaults(run=run_tune)
 
 
 def load_tune_config(args: argparse.Namespace) -> SpecperfConfig:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specperf.common.jsonfile import atomic_write, clean
-from pytest_specperf.engines import engine_for
+from pytest_specperf.engines import Engine
 from pytest_specperf.tune.model import Outlook
 from pytest_specperf.tune.output import never_started, winner, winner_speedup
 from pytest_specperf.tune.search import TuneResult
@@ -27,9 +27,9 @@ KIND = "pytest-specperf tune"
 SCHEMA = 1
 
 
-def server_settings(candidate: Candidate, engine: str) -> dict[str, Any]:
+def server_settings(candidate: Candidate, engine: Engine) -> dict[str, Any]:
     """The speculative settings of a candidate as its engine reads them (empty for the reference)."""
-    return {} if candidate.is_reference else engine_for(engine).speculative_settings(candidate.server)
+    return {} if candidate.is_reference else engine.speculative_settings(candidate.server)
 
 
 def tune_document(result: TuneResult, *, launcher: str) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def tune_document(result: TuneResult, *, launcher: str) -> dict[str, Any]:
                 "workload": objective.workload,
                 "concurrency": objective.concurrency,
                 "config": cand.label,
-                "server": server_settings(cand, result.space.engine),
+                "server": server_settings(cand, result.space.plan.engine),
                 "throughput": outlook.throughput.value if outlook.throughput else outlook.estimated_throughput,
                 "speedup": speedup.value if speedup is not None else None,
                 "speedup_interval": _interval(speedup),
@@ -106,7 +106,7 @@ def _candidate(result: TuneResult, cand: Candidate) -> dict[str, Any]:
     return {
         "config": cand.label,
         "reference": cand.is_reference,
-        "server": server_settings(cand, result.space.engine),
+        "server": server_settings(cand, result.space.plan.engine),
         "started": started,
         "why_not_started": None if started else never_started(result, cand.label),
         "ruled_out_after_starts": None if cand.is_reference else result.ruled_out_after(cand.label),

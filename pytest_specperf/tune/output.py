@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 
 from pytest_specperf.common.redact import redact_args, redact_env, redact_text
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
-from pytest_specperf.engines import engine_for
 from pytest_specperf.measure.records import POSITIONS_LABEL, POSITIONS_MEANING
 from pytest_specperf.report.terminal import pm, text_table
 from pytest_specperf.tune.cost import terms_for
@@ -58,7 +57,7 @@ def plan_lines(space: TuneSpace, config: SpecperfConfig) -> list[str]:
     out.append(
         f"    cycle (ms) = decode time per verify step, per start and objective; fitted as {' + '.join(_terms(space))}"
     )
-    source = engine_for(space.engine).acceptance_source
+    source = space.plan.engine.acceptance_source
     out.append(
         f"    {POSITIONS_LABEL} from the servers' {source} (else their accept lengths), "
         "per draft model and workload; topk > 1 through a fitted tree gain"

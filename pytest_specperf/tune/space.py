@@ -22,7 +22,8 @@ from typing import Any
 from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig, display_path
 from pytest_specperf.config.workloads import WorkloadConfig
-from pytest_specperf.engines import engine_for, engine_names
+from pytest_specperf.engines import Engine, engine_for, engine_names
+from pytest_specperf.engines.suite import ServerPlan
 from pytest_specperf.engines.tuning import VALID, Candidate, Shape
 from pytest_specperf.errors import ConfigError, did_you_mean
 
@@ -64,6 +65,8 @@ class TuneSpace:
     rounds: int
     max_rounds: int
     confidence: float
+    #: the base server with its engine, resolved once: the candidates, the plan and the report ask it
+    plan: ServerPlan
 
     @property
     def objectives(self) -> tuple[Objective, ...]:
@@ -100,8 +103,9 @@ def load_space(config: SpecperfConfig, *, budget: int | None = None) -> TuneSpac
     if not table:
         raise ConfigError(where, "no such table: add one with `base` (a server config) and the values to try")
     base = _base(config, table, where)
-    engine = config.engine_name(base)
-    _check_table_keys(table, engine, where)
+    plan = ServerPlan.of(config, base)
+    engine = plan.engine.name
+    _check_table_keys(table, plan.engine, where)
     reference = config.reference_server
     if reference is None:
         raise ConfigError(f"{where} base", f"the reference server {config.reference!r} is not defined")
@@ -128,7 +132,7 @@ def load_space(config: SpecperfConfig, *, budget: int | None = None) -> TuneSpac
         exclusive_max=True,
         hint="0.9",
     )
-    runs = engine_for(engine)
+    runs = plan.engine
     axes = {key: _axis(table[key], key, where) for key in runs.tune_axes if key in table}
     # the flags the config's engines were checked against (the installed engine's, or its shipped list)
     flags = config.engine_flags.get(engine) or runs.flags(config.python, config.env)
@@ -148,6 +152,7 @@ def load_space(config: SpecperfConfig, *, budget: int | None = None) -> TuneSpac
         rounds,
         max_rounds,
         confidence,
+        plan,
     )
 
 
@@ -174,8 +179,8 @@ def tune_keys() -> dict[str, tuple[str, ...]]:
     return {name: (*TABLE_KEYS, *engine_for(name).tune_axes) for name in engine_names()}
 
 
-def _check_table_keys(table: Mapping[str, Any], engine: str, where: str) -> None:
-    axes = engine_for(engine).tune_axes
+def _check_table_keys(table: Mapping[str, Any], runs: Engine, where: str) -> None:
+    engine, axes = runs.name, runs.tune_axes
     allowed = (*TABLE_KEYS, *axes)
     for key in table:
         if key in allowed:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scipy.stats import t as student_t
+from scipy.special import stdtrit
 
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.store.records import kept_runs
@@ -35,11 +35,10 @@ from pytest_specperf.verdict.nightly import (
     NightVerdict,
     PastRun,
     RunStatus,
-    Tolerance,
     judge_night,
     stored_status,
 )
-from pytest_specperf.verdict.stats import Decision, Direction
+from pytest_specperf.verdict.stats import Decision, Direction, Tolerance
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 #: A run-to-run CV credibly above tolerance / BLIND_RATIO cannot show a change of the tolerance.
@@ -298,14 +297,11 @@ def plain_gates(past: Sequence[float], tonight: float, tolerance: Tolerance) -> 
     n = len(window)
     mean = statistics.fmean(window)
     lower = tolerance.direction is Direction.HIGHER_IS_BETTER
-    band = (
-        tonight < mean * (1.0 - tolerance.max_regression)
-        if lower
-        else tonight > mean * (1.0 + tolerance.max_regression)
-    )
+    bound = mean * tolerance.regression_bound
+    band = tonight < bound if lower else tonight > bound
     if n < 2:
         return {"t-test": False, "band": band}
-    reach = float(student_t.ppf(TTEST_QUANTILE, n - 1)) * statistics.stdev(window) * math.sqrt(1.0 + 1.0 / n)
+    reach = float(stdtrit(n - 1, TTEST_QUANTILE)) * statistics.stdev(window) * math.sqrt(1.0 + 1.0 / n)
     return {"t-test": tonight < mean - reach if lower else tonight > mean + reach, "band": band}
 
 

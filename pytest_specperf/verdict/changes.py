@@ -40,7 +40,7 @@ from typing import Final, Literal
 import numpy as np
 from scipy.special import stdtr
 
-from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Direction, Estimate, Tolerance, t_quantile
 
 MIN_SIZE: Final = 2
 #: Family-wise chance of a false change per night, over every series searched.
@@ -85,7 +85,7 @@ class ChangePoint:
         if self.variance is None or self.variance == 0.0:
             return self.change
         d = math.log(self.change.value)
-        half = _t_quantile(confidence, self.df) * math.sqrt(self.variance)
+        half = t_quantile(confidence, self.df) * math.sqrt(self.variance)
         return Estimate(self.change.value, math.exp(d - half), math.exp(d + half), self.change.n, confidence)
 
 
@@ -242,7 +242,9 @@ def credible_drift(
     )
     span = float(positions[-1] - positions[0])
     change = _ratio(line.change * span, line.se * span, line.df)
-    bound = 1.0 - max_regression if lower else 1.0 + max_regression
+    bound = Tolerance(
+        max_regression, Direction.HIGHER_IS_BETTER if lower else Direction.LOWER_IS_BETTER
+    ).regression_bound
     beyond = change.high < bound if lower else change.low > bound
     return (
         ChangePoint(0, change, 2.0 * _p_value(line.t, line.df, 1), "drift", math.exp(line.change)) if beyond else None
@@ -250,7 +252,7 @@ def credible_drift(
 
 
 def _ratio(log_change: float, se: float, df: float) -> Estimate:
-    half = _t_quantile(DEFAULT_CONFIDENCE, df) * se
+    half = t_quantile(DEFAULT_CONFIDENCE, df) * se
     low, high = math.exp(log_change - half), math.exp(log_change + half)
     return Estimate(math.exp(log_change), low, high, 0, DEFAULT_CONFIDENCE)
 

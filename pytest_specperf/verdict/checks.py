@@ -10,19 +10,29 @@ happen.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.measure.records import METRICS, Measurement, RequestRecord
+from pytest_specperf.measure.records import METRICS, Measurement
 from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.control import held_to, judge_speedup, reference_floor
 from pytest_specperf.verdict.drift import Change, FingerprintDiff, diff, speedup_differences
 from pytest_specperf.verdict.explain import Explanation, explain, speedup_shortfall
-from pytest_specperf.verdict.history import MIN_RUNS, SpeedupSpread, speedup_estimate
-from pytest_specperf.verdict.markers import AGAINST_HISTORY, RANGE_METRICS, SpecperfMarker
-from pytest_specperf.verdict.nightly import NightVerdict, Tolerance
+from pytest_specperf.verdict.markers import RANGE_METRICS, AgainstHistory, SpecperfMarker
+from pytest_specperf.verdict.measured import (
+    LosslessMatch,
+    SpeedupInterval,
+    check_errors,
+    check_lossless,
+    check_positions,
+    check_range,
+    check_speedup,
+    lossless_match,
+    speedup_interval,
+)
+from pytest_specperf.verdict.nightly import NightVerdict
 from pytest_specperf.verdict.regression import (
     ACKNOWLEDGE,
     check_positions_history,
@@ -32,16 +42,11 @@ from pytest_specperf.verdict.regression import (
     past_runs,
     rejected_runs,
 )
-from pytest_specperf.verdict.results import CheckResult, fmt, rounds_text
+from pytest_specperf.verdict.results import CheckResult, fmt
 from pytest_specperf.verdict.stats import (
     Decision,
     Direction,
-    Estimate,
-    decide_range,
-    decide_threshold,
-    mean_estimate,
-    ratio_estimate,
-    worst_decision,
+    Tolerance,
 )
 from pytest_specperf.verdict.trends import HistoryChange, history_changes, speedup_spread
 from pytest_specperf.verdict.verdicts import Verdict, verdict_of
@@ -51,28 +56,38 @@ __all__ = [
     "CheckResult",
     "Evaluation",
     "Limits",
+    "LosslessMatch",
+    "SpeedupInterval",
+    "check_errors",
+    "check_lossless",
+    "check_positions",
+    "check_range",
     "check_regression",
+    "check_speedup",
     "evaluate",
     "fmt",
+    "lossless_match",
     "night_lines",
     "past_runs",
     "rejected_runs",
+    "speedup_interval",
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
-    """All checks of a test plus the baseline comparison's context."""
+    """All checks of a test plus the baseline comparison's context: built once (`evaluate`), from what
+    each check found, and never changed after."""
 
-    checks: list[CheckResult] = field(default_factory=list)
+    checks: tuple[CheckResult, ...] = ()
     baseline: StoredBaseline | None = None
     drift: FingerprintDiff | None = None
     updating: bool = False
-    changes: list[HistoryChange] = field(default_factory=list)  # changes in force in the history, tonight included
+    changes: tuple[HistoryChange, ...] = ()  # changes in force in the history, tonight included
     #: tonight's speedup over the reference as `min_speedup` decides on it (None: no reference, or it is one)
     speedup: SpeedupInterval | None = None
     #: what the reference and this server differ in besides speculation (for a test that checks against it)
-    unlike_reference: list[Change] = field(default_factory=list)
+    unlike_reference: tuple[Change, ...] = ()
     #: why the key moved, part by part, when a history check lies beyond its tolerance (verdict/explain.py)
     explanation: Explanation | None = None
 
@@ -124,185 +139,6 @@ class Evaluation:
 
 def _direction(metric: str) -> Direction:
     return Direction.HIGHER_IS_BETTER if METRICS[metric].higher_is_better else Direction.LOWER_IS_BETTER
-
-
-# ---- absolute checks --------------------------------------------------------------------------
-
-
-def check_errors(result: Measurement, allowed: float) -> CheckResult:
-    total, errors = result.request_count, result.error_count
-    share = errors / total if total else 0.0
-    decision = Decision.MET if share <= allowed else Decision.MISSED
-    first = next((r.error for r in result.records if r.error), None)
-    message = f"errors: {errors} of {total} requests failed ({share:.1%}), allowed {allowed:.1%}"
-    if first:
-        message += f"; first error: {first}"
-    return CheckResult("errors", decision, message)
-
-
-@dataclass(frozen=True)
-class SpeedupInterval:
-    """Tonight's speedup over the reference, with the interval `min_speedup` decides on and the table
-    shows (one interval per check), and the words for what its start-to-start part rests on."""
-
-    estimate: Estimate
-    basis: str
-
-
-def speedup_interval(
-    result: Measurement,
-    reference: Measurement,
-    run_cv: float = 0.0,
-    spread: SpeedupSpread | None = None,
-    pairs: int = 0,
-) -> SpeedupInterval:
-    """Speedup over the reference, measured in the same session on two server starts (or more, after
-    a confirmation): the interval carries the start-to-start variance of a speedup besides round
-    noise. It is the recorded speedups' own (`spread`, from >= 3 runs of both servers stored by the
-    same sessions) when there is one, else the prior `run_cv` per start (config run_to_run_cv)."""
-    current, ref = result.start_samples("output_throughput"), reference.start_samples("output_throughput")
-    if spread is not None:
-        ratio = speedup_estimate(current, ref, run_cv, spread=spread)
-        return SpeedupInterval(ratio, f"start-to-start CV {spread.cv:.1%} from {spread.runs} recorded speedups")
-    single = len(current) == 1 and len(ref) == 1
-    ratio = speedup_estimate(current, ref, run_cv) if run_cv > 0.0 or not single else ratio_estimate(current[0], ref[0])
-    more = MIN_RUNS - pairs
-    basis = (
-        f"prior run-to-run CV {run_cv:.1%} per start (config run_to_run_cv; {pairs} recorded "
-        f"speedup{'s' if pairs != 1 else ''}, {more} more replace{'s' if more == 1 else ''} it)"
-    )
-    return SpeedupInterval(ratio, basis)
-
-
-def check_speedup(
-    result: Measurement,
-    reference: Measurement | None,
-    minimum: float,
-    interval: SpeedupInterval | None,
-    *,
-    strict: bool = False,
-) -> CheckResult:
-    """Is the speedup (`speedup_interval`) credibly at least `minimum`?"""
-    if reference is None or interval is None:
-        return CheckResult("min_speedup", Decision.MISSED, "min_speedup: no reference measurement to compare with")
-    ratio = interval.estimate
-    decision = decide_threshold(ratio, minimum, Direction.HIGHER_IS_BETTER, strict=strict)
-    message = (
-        f"min_speedup: speedup {fmt(ratio, 3)} over {reference.key.server} "
-        f"({rounds_text(result)} vs {rounds_text(reference)}; {interval.basis}) "
-        f"must be >= {minimum:g}: {decision.value}"
-    )
-    return CheckResult("min_speedup", decision, message, ratio, start_sensitive=True)
-
-
-def check_range(
-    result: Measurement, key: str, low: float | None, high: float | None, *, strict: bool = False
-) -> CheckResult:
-    metric = RANGE_METRICS[key]
-    samples = result.samples(metric)
-    if not samples and metric == "accept_length" and result.algorithm is None:
-        samples = [1.0] * len(result.rounds)  # a plain server accepts exactly the one token it decodes
-    if not samples:
-        return CheckResult(key, Decision.MISSED, f"{key}: {metric} was not measured (no successful round reports it)")
-    estimate = mean_estimate(samples)
-    decision = decide_range(estimate, low, high, strict=strict)
-    bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
-    message = (
-        f"{key}: {metric} {fmt(estimate)} {METRICS[metric].unit} over {rounds_text(result)} "
-        f"must lie in {bounds}: {decision.value}"
-    )
-    return CheckResult(key, decision, message, estimate, start_sensitive=metric != "accept_length")
-
-
-def check_positions(result: Measurement, floors: Sequence[float], *, strict: bool = False) -> CheckResult:
-    """Is the acceptance at each draft position credibly at least its floor? One sample per round (a
-    round's verify steps pooled), as vLLM's per-position test asks, but judged with an interval."""
-    shares = result.round_position_shares()
-    if not shares:
-        return CheckResult(
-            "accept_per_position",
-            Decision.MISSED,
-            "accept_per_position: the server reported no acceptance by draft position (no histogram, no counters)",
-        )
-    parts, decisions = [], []
-    for i, floor in enumerate(floors):
-        estimate = mean_estimate([s[i] if i < len(s) else 0.0 for s in shares])
-        decision = decide_threshold(estimate, floor, Direction.HIGHER_IS_BETTER, strict=strict)
-        decisions.append(decision)
-        verdict = "" if decision is Decision.MET else f" ({decision.value})"
-        parts.append(f"position {i + 1} {fmt(estimate)} >= {floor:g}{verdict}")
-    decision = worst_decision(decisions)
-    message = f"accept_per_position over {rounds_text(result)}: {'; '.join(parts)}: {decision.value}"
-    return CheckResult("accept_per_position", decision, message)
-
-
-@dataclass(frozen=True)
-class LosslessMatch:
-    """How many outputs equal the reference server's for the same prompt in the same round slot: the
-    lossless check's figure, reported whether the check passes or not (and where no test checks it)."""
-
-    equal: int
-    compared: int
-    #: where the first differing output leaves the reference's, None when every output is equal
-    first_mismatch: str | None = None
-
-    @property
-    def share(self) -> float:
-        return self.equal / self.compared
-
-    def __str__(self) -> str:
-        """'48 of 48 outputs (100.0%) equal the reference's'."""
-        return f"{self.equal} of {self.compared} outputs ({self.share:.1%}) equal the reference's"
-
-
-def lossless_match(result: Measurement, reference: Measurement) -> LosslessMatch | None:
-    """Each successful output against the reference's for the same prompt in the same round slot; None
-    when no pair of successful requests exists."""
-    expected = {(r.index, rec.index): rec for r in reference.rounds for rec in r.records if rec.ok}
-    pairs = [
-        (r.index, rec, expected[(r.index, rec.index)])
-        for r in result.rounds
-        for rec in r.records
-        if rec.ok and (r.index, rec.index) in expected
-    ]
-    if not pairs:
-        return None
-    mismatches = [(i, ours, theirs) for i, ours, theirs in pairs if ours.output_hash != theirs.output_hash]
-    first = _first_divergence(*mismatches[0]) if mismatches else None
-    return LosslessMatch(len(pairs) - len(mismatches), len(pairs), first)
-
-
-def check_lossless(result: Measurement, reference: Measurement | None, required: float = 1.0) -> CheckResult:
-    """At temperature 0, speculation must not change outputs: at least `required` of them equal the
-    reference server's for the same prompt in the same round slot; the first mismatch is shown."""
-    if reference is None:
-        return CheckResult("lossless", Decision.MISSED, "lossless: no reference measurement to compare with")
-    match = lossless_match(result, reference)
-    if match is None:
-        return CheckResult("lossless", Decision.MISSED, "lossless: no successful request pairs to compare")
-    decision = Decision.MET if match.share >= required else Decision.MISSED
-    message = (
-        f"lossless: {match.equal} of {match.compared} outputs ({match.share:.1%}) equal the reference "
-        f"server's ({reference.key.server}) output for the same prompt; required {required:.0%}"
-    )
-    if match.first_mismatch is not None:
-        message += "; " + match.first_mismatch
-    return CheckResult("lossless", decision, message, Estimate.exact(match.share))
-
-
-def _first_divergence(round_index: int, ours: RequestRecord, theirs: RequestRecord) -> str:
-    """Where the first differing output leaves the reference's: token position (words where the
-    engine gives no token ids), with a few words of context."""
-    where = f"first mismatch: round {round_index + 1}, request {ours.index}"
-    if ours.output is None or theirs.output is None:
-        return where  # outputs are kept in memory only (not in reports, baselines or xdist's cache)
-    a, b = ours.output, theirs.output
-    at = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    word = len(a[:at].split())
-    return (
-        f"{where} differs from word {word + 1} (character {at}): "
-        f"{b[max(0, at - 20) : at + 20]!r} (reference) vs {a[max(0, at - 20) : at + 20]!r}"
-    )
 
 
 # ---- all checks of a test ---------------------------------------------------------------------
@@ -392,6 +228,219 @@ def _workload_error_rate(config: SpecperfConfig, workload: str) -> float:
     return found.max_error_rate if found is not None else 0.0
 
 
+# ---- each check of a test as an object: what it asks, and what it finds -----------------------------
+
+
+@dataclass(frozen=True)
+class Tonight:
+    """What every check of a test reads: tonight's measurement and the reference's, the histories they
+    may be held against, the limits in force and the reading (strict or not). Built once per look."""
+
+    result: Measurement
+    reference: Measurement | None
+    limits: Limits
+    #: the stored history of this key as the session read it (None: none yet, or not read while updating)
+    baseline: StoredBaseline | None
+    #: the reference's stored history, only where both histories are of this setup (the recorded speedups)
+    reference_baseline: StoredBaseline | None
+    drift: FingerprintDiff | None
+    speedup: SpeedupInterval | None
+    unlike_reference: tuple[Change, ...]
+    updating: bool
+    strict: bool
+    searches: int
+
+    @property
+    def history(self) -> StoredBaseline | None:
+        """The stored history tonight is held against: of this setup, and not while updating."""
+        return None if self.updating or not comparable(self.baseline, self.result) else self.baseline
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one check found: its results (none where it had nothing to judge), and the report fields it
+    fills (the changes in force it names, why the key moved)."""
+
+    checks: tuple[CheckResult, ...] = ()
+    changes: tuple[HistoryChange, ...] = ()
+    explanation: Explanation | None = None
+
+
+class Check(Protocol):
+    """One check of a test: built from the marker, the limits and whether a history judges tonight; run
+    once per look on what it reads (`Tonight`)."""
+
+    def run(self, tonight: Tonight) -> Found: ...
+
+
+@dataclass(frozen=True)
+class ErrorRate:
+    """Failed requests: at most `allowed` of them (every test has this check)."""
+
+    allowed: float
+
+    def run(self, tonight: Tonight) -> Found:
+        return Found((check_errors(tonight.result, self.allowed),))
+
+
+@dataclass(frozen=True)
+class MinSpeedup:
+    """`min_speedup`: the speedup over the reference, with why it fell short and what else differs."""
+
+    minimum: float
+
+    def run(self, tonight: Tonight) -> Found:
+        result, reference = tonight.result, tonight.reference
+        check = check_speedup(result, reference, self.minimum, tonight.speedup, strict=tonight.strict)
+        if check.beyond and reference is not None and (why := speedup_shortfall(result, reference)):
+            check = replace(check, message=f"{check.message}; why: {why}")
+        if tonight.unlike_reference:
+            check = replace(check, message=f"{check.message}; {unlike_sentence(tonight.unlike_reference)}")
+        return Found((check,))
+
+
+@dataclass(frozen=True)
+class InRange:
+    """A range argument (`throughput=`, `accept_length=`, `tpot_ms=`, `ttft_ms=`): its metric within bounds."""
+
+    key: str
+    low: float | None
+    high: float | None
+
+    def run(self, tonight: Tonight) -> Found:
+        return Found((check_range(tonight.result, self.key, self.low, self.high, strict=tonight.strict),))
+
+
+@dataclass(frozen=True)
+class PositionFloors:
+    """`accept_per_position=(0.6, 0.4, ...)`: each draft position's acceptance at least its floor."""
+
+    floors: tuple[float, ...]
+
+    def run(self, tonight: Tonight) -> Found:
+        return Found((check_positions(tonight.result, self.floors, strict=tonight.strict),))
+
+
+@dataclass(frozen=True)
+class PositionsAgainstHistory:
+    """`accept_per_position=True`: each draft position against the stored history's level (no check
+    without a history of this setup)."""
+
+    def run(self, tonight: Tonight) -> Found:
+        history = tonight.history
+        if history is None:
+            return Found()
+        tolerance = tonight.limits.max_regression_accept_length
+        found = check_positions_history(tonight.result, history, tolerance, strict=tonight.strict)
+        return Found(() if found is None else (found,))
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """`lossless`: at least `required` of the outputs equal the reference's."""
+
+    required: float
+
+    def run(self, tonight: Tonight) -> Found:
+        return Found((check_lossless(tonight.result, tonight.reference, self.required),))
+
+
+@dataclass(frozen=True)
+class AcceptLengthHistory:
+    """A test of the accept length alone (`accept_length_only`): tonight's accept length against its history."""
+
+    def run(self, tonight: Tonight) -> Found:
+        assert tonight.baseline is not None
+        check = _against_history(tonight, "accept_length")
+        if check is None:
+            return Found()
+        return Found((check,), tuple(night_changes(tonight.result, "accept_length", check, tonight.baseline)))
+
+
+@dataclass(frozen=True)
+class KeyHistory:
+    """The key against its history: the speedup as a control, throughput (held to it by the `gate`) and
+    accept length, the changes in force of the reported series, and why the key moved."""
+
+    def run(self, tonight: Tonight) -> Found:
+        result, reference, baseline = tonight.result, tonight.reference, tonight.baseline
+        assert baseline is not None
+        limits = tonight.limits
+        control = judge_speedup(
+            result,
+            reference,
+            baseline,
+            tonight.reference_baseline,
+            limits.tolerance("output_throughput"),
+            strict=tonight.strict,
+            searches=tonight.searches,
+            rounds=limits.rounds,
+        )
+        checks = [control.check] if control is not None else []
+        changes: list[HistoryChange] = []
+        for metric in JUDGED_METRICS:
+            check = _against_history(tonight, metric)
+            if check is None:
+                continue
+            checks.append(held_to(check, control, limits.gate) if metric == "output_throughput" else check)
+            changes += night_changes(result, metric, checks[-1], baseline)
+        changes += history_changes(
+            result,
+            baseline,
+            REPORTED_METRICS,
+            reference=reference,
+            reference_baseline=tonight.reference_baseline,
+            searches=tonight.searches,
+        )
+        explanation = explanation_of(checks, tonight, limits.max_regression)
+        return Found(tuple(checks), tuple(changes), explanation)
+
+
+def _against_history(tonight: Tonight, metric: str) -> CheckResult | None:
+    """One judged metric of tonight against its stored history (None: the history cannot judge it)."""
+    assert tonight.baseline is not None
+    limits = tonight.limits
+    floors = [] if metric == "accept_length" else _floors(tonight, limits)
+    return check_regression(
+        tonight.result,
+        tonight.baseline,
+        metric,
+        limits.tolerance(metric),
+        strict=tonight.strict,
+        searches=tonight.searches,
+        rounds=limits.rounds,
+        floors=floors,
+    )
+
+
+def marker_checks(marker: SpecperfMarker, level: int) -> list[Check]:
+    """The checks a marker declares at one concurrency level, in the order a failure names them."""
+    found: list[Check] = []
+    if (minimum := marker.min_speedup_at(level)) is not None:
+        found.append(MinSpeedup(minimum))
+    found += [InRange(key, *bounds) for key in RANGE_METRICS if (bounds := marker.range_at(key, level)) is not None]
+    floors = marker.floors_at(level)
+    if isinstance(floors, AgainstHistory):
+        found.append(PositionsAgainstHistory())
+    elif floors is not None:
+        found.append(PositionFloors(floors))
+    if marker.lossless is not None:
+        found.append(Lossless(marker.lossless))
+    return found
+
+
+def planned_checks(tonight: Tonight, marker: SpecperfMarker | None) -> list[Check]:
+    """Every check of a test: the error rate, the marker's, and the history's where one of this setup
+    judges tonight (the accept length's alone for a test of the accept length)."""
+    found: list[Check] = [ErrorRate(tonight.limits.max_error_rate)]
+    if marker is not None:
+        found += marker_checks(marker, tonight.result.key.concurrency)
+    judged = tonight.baseline is not None and not tonight.updating
+    if judged and (tonight.drift is None or tonight.drift.comparable):
+        found.append(AcceptLengthHistory() if accept_length_only(marker) else KeyHistory())
+    return found
+
+
 def evaluate(
     result: Measurement,
     reference: Measurement | None,
@@ -407,138 +456,95 @@ def evaluate(
     """Every check of a test on its current measurement. `reference_baseline` is the reference's
     stored history of the same workload and level: with this one's it gives the recorded speedups.
     `searches` is how many key series the session searches for changes (keys x metrics)."""
-    level = result.key.concurrency
-    evaluation = Evaluation(baseline=baseline, updating=updating)
-    checks = evaluation.checks
-    checks.append(check_errors(result, limits.max_error_rate))
-    usable = not updating and reference is not None and comparable(baseline, result)
-    if not usable or reference is None or not comparable(reference_baseline, reference):
-        reference_baseline = None  # recorded speedups need both histories, of this setup
+    tonight = _tonight(result, reference, marker, limits, baseline, reference_baseline, updating, strict, searches)
+    found = [check.run(tonight) for check in planned_checks(tonight, marker)]
+    return Evaluation(
+        checks=tuple(check for f in found for check in f.checks),
+        baseline=baseline,
+        drift=tonight.drift,
+        updating=updating,
+        changes=tuple(change for f in found for change in f.changes),
+        speedup=tonight.speedup,
+        unlike_reference=tonight.unlike_reference,
+        explanation=next((f.explanation for f in found if f.explanation is not None), None),
+    )
+
+
+def _tonight(
+    result: Measurement,
+    reference: Measurement | None,
+    marker: SpecperfMarker | None,
+    limits: Limits,
+    baseline: StoredBaseline | None,
+    reference_baseline: StoredBaseline | None,
+    updating: bool,
+    strict: bool,
+    searches: int,
+) -> Tonight:
+    """What the checks of one look read: the recorded speedups need both histories, of this setup; the
+    differences besides speculation are named for a test that checks against the reference."""
+    both = reference is not None and comparable(baseline, result) and comparable(reference_baseline, reference)
+    reference_history = reference_baseline if both and not updating else None
+    speedup = None
     if reference is not None and not result.is_reference:
-        spread, pairs = speedup_spread(baseline, reference_baseline)
-        evaluation.speedup = speedup_interval(result, reference, limits.run_to_run_cv, spread, pairs)
-    if marker is not None:
-        minimum = marker.min_speedup_at(level)
-        if (minimum is not None or marker.lossless is not None) and reference is not None:
-            evaluation.unlike_reference = speedup_differences(reference.fingerprint, result.fingerprint)
-        if minimum is not None:
-            speedup = check_speedup(result, reference, minimum, evaluation.speedup, strict=strict)
-            if speedup.beyond and reference is not None and (why := speedup_shortfall(result, reference)):
-                speedup = replace(speedup, message=f"{speedup.message}; why: {why}")
-            if evaluation.unlike_reference:
-                speedup = replace(speedup, message=f"{speedup.message}; {unlike_message(evaluation)}")
-            checks.append(speedup)
-        for key in RANGE_METRICS:
-            bounds = marker.range_at(key, level)
-            if bounds is not None:
-                checks.append(check_range(result, key, *bounds, strict=strict))
-        floors = marker.floors_at(level)
-        if floors == AGAINST_HISTORY:
-            history = None if updating or not comparable(baseline, result) else baseline
-            tolerance = limits.max_regression_accept_length
-            found = check_positions_history(result, history, tolerance, strict=strict) if history else None
-            checks.extend([found] if found is not None else [])
-        elif floors is not None:
-            checks.append(check_positions(result, floors, strict=strict))
-        if marker.lossless is not None:
-            checks.append(check_lossless(result, reference, marker.lossless))
-    if baseline is not None and not updating:
-        evaluation.drift = drift(baseline, result)
-        if (evaluation.drift is None or evaluation.drift.comparable) and accept_length_only(marker):
-            check = check_regression(
-                result,
-                baseline,
-                "accept_length",
-                limits.tolerance("accept_length"),
-                strict=strict,
-                searches=searches,
-                rounds=limits.rounds,
-            )
-            checks.extend([check] if check is not None else [])
-            evaluation.changes += night_changes(result, "accept_length", check, baseline) if check else []
-        elif evaluation.drift is None or evaluation.drift.comparable:
-            control = judge_speedup(
-                result,
-                reference,
-                baseline,
-                reference_baseline,
-                limits.tolerance("output_throughput"),
-                strict=strict,
-                searches=searches,
-                rounds=limits.rounds,
-            )
-            checks.extend([control.check] if control is not None else [])
-            for metric in JUDGED_METRICS:
-                check = check_regression(
-                    result,
-                    baseline,
-                    metric,
-                    limits.tolerance(metric),
-                    strict=strict,
-                    searches=searches,
-                    rounds=limits.rounds,
-                    floors=_floors(result, reference, reference_baseline, limits) if metric != "accept_length" else (),
-                )
-                if check is not None:
-                    check = held_to(check, control, limits.gate) if metric == "output_throughput" else check
-                    checks.append(check)
-                    evaluation.changes += night_changes(result, metric, check, baseline)
-            evaluation.changes += history_changes(
-                result,
-                baseline,
-                REPORTED_METRICS,
-                reference=reference,
-                reference_baseline=reference_baseline,
-                searches=searches,
-            )
-            evaluation.explanation = explanation_of(
-                evaluation, result, baseline, reference, reference_baseline, limits.max_regression
-            )
-    return evaluation
+        spread, pairs = speedup_spread(baseline, reference_history)
+        speedup = speedup_interval(result, reference, limits.run_to_run_cv, spread, pairs)
+    level = result.key.concurrency
+    asks = marker is not None and (marker.min_speedup_at(level) is not None or marker.lossless is not None)
+    unlike = speedup_differences(reference.fingerprint, result.fingerprint) if asks and reference is not None else []
+    return Tonight(
+        result=result,
+        reference=reference,
+        limits=limits,
+        baseline=baseline,
+        reference_baseline=reference_history,
+        drift=drift(baseline, result) if baseline is not None and not updating else None,
+        speedup=speedup,
+        unlike_reference=tuple(unlike),
+        updating=updating,
+        strict=strict,
+        searches=searches,
+    )
 
 
 def explanation_of(
-    evaluation: Evaluation,
-    result: Measurement,
-    baseline: StoredBaseline,
-    reference: Measurement | None,
-    reference_baseline: StoredBaseline | None,
-    tolerance: float | None = None,
+    checks: Sequence[CheckResult], tonight: Tonight, tolerance: float | None = None
 ) -> Explanation | None:
     """Why the key moved, when a history check lies beyond its tolerance (or its estimate does, by more
     than `tolerance`: a check the gate reports beside the speedup's, or one whose assumed spread the
     reference's movement widened): tonight against the runs the throughput level rests on, with the
     reference's runs of the same sessions beside them."""
-    beyond = [c for c in evaluation.checks if c.name.startswith("regression:") and (c.beyond or _moved(c, tolerance))]
-    throughput = next((c for c in evaluation.checks if c.name == "regression:output_throughput"), None)
+    beyond = [c for c in checks if c.name.startswith("regression:") and (c.beyond or _moved(c, tolerance))]
+    throughput = next((c for c in checks if c.name == "regression:output_throughput"), None)
     if not beyond or throughput is None or throughput.night is None or throughput.night.level is None:
         return None
-    runs, _ = past_runs(baseline, "output_throughput")
+    assert tonight.baseline is not None
+    runs, _ = past_runs(tonight.baseline, "output_throughput")
     level = [runs[i] for i in throughput.night.level.level_runs if i < len(runs)]
     sessions = {run.provenance.session for run in level} - {None}
+    reference_baseline = tonight.reference_baseline
     beside = (
         [r.measurement for r in reference_baseline.runs if r.provenance.session in sessions]
         if (reference_baseline is not None)
         else []
     )
-    environment = evaluation.drift.environment if evaluation.drift is not None else []
     return explain(
-        result,
+        tonight.result,
         [r.measurement for r in level],
-        reference=reference,
+        reference=tonight.reference,
         reference_level=beside,
-        drift=environment,
+        drift=tonight.drift.environment if tonight.drift is not None else [],
         verdict=throughput.night.comparison.ratio if throughput.night.comparison is not None else None,
     )
 
 
-def _floors(
-    result: Measurement, reference: Measurement | None, reference_baseline: StoredBaseline | None, limits: Limits
-) -> list[tuple[float, str]]:
+def _floors(tonight: Tonight, limits: Limits) -> list[tuple[float, str]]:
     """What tonight shows of a speculative key's start-to-start spread besides its rounds: with `gate =
     "speedup"` the reference's movement (a node that moves is the noise of a shared pool); with
     `gate = "throughput"` the suite holds the node's speed to account, and it is signal."""
-    return reference_floor(result, reference, reference_baseline) if limits.gate == "speedup" else []
+    if limits.gate != "speedup":
+        return []
+    return reference_floor(tonight.result, tonight.reference, tonight.reference_baseline)
 
 
 def _moved(check: CheckResult, tolerance: float | None) -> bool:
@@ -546,7 +552,7 @@ def _moved(check: CheckResult, tolerance: float | None) -> bool:
     night = check.night
     if tolerance is None or night is None or night.comparison is None:
         return False
-    return abs(math.log(night.comparison.ratio.value)) > -math.log(1.0 - tolerance)
+    return Tolerance(tolerance).moved(night.comparison.ratio.value)
 
 
 def comparable(baseline: StoredBaseline | None, measurement: Measurement) -> bool:
@@ -565,5 +571,10 @@ def drift(baseline: StoredBaseline, result: Measurement) -> FingerprintDiff | No
 
 def unlike_message(evaluation: Evaluation) -> str:
     """The sentence a speedup that compares more than speculation carries, naming each difference."""
-    changes = "; ".join(str(change) for change in evaluation.unlike_reference)
-    return f"the reference and this server differ besides speculation (reference → this server): {changes}"
+    return unlike_sentence(evaluation.unlike_reference)
+
+
+def unlike_sentence(changes: Sequence[Change]) -> str:
+    """'the reference and this server differ besides speculation (reference → this server): ...'."""
+    named = "; ".join(str(change) for change in changes)
+    return f"the reference and this server differ besides speculation (reference → this server): {named}"

@@ -32,12 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.store.records import LEVEL_RUNS, StoredBaseline
+from pytest_specperf.store.records import LEVEL_RUNS, StoredBaseline, StoredRun
 from pytest_specperf.verdict.history import REFERENCE_SOURCE
-from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
+from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, judge_night
 from pytest_specperf.verdict.results import CheckResult, fmt
-from pytest_specperf.verdict.stats import Decision
-from pytest_specperf.verdict.trends import paired_runs
+from pytest_specperf.verdict.stats import Decision, Tolerance
 
 #: The name of the speedup's history check.
 SPEEDUP_CHECK = "regression:speedup"
@@ -61,7 +60,7 @@ class Control:
     def moved_alongside(self) -> bool:
         """The reference moved beyond the tolerance tonight while the speedup held: the node or the target."""
         ratio = self.reference_ratio
-        return self.held and ratio is not None and abs(math.log(ratio)) > -math.log(1.0 - self.max_regression)
+        return self.held and ratio is not None and Tolerance(self.max_regression).moved(ratio)
 
     def sentence(self) -> str:
         """'the node or the target: the reference moved -78.0% alongside; the speedup held 1.21x -> 1.20x'."""
@@ -82,29 +81,52 @@ def _throughput(measurement: Measurement) -> list[float]:
     return measurement.samples("output_throughput")
 
 
-def speedup_samples(result: Measurement, reference: Measurement) -> list[float]:
-    """Tonight's speedup: each round's throughput over the reference's mean of the same session (its
-    round noise is in the runs' spread), every start of the speculative server together
-    (`judged_speedup`)."""
-    level = _mean(_throughput(reference))
-    return judged_speedup([[x / level for x in start] for start in result.start_samples("output_throughput")])
+def speedup_samples(result: Measurement, reference: Measurement) -> list[list[float]]:
+    """Tonight's speedup, one list per draw of it: each round's throughput over the mean of the
+    reference's start it is paired with (`paired_speedups`)."""
+    return paired_speedups(
+        result.start_samples("output_throughput"), [_mean(s) for s in reference.start_samples("output_throughput")]
+    )
 
 
-def judged_speedup(starts: Sequence[Sequence[float]]) -> list[float]:
-    """A night's speedup samples as one start: a second start of the speculative server is divided by
-    the same reference measurement as the first, so the reference's offset is common to both and does
-    not average out; a session's pair of measurements is one draw of the speedup."""
-    return [x for start in starts for x in start]
+def paired_speedups(starts: Sequence[Sequence[float]], references: Sequence[float]) -> list[list[float]]:
+    """A night's speedup samples, one list per independent draw of the speedup: the speculative server's
+    start i over the reference's start i (`references`: each start's mean throughput).
+
+    Why: a speedup carries the start offsets of two servers. A second start of the speculative server
+    divided by the same reference measurement as the first shares the reference's offset: it is not a
+    second draw, and judging it as one would halve a spread it cannot average away. So a speculative
+    start beyond the reference's last start joins the draw of that last start (one start, as judged),
+    and only a second start of both servers is a second draw of the ratio."""
+    draws: list[list[float]] = [[] for _ in references]
+    for i, start in enumerate(starts):
+        paired = min(i, len(references) - 1)
+        draws[paired] += [x / references[paired] for x in start]
+    return [d for d in draws if d]
 
 
 def speedup_runs(baseline: StoredBaseline, reference_baseline: StoredBaseline) -> list[PastRun]:
-    """The current segment's runs that the same session measured the reference for, as speedups."""
+    """The current segment's runs that the same session measured the reference for, as speedups: a
+    session's runs (one per server start) paired in order with its reference runs (`paired_speedups`),
+    so a night the session measured both servers twice is two draws and one it measured the reference
+    once is one."""
+    references: dict[str, list[float]] = {}
+    for ref in reference_baseline.current_segment:
+        y = _throughput(ref.measurement)
+        if ref.provenance.session and y and min(y) > 0.0:
+            references.setdefault(ref.provenance.session, []).append(_mean(y))
+    sessions: dict[str, list[StoredRun]] = {}
+    for run in baseline.current_segment:
+        x = _throughput(run.measurement)
+        if run.provenance.session in references and x and min(x) > 0.0:
+            sessions.setdefault(run.provenance.session, []).append(run)
     found = []
-    for run, partner in paired_runs(baseline.current_segment, reference_baseline.current_segment):
-        x, y = _throughput(run.measurement), _throughput(partner.measurement)
-        if x and y and min(x + y) > 0.0:
-            level = _mean(y)
-            found.append(PastRun(tuple(v / level for v in x), RunStatus(run.status), run.provenance.session))
+    for session, runs in sessions.items():
+        draws = paired_speedups([_throughput(r.measurement) for r in runs], references[session])
+        # each draw keeps the mark of the run it starts with (the night's starts share one mark)
+        found += [
+            PastRun(tuple(d), RunStatus(runs[min(i, len(runs) - 1)].status), session) for i, d in enumerate(draws)
+        ]
     return found
 
 
@@ -150,14 +172,14 @@ def judge_speedup(
     if not _throughput(reference) or not _throughput(result) or not any(r.status.counted for r in past):
         return None
     tonight = speedup_samples(result, reference)
-    night = judge_night([tonight], past, tolerance, strict=strict, searches=searches, rounds=rounds)
+    night = judge_night(tonight, past, tolerance, strict=strict, searches=searches, rounds=rounds)
     comparison = night.comparison
     assert comparison is not None
     change = "improved" if night.improved else night.decision.value
     if night.decision is Decision.MISSED:
         change = "REGRESSION"
     message = (
-        f"speedup over {reference.key.server}: {_mean(tonight):.3f}x vs its history "
+        f"speedup over {reference.key.server}: {_mean([x for d in tonight for x in d]):.3f}x vs its history "
         f"{comparison.level:.3f}x ({comparison.describe()}): ratio {fmt(comparison.ratio, 3)}, "
         f"allowed -{tolerance.max_regression:.0%}: {change}"
     )

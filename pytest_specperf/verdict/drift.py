@@ -4,12 +4,19 @@ A fingerprint (measure/fingerprint.py) says where a number was measured. Here tw
 compared: an identity difference makes a comparison with a baseline INCOMPARABLE, an environment
 difference is drift shown next to the verdict, and a speculative server that differs from its
 reference in more than speculation makes its speedup compare more than speculation.
+
+Whether two fingerprints are comparable is a replaceable default: `default_comparable` is the rule
+every `specperf` command judges by, and the rule of a pytest session unless a suite's
+`pytest_specperf_comparable` hook (hookspec.py) answers first. The session puts its hook in force
+with `comparable_by`, so every comparison it makes (a test's verdict, its report row, a second look)
+asks the same rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_specperf.config.settings import DEFAULT_ENGINE
@@ -45,20 +52,48 @@ class FingerprintDiff:
 
     identity: list[Change]
     environment: list[Change]
+    #: what the rule in force when they were compared said (`comparable_by`); None: no rule was, the default's
+    judged: bool | None = None
 
     @property
     def comparable(self) -> bool:
-        """False when any identity entry differs: the verdict must be INCOMPARABLE."""
-        return not self.identity
+        """Whether the numbers may be compared at all; False makes the verdict INCOMPARABLE."""
+        return default_comparable(self) if self.judged is None else self.judged
 
     def __bool__(self) -> bool:
         return bool(self.identity or self.environment)
 
     def describe(self) -> str:
-        """One line per change, identity first (those make the comparison impossible)."""
-        lines = [f"{change} (not comparable)" for change in self.identity]
+        """One line per change, identity first (those make the comparison impossible, unless the rule
+        in force allowed them)."""
+        mark = "" if self.comparable else " (not comparable)"
+        lines = [f"{change}{mark}" for change in self.identity]
         lines += [str(change) for change in self.environment]
         return "\n".join(lines)
+
+
+def default_comparable(drift: FingerprintDiff) -> bool:
+    """The plugin's rule: numbers are comparable unless an identity entry differs (an environment entry
+    is drift: shown, and compared anyway). What `pytest_specperf_comparable` returns when no suite's
+    implementation answers, and what every `specperf` command (accept, diff, history) judges by."""
+    return not drift.identity
+
+
+#: Whether numbers measured on the second fingerprint may be held against those of the first, given
+#: what differs between them: the shape of a rule `comparable_by` puts in force.
+Comparability = Callable[[Fingerprint, Fingerprint, FingerprintDiff], bool]
+
+#: The rules in force in this process, newest last (a pytest session's; nested runs stack theirs).
+_RULES: list[Comparability] = []
+
+
+def comparable_by(rule: Comparability) -> Callable[[], None]:
+    """Judge every comparison this process makes (`diff`) by `rule` until the returned function is
+    called. How a pytest session makes its `pytest_specperf_comparable` hook decide for every verdict
+    and report row: the verdict is pure and sees fingerprints, not pytest's config. Rules nest (a
+    pytest run inside another): the newest decides, and taking it back restores the one before."""
+    _RULES.append(rule)
+    return lambda: _RULES.remove(rule)
 
 
 def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[Change]:
@@ -198,8 +233,12 @@ def speedup_differences(reference: Fingerprint | None, current: Fingerprint | No
 
 
 def diff(baseline: Fingerprint, current: Fingerprint) -> FingerprintDiff:
-    """What changed from `baseline` to `current`, split into identity and environment."""
-    return FingerprintDiff(
+    """What changed from `baseline` to `current`, split into identity and environment, and whether
+    they are comparable by the rule in force (`comparable_by`; else `default_comparable`)."""
+    found = FingerprintDiff(
         identity=_changes(baseline.identity, current.identity),
         environment=_changes(baseline.environment, current.environment),
     )
+    if not _RULES:
+        return found
+    return dataclasses.replace(found, judged=_RULES[-1](baseline, current, found))

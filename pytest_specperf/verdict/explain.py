@@ -31,7 +31,7 @@ from typing import Any
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement
 from pytest_specperf.verdict.drift import Change, diff
-from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, t_quantile
 
 #: Fingerprint entries that can act on each part (fnmatch patterns): a difference among them is named.
 ACTS_ON = {
@@ -385,7 +385,7 @@ def _level_ratio(
         value = math.exp(diff_log)
         return Estimate(value, value, value, min(len(now), len(then)), DEFAULT_CONFIDENCE)
     df = variance**2 / sum((v / n) ** 2 / (n - 1) for v, n in parts if v > 0)
-    half = _t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
+    half = t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
     return Estimate(
         math.exp(diff_log),
         math.exp(diff_log - half),

@@ -47,9 +47,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from scipy.stats import chi2
+from scipy.special import chdtri
 
-from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, _t_quantile
+from pytest_specperf.verdict.stats import DEFAULT_CONFIDENCE, Estimate, Tolerance, satterthwaite, t_quantile
 
 #: Recorded runs a segment needs before its own spread replaces the prior run-to-run CV.
 MIN_RUNS: Final = 3
@@ -108,7 +108,7 @@ class NightLevel:
         levels = [RunLevel.of(s) for s in starts]
         s = len(levels)
         variance = math.fsum(r.variance for r in levels) / (s * s)
-        df = _satterthwaite([(r.variance / (s * s), r.rounds - 1 if r.rounds > 1 else math.inf) for r in levels])
+        df = satterthwaite([(r.variance / (s * s), r.rounds - 1 if r.rounds > 1 else math.inf) for r in levels])
         return cls(math.fsum(r.log_mean for r in levels) / s, variance, df, s, sum(r.rounds for r in levels))
 
 
@@ -200,7 +200,7 @@ class HistoryComparison:
         if not self.ratio.bounded or not math.isfinite(self.variance):
             return Estimate.unknown(self.ratio.value, self.ratio.n, confidence, self.ratio.cv)
         d = math.log(self.ratio.value)
-        half = _t_quantile(confidence, self.df) * math.sqrt(self.variance)
+        half = t_quantile(confidence, self.df) * math.sqrt(self.variance)
         return Estimate(
             self.ratio.value, math.exp(d - half), math.exp(d + half), self.ratio.n, confidence, self.ratio.cv
         )
@@ -252,10 +252,7 @@ def compare_with_history(
         raise ValueError(f"prior run-to-run CV must be >= 0, got {prior_cv}")
     starts = _starts(current)
     tonight = NightLevel.of(starts)
-    levels = [RunLevel.of(r) for r in runs]
-    rejected = reject_outliers([r.log_mean for r in levels]) if reject else []
-    out = {r.index for r in rejected}
-    levels = [r for i, r in enumerate(levels) if i not in out]
+    levels, rejected = _without_outliers(runs, reject)
     spread = [RunLevel.of(r) for r in spread_runs] if spread_runs else levels
     k = len(levels)
     ybar = math.fsum(r.log_mean for r in levels) / k
@@ -267,15 +264,7 @@ def compare_with_history(
     part = _fixed_part(k, spread, prior_cv, tonight.starts, factor)
     if not part.prior:
         source = f"{len(spread)} stored runs"
-    n = tonight.rounds
-    total = part.variance + tonight.variance
-    df = _satterthwaite([(part.variance, part.df), (tonight.variance, tonight.df)])
-    if tonight.variance == 0.0 and part.variance == 0.0 and min(len(s) for s in starts) < 2:
-        ratio = Estimate.unknown(math.exp(d), n, confidence)
-        total = math.inf
-    else:
-        half = _t_quantile(confidence, df) * math.sqrt(total)
-        ratio = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv)
+    ratio, total, df = _night_ratio(d, part, tonight, starts, confidence, round_cv)
     single = _fixed_part(k, spread, prior_cv, 1, factor)
     return HistoryComparison(
         ratio,
@@ -296,6 +285,33 @@ def compare_with_history(
         df,
         source,
     )
+
+
+def _without_outliers(runs: Sequence[Sequence[float]], reject: bool) -> tuple[list[RunLevel], list[Rejection]]:
+    """Each run's level, and the outliers among them (left out of the levels) when `reject`."""
+    levels = [RunLevel.of(r) for r in runs]
+    rejected = reject_outliers([r.log_mean for r in levels]) if reject else []
+    out = {r.index for r in rejected}
+    return [r for i, r in enumerate(levels) if i not in out], rejected
+
+
+def _night_ratio(
+    d: float,
+    part: _FixedPart,
+    tonight: NightLevel,
+    starts: Sequence[Sequence[float]],
+    confidence: float,
+    round_cv: float | None,
+) -> tuple[Estimate, float, float]:
+    """Tonight's ratio exp(d) to the level with its interval, the interval's variance (inf when it is
+    unknown: no spread anywhere and a start of one round) and its degrees of freedom."""
+    n = tonight.rounds
+    total = part.variance + tonight.variance
+    df = satterthwaite([(part.variance, part.df), (tonight.variance, tonight.df)])
+    if tonight.variance == 0.0 and part.variance == 0.0 and min(len(s) for s in starts) < 2:
+        return Estimate.unknown(math.exp(d), n, confidence), math.inf, df
+    half = t_quantile(confidence, df) * math.sqrt(total)
+    return Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence, round_cv), total, df
 
 
 def assumed_spread(prior_cv: float, floors: Sequence[tuple[float, str]]) -> tuple[float, str]:
@@ -354,10 +370,10 @@ def _fixed_part(k: int, spread: Sequence[RunLevel], prior_cv: float, starts: int
             return _FixedPart(0.0, serial * s2 / k, max(1.0, (m - 1) / serial), False, s2, vbar)
         parts = [(s2 * (1.0 / starts + 1.0 / k), float(m - 1)), (-vbar / starts, vbar_df)]
         variance = tau2 / starts + s2 / k
-        return _FixedPart(tau2, serial * variance, max(1.0, _satterthwaite(parts) / serial), False, s2, vbar)
+        return _FixedPart(tau2, serial * variance, max(1.0, satterthwaite(parts) / serial), False, s2, vbar)
     tau2 = prior_cv * prior_cv
     variance = tau2 * (1.0 / starts + 1.0 / k) + vbar / k
-    df = _satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)])
+    df = satterthwaite([(tau2 * (1.0 / starts + 1.0 / k), math.inf), (vbar / k, vbar_df)])
     return _FixedPart(tau2, variance, df, True, None, vbar)
 
 
@@ -405,14 +421,15 @@ def smallest_detectable_change(
     tau2 = comparison.run_cv**2
     fixed = comparison.fixed_variance - tau2 + tau2 / starts
     noise = (comparison.round_cv or 0.0) ** 2 / (rounds * starts)
-    df = _satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
+    df = satterthwaite([(fixed, comparison.fixed_df), (noise, max(1, starts * (rounds - 1)))])
     se = math.sqrt(fixed + noise)
     z = _one_sided_t(DETECTION_POWER, math.inf) * se
-    beyond = _t_quantile(confidence, df) * se
-    changed = _t_quantile(change_confidence, df) * se if change_confidence is not None else 0.0
+    beyond = t_quantile(confidence, df) * se
+    changed = t_quantile(change_confidence, df) * se if change_confidence is not None else 0.0
+    low, high = Tolerance(max_regression).log_band
     if higher_is_better:
-        return math.exp(min(math.log(1.0 - max_regression) - beyond, -changed) - z)
-    return math.exp(max(math.log(1.0 + max_regression) + beyond, changed) + z)
+        return math.exp(min(low - beyond, -changed) - z)
+    return math.exp(max(high + beyond, changed) + z)
 
 
 def spread_lower_bound(comparison: HistoryComparison, confidence: float = 0.90) -> float | None:
@@ -423,7 +440,7 @@ def spread_lower_bound(comparison: HistoryComparison, confidence: float = 0.90) 
         return None
     k = comparison.runs
     effective = comparison.run_variance * comparison.serial  # runs that wander together see less
-    low = effective * (k - 1) / float(chi2.ppf(confidence, k - 1)) - comparison.round_variance
+    low = effective * (k - 1) / float(chdtri(k - 1, 1.0 - confidence)) - comparison.round_variance
     return math.sqrt(max(0.0, low))
 
 
@@ -462,14 +479,7 @@ def _var(xs: Sequence[float], mean: float) -> float:
 
 def _one_sided_t(quantile: float, df: float) -> float:
     """The `quantile` point of Student t with df degrees of freedom (normal for inf)."""
-    return _t_quantile(2.0 * quantile - 1.0, df)
-
-
-def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite degrees of freedom of a sum of variance estimates (variance, df) pairs."""
-    total = math.fsum(v for v, _ in parts)
-    den = math.fsum(v * v / df for v, df in parts if v != 0.0 and math.isfinite(df))
-    return total * total / den if den > 0.0 else math.inf
+    return t_quantile(2.0 * quantile - 1.0, df)
 
 
 @dataclass(frozen=True)
@@ -529,6 +539,6 @@ def speedup_estimate(
         between, between_df = 2.0 * run_cv * run_cv * share, math.inf
     if n < 2 and between == 0.0 and x.variance == 0.0 and y.variance == 0.0:
         return Estimate.unknown(math.exp(d), n, confidence)
-    df = _satterthwaite([(between, between_df), (x.variance, x.df), (y.variance, y.df)])
-    half = _t_quantile(confidence, df) * math.sqrt(between + x.variance + y.variance)
+    df = satterthwaite([(between, between_df), (x.variance, x.df), (y.variance, y.df)])
+    half = t_quantile(confidence, df) * math.sqrt(between + x.variance + y.variance)
     return Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), n, confidence)

@@ -34,11 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from scipy.stats import t as student_t
+from scipy.special import stdtrit
 
 from pytest_specperf.store.records import LEVEL_RUNS
 from pytest_specperf.verdict.changes import step_splits
 from pytest_specperf.verdict.history import MIN_RUNS, Rejection, reject_outliers
+from pytest_specperf.verdict.stats import Tolerance
 
 #: Accepted runs the run-to-run spread rests on (the newest).
 SPREAD_RUNS: Final = 90
@@ -185,12 +186,13 @@ def _beyond(value: float, before: Sequence[float], tolerance: float, quantile: f
     recent = spread[-LEVEL_RUNS:]
     level = statistics.median(recent) if robust else statistics.fmean(recent)
     shift = value - level
-    if math.log(1.0 - tolerance) <= shift <= math.log(1.0 + tolerance):
+    low, high = Tolerance(tolerance).log_band
+    if low <= shift <= high:
         return 0
     k = min(len(spread), LEVEL_RUNS)
     middle = statistics.median(spread)
     sd = 1.4826 * statistics.median(abs(x - middle) for x in spread) if robust else statistics.stdev(spread)
-    reach = float(student_t.ppf(quantile, len(spread) - 1)) * sd * math.sqrt(1 + 1 / k)
+    reach = float(stdtrit(len(spread) - 1, quantile)) * sd * math.sqrt(1 + 1 / k)
     return 0 if abs(shift) <= reach else (1 if shift > 0 else -1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from pytest_specperf.config import values as check
 from pytest_specperf.config.settings import SpecperfConfig
@@ -25,17 +25,21 @@ RANGE_METRICS = {
     "tpot_ms": "mean_tpot_ms",
     "ttft_ms": "mean_ttft_ms",
 }
-MARKER_KEYS = (
-    "server",
-    "workload",
-    "min_speedup",
-    *RANGE_METRICS,
-    "accept_per_position",
-    "max_regression",
-    "max_regression_accept_length",
-    "lossless",
-    "max_error_rate",
-)
+#: Every marker argument and the values it takes, in the order `pytest --markers` lists them (plugin.py
+#: builds that help from here, so an argument is declared once and never left out of it).
+MARKER_ARGUMENTS = {
+    "server": "NAME or [NAME, ...] (default: every speculative server)",
+    "workload": "NAME or [NAME, ...] (default: 'default')",
+    "min_speedup": "X > 0, or {LEVEL: X}",
+    **{key: "(LOW, HIGH) with None for an open end, or {LEVEL: (LOW, HIGH)}" for key in RANGE_METRICS},
+    "accept_per_position": "True (each draft position against the stored history), or [FLOOR in [0, 1], ...] "
+    "for positions 1, 2, ..., or {LEVEL: [FLOOR, ...]}",
+    "max_regression": "F in [0, 1)",
+    "max_regression_accept_length": "F in [0, 1)",
+    "lossless": "True, False, or the share of identical outputs in (0, 1]",
+    "max_error_rate": "F in [0, 1]",
+}
+MARKER_KEYS = tuple(MARKER_ARGUMENTS)
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,17 @@ class ServerCase:
 Case = ServerCase | MeasurementKey
 
 
-#: `accept_per_position=True`: each draft position's acceptance judged against the stored history's level
-AGAINST_HISTORY: tuple[float, ...] = ()
+@dataclass(frozen=True)
+class AgainstHistory:
+    """`accept_per_position=True`: each draft position's acceptance judged against the stored history's
+    level rather than against floors typed by hand. A type of its own, so that no tuple of floors (an
+    empty one least of all) can stand for it."""
+
+
+#: The marker's `accept_per_position=True`.
+AGAINST_HISTORY: Final = AgainstHistory()
+#: What `accept_per_position` asks at one level: floors for draft positions 1, 2, ..., or the history's level.
+Floors = tuple[float, ...] | AgainstHistory
 
 
 @dataclass(frozen=True)
@@ -66,11 +79,11 @@ class SpecperfMarker:
     max_regression_accept_length: float | None = None
     lossless: float | None = None  # the share of outputs that must equal the reference's; None: not checked
     max_error_rate: float | None = None
-    #: floors of the acceptance at draft positions 1, 2, ... (None: not checked), or one tuple per level;
+    #: floors of the acceptance at draft positions 1, 2, ... (None: not checked), or one per level;
     #: AGAINST_HISTORY (the marker's `True`): each position against the stored history's level
-    accept_per_position: tuple[float, ...] | Mapping[int, tuple[float, ...]] | None = None
+    accept_per_position: Floors | Mapping[int, Floors] | None = None
 
-    def floors_at(self, level: int) -> tuple[float, ...] | None:
+    def floors_at(self, level: int) -> Floors | None:
         if isinstance(self.accept_per_position, Mapping):
             return self.accept_per_position.get(level)
         return self.accept_per_position
@@ -154,7 +167,7 @@ def _check_lossless(servers: tuple[str, ...], workloads: tuple[str, ...], config
         )
 
 
-def _floors(value: Any, where: str) -> tuple[float, ...]:
+def _floors(value: Any, where: str) -> Floors:
     """Floors of the acceptance at draft positions 1, 2, ...: shares in [0, 1]; `True`: against the history."""
     if value is True:
         return AGAINST_HISTORY
@@ -173,7 +186,9 @@ def _floors(value: Any, where: str) -> tuple[float, ...]:
 def _check_floors(floors: Any, servers: tuple[str, ...], config: SpecperfConfig, where: str) -> None:
     """Per-position acceptance needs drafts: not the reference, and no deeper than a server drafts."""
     lists = list(floors.values()) if isinstance(floors, Mapping) else [floors]
-    deepest = max(len(f) for f in lists)  # 0 for AGAINST_HISTORY: as deep as the server drafts
+    deepest = max(
+        0 if isinstance(f, AgainstHistory) else len(f) for f in lists
+    )  # against history: as deep as it drafts
     for name in servers:
         server = config.servers[name]
         if not server.is_speculative:

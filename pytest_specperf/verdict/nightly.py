@@ -7,10 +7,10 @@ accepted, split at the credible steps of the series; parts beyond the tolerance 
 accepted and count in neither the level nor the spread). Two questions decide a night:
 
 * **Is it a change at all?** Tonight's prediction interval against the level at
-  `CHANGE_CONFIDENCE` (one-sided 99%, the plain t-test a Bencher-style gate runs) lies wholly on the
-  bad side of the level.
-* **Is it beyond the tolerance?** The same interval at `BEYOND_CONFIDENCE` (one-sided 90%) lies
-  wholly beyond `max_regression`.
+  `CHANGE_CONFIDENCE` (two-sided 98%: each end a one-sided 99% bound, the plain t-test a
+  Bencher-style gate runs) lies wholly on the bad side of the level.
+* **Is it beyond the tolerance?** The same interval at `BEYOND_CONFIDENCE` (two-sided 80%: each end
+  one-sided 90%) lies wholly beyond `max_regression`.
 
 REGRESSION needs both, and — while the spread is still the configured prior (fewer than
 `history.MIN_RUNS` runs: a guess, not evidence; real CI keys spread 20% where it says 2%) — a second
@@ -25,9 +25,10 @@ its first run on every night until a person accepts it.
 A night is looked at twice at most, each look fixed in advance (no optional stopping): after
 `rounds` rounds on the first server start; when that look is not MET, after the start is extended
 to `max_rounds` rounds and — if still not MET and the server can be restarted — after `rounds` more
-rounds on a second server start, deciding on both starts (`looked`, `Restarts`). Only the last look decides
-a REGRESSION, and a REGRESSION on two starts stands only if the second is beyond the tolerance on
-its own: a second start tells a slow start from a slow server.
+rounds on a second server start, deciding on both starts (`looked`, `Restarts`); a SUSPECT night
+restarts a server only when it is a change for the server as a whole (`worth_a_restart`). Only the
+last look decides a REGRESSION, and a REGRESSION on two starts stands only if the second is beyond
+the tolerance on its own: a second start tells a slow start from a slow server.
 
 What the history keeps (`stored_status`) is every night, marked with its decision; the mark is for
 people and for keeping the accepted level's runs when a history is trimmed, not for the level: which
@@ -50,7 +51,6 @@ from pytest_specperf.verdict.history import (
     MIN_RUNS,
     HistoryComparison,
     NightLevel,
-    _satterthwaite,
     compare_with_history,
     smallest_detectable_change,
     spread_lower_bound,
@@ -58,24 +58,28 @@ from pytest_specperf.verdict.history import (
 from pytest_specperf.verdict.level import SPREAD_RUNS, AcceptedLevel, accepted_level
 from pytest_specperf.verdict.stats import (
     DEFAULT_CONFIDENCE,
+    TWO_SIDED_80,
+    TWO_SIDED_95,
+    TWO_SIDED_98,
     Decision,
     Direction,
     Estimate,
-    _t_quantile,
-    _tolerance_bounds,
+    Tolerance,
+    satterthwaite,
+    t_quantile,
 )
 
 #: The confidence (two-sided) of "tonight differs from the level at all" for a REGRESSION: one-sided
 #: 99%, the plain t-test's.
-CHANGE_CONFIDENCE: Final = 0.98
+CHANGE_CONFIDENCE: Final = TWO_SIDED_98
 #: The confidence (two-sided) of "tonight is beyond the tolerance" for a REGRESSION (and of "beyond the
 #: improvement bound" for IMPROVED): one-sided 90%. The change question holds the false alarms; this
 #: one keeps a change within the tolerance from failing a key. At one-sided 95% a -8% change (3% past
 #: a 5% tolerance: about one start-to-start spread) was flagged within three nights in 72.5% of trials.
-BEYOND_CONFIDENCE: Final = 0.80
+BEYOND_CONFIDENCE: Final = TWO_SIDED_80
 #: ... and for a SUSPECT (which on a GPU asks for a second server start): one-sided 97.5%. A night
 #: that is probably a change beyond the tolerance is worth a second look; only a certain one fails.
-SUSPECT_CONFIDENCE: Final = 0.95
+SUSPECT_CONFIDENCE: Final = TWO_SIDED_95
 
 #: A change too young for the step test is judged with its own runs once it was seen on this many
 #: past nights: one odd night may be the node; two in a row are the key.
@@ -143,15 +147,6 @@ class NightVerdict:
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    """How far a metric may move, which way is good, and the prior spread while the history is short."""
-
-    max_regression: float
-    direction: Direction = Direction.HIGHER_IS_BETTER
-    prior_cv: float = 0.02
-
-
-@dataclass(frozen=True)
 class Look:
     """Tonight against the accepted level: the comparison and what it says."""
 
@@ -213,21 +208,25 @@ def judge_night(
     if decision in (Decision.MISSED, Decision.SUSPECT):
         since = change if change is not None else ChangePoint(len(history), look.comparison.ratio, math.nan)
     comparison = look.comparison
-    detectable = (
-        smallest_detectable_change(
-            comparison,
-            tolerance.max_regression,
-            rounds=rounds or comparison.ratio.n,
-            starts=max(starts_planned, 2) if _one_start_cannot_tell(look, tolerance) else starts_planned,
-            higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
-            confidence=BEYOND_CONFIDENCE,
-            change_confidence=CHANGE_CONFIDENCE,
-        )
-        if not comparison.prior
-        else None
-    )
+    detectable = _detectable(look, tolerance, rounds, starts_planned)
     return NightVerdict(
         decision, improved, comparison, change, since, by_change, detectable, values, confirmed, first_start, level
+    )
+
+
+def _detectable(look: Look, tolerance: Tolerance, rounds: int | None, starts_planned: int) -> float | None:
+    """The change (ratio) one night flags with 80%, for the night's plan (None on the prior)."""
+    comparison = look.comparison
+    if comparison.prior:
+        return None
+    return smallest_detectable_change(
+        comparison,
+        tolerance.max_regression,
+        rounds=rounds or comparison.ratio.n,
+        starts=max(starts_planned, 2) if _one_start_cannot_tell(look, tolerance) else starts_planned,
+        higher_is_better=tolerance.direction is Direction.HIGHER_IS_BETTER,
+        confidence=BEYOND_CONFIDENCE,
+        change_confidence=CHANGE_CONFIDENCE,
     )
 
 
@@ -267,7 +266,7 @@ def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: boo
         comparison.ratio_at(BEYOND_CONFIDENCE),
         comparison.ratio_at(CHANGE_CONFIDENCE),
     )
-    worse, better = _bounds(tolerance)
+    worse, better = tolerance.bounds
     changed = _bad(wide, 1.0, tolerance, credibly=True)
     alone = comparison.starts == 1 and _blind(comparison, tolerance)  # one value mostly its start's offset
     probably = _bad(
@@ -300,11 +299,6 @@ def _blind(comparison: HistoryComparison, tolerance: Tolerance) -> bool:
     (the question a REGRESSION asks), and a REGRESSION needs a second start or a second night."""
     low = spread_lower_bound(comparison)
     return low is not None and low > tolerance.max_regression / BLIND_RATIO
-
-
-def _bounds(tolerance: Tolerance) -> tuple[float, float]:
-    """(regression bound, improvement bound) on tonight's ratio to the level (stats' own rule)."""
-    return _tolerance_bounds(tolerance.max_regression, tolerance.direction)
 
 
 def _bad(estimate: Estimate, bound: float, tolerance: Tolerance, *, credibly: bool = False) -> bool:
@@ -341,11 +335,11 @@ def _change_in_force(
         (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1),
     ]
     variance = math.fsum(v for v, _ in parts)
-    df = max(1.0, _satterthwaite([(v, d) for v, d in parts if math.isfinite(v)])) if math.isfinite(variance) else 1.0
+    df = max(1.0, satterthwaite([(v, d) for v, d in parts if math.isfinite(v)])) if math.isfinite(variance) else 1.0
     if not math.isfinite(variance):
         estimate = Estimate.unknown(math.exp(d), len(after), DEFAULT_CONFIDENCE)
         return ChangePoint(level.change_at or 0, estimate, math.nan)
-    half = _t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
+    half = t_quantile(DEFAULT_CONFIDENCE, df) * math.sqrt(variance)
     estimate = Estimate(math.exp(d), math.exp(d - half), math.exp(d + half), len(after), DEFAULT_CONFIDENCE)
     return ChangePoint(level.change_at or 0, estimate, math.nan, "step", None, variance, df)
 
@@ -355,7 +349,7 @@ def _classify_change(change: ChangePoint, tolerance: Tolerance) -> tuple[bool, b
     questions a night is asked, put to the change's runs together."""
     if not change.change.bounded:
         return False, False
-    worse, better = _bounds(tolerance)
+    worse, better = tolerance.bounds
     beyond, wide = change.change_at(BEYOND_CONFIDENCE), change.change_at(CHANGE_CONFIDENCE)
     return (
         _bad(beyond, worse, tolerance, credibly=True) and _bad(wide, 1.0, tolerance, credibly=True),
@@ -380,7 +374,7 @@ def _confirm(
     last = decide(tonight[-1:], history, level, tolerance, strict=strict, earlier=earlier, floors=floors)
     assert first is not None and last is not None
     on_its_own = last.decision in (Decision.SUSPECT, Decision.MISSED) or _bad(
-        last.comparison.ratio, _bounds(tolerance)[0], tolerance
+        last.comparison.ratio, tolerance.regression_bound, tolerance
     )
     if look.decision is Decision.MISSED and not on_its_own:
         return last, False, first.comparison.ratio.value
@@ -412,6 +406,27 @@ def second_start_reasons(beyond: Sequence[tuple[str, Sequence[float]]]) -> list[
     (`without_spread`) is never a reason for one: on a GPU node a start costs many minutes, and it
     would measure the same value again."""
     return [name for name, samples in beyond if not without_spread(samples)]
+
+
+def worth_a_restart(verdict: NightVerdict, keys: int = 1) -> bool:
+    """Whether a night beyond the tolerance may restart its server for a second look, when the server
+    measures `keys` keys tonight.
+
+    Why: a restart is a question asked of the server (is this start off?), and each of its keys can ask
+    it. Asked by every SUSPECT key at the SUSPECT question's confidence, a server of 20 unchanged keys
+    would be restarted about 20 times as often as a server of one. For a SUSPECT night the question is
+    the server's: asked at the SUSPECT confidence for the server as a whole (Bonferroni over its keys:
+    one-sided 97.5% for one key, 99.875% for 20), so the server's false restarts stay about those of
+    one key, while a real change of a key, whose interval lies far from the level, still asks for one.
+    A REGRESSION always asks (a second start that disagrees is what keeps an unchanged key from
+    failing), and so does a night held by the change in force."""
+    if verdict.decision not in (Decision.SUSPECT, Decision.MISSED):
+        return False
+    comparison = verdict.comparison
+    if keys <= 1 or verdict.decision is Decision.MISSED or verdict.by_change or comparison is None:
+        return True
+    server = comparison.ratio_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / keys)
+    return not server.low <= 1.0 <= server.high  # a change, for the server as a whole
 
 
 def looked(

@@ -11,12 +11,13 @@ from pytest_specperf.measure.records import METRICS, Measurement
 from pytest_specperf.store.records import StoredBaseline, StoredRun
 from pytest_specperf.verdict.changes import ChangePoint, change_size
 from pytest_specperf.verdict.history import Rejection
-from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, Tolerance, judge_night
+from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, judge_night
 from pytest_specperf.verdict.results import CheckResult, fmt, rounds_text
 from pytest_specperf.verdict.stats import (
     Decision,
     Direction,
     Estimate,
+    Tolerance,
     decide_threshold,
     mean_estimate,
     ratio_estimate,
@@ -167,7 +168,9 @@ def check_positions_history(
         if not any(then):
             continue
         ratio = ratio_estimate(now, then)
-        decision = decide_threshold(ratio, 1.0 - tolerance, Direction.HIGHER_IS_BETTER, strict=strict)
+        decision = decide_threshold(
+            ratio, Tolerance(tolerance).regression_bound, Direction.HIGHER_IS_BETTER, strict=strict
+        )
         decisions.append(decision)
         verdict = "" if decision is Decision.MET else f" ({decision.value})"
         parts.append(f"position {i + 1} {_mean(now):.2f} vs {_mean(then):.2f}: x{fmt(ratio, 3)}{verdict}")

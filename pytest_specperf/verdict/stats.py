@@ -25,11 +25,16 @@ Methods, and why:
   the threshold then passes, because thresholds are inclusive.
 * Interval level: a check fails only on a credible miss (the whole interval on the bad side), so
   each end of a reported interval is a one-sided bound at ``(1 + confidence) / 2``
-  (``DEFAULT_CONFIDENCE = 0.90`` two-sided: one-sided 95%, the convention of equivalence testing).
+  (``DEFAULT_CONFIDENCE = TWO_SIDED_90``: each end a one-sided 95% bound, the convention of
+  equivalence testing). Every ``confidence`` here is two-sided; the constants say so in their names.
   An estimate on the bad side without that credibility is SUSPECT (`decide_threshold`); the strict
   reading asks the whole interval to be on the good side before a check is MET.
   benchmarks/verdict_power.py measures the round-only check, benchmarks/verdict_nights.py the
   nightly check against a history.
+
+The public names are the verdict engine's shared vocabulary: `t_quantile` and `satterthwaite` for
+every interval built elsewhere (a history's level, a change point, an explanation), `Tolerance` for
+every band of ``1 ± max_regression``, and the ``TWO_SIDED_*`` confidences.
 
 Everything here is pure: no pytest, no I/O.
 """
@@ -42,8 +47,15 @@ from typing import Final
 
 from scipy.special import stdtrit
 
+#: Two-sided confidences, as `t_quantile` and every ``confidence`` argument take them. Each end of such
+#: an interval alone is a one-sided bound at (1 + c) / 2 (`one_sided`): TWO_SIDED_98's ends are
+#: one-sided 99%, TWO_SIDED_90's one-sided 95%, TWO_SIDED_80's one-sided 90%.
+TWO_SIDED_80: Final = 0.80
+TWO_SIDED_90: Final = 0.90
+TWO_SIDED_95: Final = 0.95
+TWO_SIDED_98: Final = 0.98
 #: Two-sided coverage of every reported interval; each end is a one-sided 95% bound.
-DEFAULT_CONFIDENCE: Final = 0.90
+DEFAULT_CONFIDENCE: Final = TWO_SIDED_90
 #: Rounds per measurement that the default error rates were measured with.
 DEFAULT_ROUNDS: Final = 5
 #: Rounds the adaptive policy may grow a measurement to while a check is INCONCLUSIVE.
@@ -125,7 +137,46 @@ class Estimate:
     @property
     def one_sided_confidence(self) -> float:
         """Confidence of each end taken alone, which is what a one-sided decision uses."""
-        return (1.0 + self.confidence) / 2.0
+        return one_sided(self.confidence)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a metric may move (``max_regression``, a share), which way is good, and the prior
+    run-to-run spread while a history is short: the one place the band ``1 ± max_regression`` is
+    written, so every check, gate and plot draws the same bounds."""
+
+    max_regression: float
+    direction: Direction = Direction.HIGHER_IS_BETTER
+    prior_cv: float = 0.02
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(regression bound, improvement bound) on a current/baseline ratio."""
+        if self.direction is Direction.HIGHER_IS_BETTER:
+            return 1.0 - self.max_regression, 1.0 + self.max_regression
+        return 1.0 + self.max_regression, 1.0 - self.max_regression
+
+    @property
+    def regression_bound(self) -> float:
+        """The ratio beyond which a change is a regression."""
+        return self.bounds[0]
+
+    @property
+    def improvement_bound(self) -> float:
+        """The ratio beyond which a change counts as an improvement."""
+        return self.bounds[1]
+
+    @property
+    def log_band(self) -> tuple[float, float]:
+        """The band in log ratio, (log(1 - max_regression), log(1 + max_regression)), whichever way is
+        good: a log change inside it is within the tolerance on both sides."""
+        return math.log(1.0 - self.max_regression), math.log(1.0 + self.max_regression)
+
+    def moved(self, ratio: float) -> bool:
+        """`ratio` lies beyond the tolerance either way, measured on the log scale by the regression
+        side: |log ratio| > -log(1 - max_regression), so a halving and a doubling count alike."""
+        return abs(math.log(ratio)) > -math.log(1.0 - self.max_regression)
 
 
 @dataclass(frozen=True)
@@ -147,14 +198,19 @@ class RegressionResult:
     baseline: Estimate | None = None
 
     @property
+    def tolerance(self) -> Tolerance:
+        """The band the ratio was held to."""
+        return Tolerance(self.max_regression, self.direction)
+
+    @property
     def regression_bound(self) -> float:
         """The ratio beyond which a change is a regression."""
-        return _tolerance_bounds(self.max_regression, self.direction)[0]
+        return self.tolerance.regression_bound
 
     @property
     def improvement_bound(self) -> float:
         """The ratio beyond which a change counts as an improvement."""
-        return _tolerance_bounds(self.max_regression, self.direction)[1]
+        return self.tolerance.improvement_bound
 
 
 @dataclass(frozen=True)
@@ -212,7 +268,7 @@ def mean_estimate(samples: Iterable[float], confidence: float = DEFAULT_CONFIDEN
         return Estimate.unknown(mean, 1, confidence)
     var = _variance(xs, mean)
     cv = math.sqrt(var) / abs(mean) if mean != 0.0 else None
-    half = _t_quantile(confidence, n - 1) * math.sqrt(var / n)
+    half = t_quantile(confidence, n - 1) * math.sqrt(var / n)
     return Estimate(mean, mean - half, mean + half, n, confidence, cv)
 
 
@@ -253,7 +309,7 @@ def _fieller(
     var_diff = vx + rho * rho * vy  # Var(X̄ - r·Ȳ) at the point estimate
     df_den = (vx * vx / (nx - 1) if vx else 0.0) + ((rho * rho * vy) ** 2 / (ny - 1) if vy else 0.0)
     df = var_diff * var_diff / df_den if df_den > 0.0 else math.inf
-    t = _t_quantile(confidence, df)
+    t = t_quantile(confidence, df)
     a = my * my - t * t * vy
     if a <= 0.0:  # denominator's interval reaches 0: the confidence set is unbounded
         return None
@@ -323,7 +379,7 @@ def classify_ratio(
     """Regression decision from a current/baseline ratio Estimate (see `decide_regression`)."""
     if not 0.0 <= max_regression < 1.0:
         raise ValueError(f"max_regression must be within [0, 1), got {max_regression}")
-    worse, better = _tolerance_bounds(max_regression, direction)
+    worse, better = Tolerance(max_regression, direction).bounds
     # "Meeting" the check means staying on the good side of the regression bound.
     decision = decide_threshold(ratio, worse, direction, strict=strict)
     # An improvement must exceed the tolerance: a ratio degenerate *at* 1 + m is not one.
@@ -356,13 +412,6 @@ def decide_regression(
         mean_estimate(current, confidence),
         mean_estimate(baseline, confidence),
     )
-
-
-def _tolerance_bounds(max_regression: float, direction: Direction) -> tuple[float, float]:
-    """(regression bound, improvement bound) on the current/baseline ratio."""
-    if direction is Direction.HIGHER_IS_BETTER:
-        return 1.0 - max_regression, 1.0 + max_regression
-    return 1.0 + max_regression, 1.0 - max_regression
 
 
 # --- more rounds? --------------------------------------------------------------------------------
@@ -481,15 +530,30 @@ def _expected_half_width(
     else:
         df_den = a * a / (n - 1) + (b * b / (fixed_n - 1) if fixed_n and fixed_n > 1 else 0.0)
         df = (a + b) ** 2 / df_den if df_den > 0.0 else math.inf
-    return _t_quantile(confidence, df) * abs(value) * math.sqrt(a + b)
+    return t_quantile(confidence, df) * abs(value) * math.sqrt(a + b)
 
 
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _t_quantile(confidence: float, df: float) -> float:
-    """Two-sided Student t critical value; scipy.special.stdtrit is ~50x faster than stats.t.ppf."""
-    return float(stdtrit(df, (1.0 + confidence) / 2.0))
+def t_quantile(confidence: float, df: float) -> float:
+    """The Student t critical value of a two-sided ``confidence`` interval with ``df`` degrees of
+    freedom (the one-sided (1 + confidence) / 2 point; the normal's for inf). scipy.special.stdtrit
+    is ~50x faster than scipy.stats.t.ppf, and intervals are built in every verdict's inner loop."""
+    return float(stdtrit(df, one_sided(confidence)))
+
+
+def one_sided(confidence: float) -> float:
+    """The confidence of each end of a two-sided ``confidence`` interval taken alone."""
+    return (1.0 + confidence) / 2.0
+
+
+def satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of independent variance estimates, given as
+    (variance, df) pairs: a part with infinite df (or no variance) is known exactly and adds none."""
+    total = math.fsum(v for v, _ in parts)
+    den = math.fsum(v * v / df for v, df in parts if v != 0.0 and math.isfinite(df))
+    return total * total / den if den > 0.0 else math.inf
 
 
 def _check_confidence(confidence: float) -> None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import pytest
-from simproc import SimServer
+from simharness import TENTH_TIME, Sim
 
 from pytest_specperf.common.transport import probe
 from pytest_specperf.config.workloads import Prompt, SamplingParams
@@ -43,7 +43,7 @@ def check_sane(record: RequestRecord, tokens: int) -> None:
     assert sum(record.chunk_gaps) <= record.last_chunk - record.first_chunk + 1e-9
 
 
-def test_text_prompt_on_spec_server(spec_sim: SimServer) -> None:
+def test_text_prompt_on_spec_server(spec_sim: Sim) -> None:
     start = time.perf_counter()
     record = spec_sim.client().generate(TEXT, FIXED, 3, start)
     check_sane(record, 48)
@@ -55,14 +55,14 @@ def test_text_prompt_on_spec_server(spec_sim: SimServer) -> None:
     assert record.accept_length is not None and record.accept_length >= 1
 
 
-def test_chat_prompt_on_spec_server(spec_sim: SimServer) -> None:
+def test_chat_prompt_on_spec_server(spec_sim: Sim) -> None:
     record = spec_sim.client().generate(CHAT, FIXED, 0, time.perf_counter())
     check_sane(record, 48)
     assert record.verify_ct is not None and record.verify_ct > 0
     assert record.proposed_drafts == record.verify_ct * 5
 
 
-def test_plain_server_has_no_verify_counts(plain_sim: SimServer) -> None:
+def test_plain_server_has_no_verify_counts(plain_sim: Sim) -> None:
     client = plain_sim.client()
     for prompt in (TEXT, CHAT):
         record = client.generate(prompt, FIXED, 0, time.perf_counter())
@@ -70,27 +70,27 @@ def test_plain_server_has_no_verify_counts(plain_sim: SimServer) -> None:
         assert record.verify_ct is None and record.accepted_drafts is None and record.accept_length is None
 
 
-def test_same_prompt_same_output_at_temperature_zero(plain_sim: SimServer) -> None:
+def test_same_prompt_same_output_at_temperature_zero(plain_sim: Sim) -> None:
     client = plain_sim.client()
     first = client.generate(TEXT, FIXED, 0, time.perf_counter())
     second = client.generate(TEXT, FIXED, 1, time.perf_counter())
     assert first.output_hash == second.output_hash
 
 
-def test_http_error_becomes_error_record(plain_sim: SimServer) -> None:
+def test_http_error_becomes_error_record(plain_sim: Sim) -> None:
     record = plain_sim.client().generate(TEXT, SamplingParams(max_new_tokens=-1), 0, time.perf_counter())
     assert not record.ok and record.error is not None and "HTTP 400" in record.error
     assert record.completion_tokens == 0
 
 
-def test_timeout_becomes_error_record(spec_sim: SimServer) -> None:
+def test_timeout_becomes_error_record(spec_sim: Sim) -> None:
     client = spec_sim.client(request_timeout=0.05)
     record = client.generate(TEXT, SamplingParams(max_new_tokens=4000, ignore_eos=True), 0, time.perf_counter())
     assert record.error == "timeout: no complete answer within 0.05 s"
     assert record.completion_tokens == 0  # an error never adds throughput
 
 
-def test_control_endpoints(spec_sim: SimServer, plain_sim: SimServer) -> None:
+def test_control_endpoints(spec_sim: Sim, plain_sim: Sim) -> None:
     client = spec_sim.client()
     assert probe(spec_sim.url, "/ready", 5) and probe(spec_sim.url, "/health_generate", 30)
     assert client.flush_cache(timeout=10)
@@ -116,9 +116,9 @@ def test_unreachable_server() -> None:
 # API key
 
 
-def test_api_key_sent_and_never_leaked(sim_factory: Callable[..., SimServer]) -> None:
+def test_api_key_sent_and_never_leaked(sim_factory: Callable[..., Sim]) -> None:
     secret = "sk-test-0123456789abcdef"
-    server = sim_factory(api_key=secret)
+    server = sim_factory([*TENTH_TIME], api_key=secret)
     good = server.client().generate(TEXT, FIXED, 0, time.perf_counter())
     check_sane(good, 48)
     assert server.client().server_info()
@@ -143,8 +143,8 @@ def test_api_key_sent_and_never_leaked(sim_factory: Callable[..., SimServer]) ->
 # faults
 
 
-def test_error_rate_gives_error_records(sim_factory: Callable[..., SimServer]) -> None:
-    server = sim_factory("--sim-error-rate", "0.5", "--sim-seed", "3")
+def test_error_rate_gives_error_records(sim_factory: Callable[..., Sim]) -> None:
+    server = sim_factory([*TENTH_TIME, "--sim-error-rate", "0.5", "--sim-seed", "3"])
     mixed = [TEXT if i % 2 else CHAT for i in range(24)]
     result = run_requests(server.client(), mixed, SamplingParams(max_new_tokens=8), concurrency=4)
     errors = [r for r in result.records if not r.ok]
@@ -153,16 +153,16 @@ def test_error_rate_gives_error_records(sim_factory: Callable[..., SimServer]) -
     assert all(r.completion_tokens == 8 for r in result.records if r.ok)
 
 
-def test_server_exit_gives_error_records(sim_factory: Callable[..., SimServer]) -> None:
-    server = sim_factory("--sim-exit-after-requests", "3")
+def test_server_exit_gives_error_records(sim_factory: Callable[..., Sim]) -> None:
+    server = sim_factory([*TENTH_TIME, "--sim-exit-after-requests", "3"])
     result = run_requests(server.client(request_timeout=10), prompts(8), FIXED, concurrency=2)
     assert len(result.records) == 8
     assert sum(not r.ok for r in result.records) >= 4
     assert server.proc.wait(timeout=10) is not None
 
 
-def test_server_killed_mid_stream(sim_factory: Callable[..., SimServer]) -> None:
-    server = sim_factory(time_scale=1.0)
+def test_server_killed_mid_stream(sim_factory: Callable[..., Sim]) -> None:
+    server = sim_factory(["--sim-time-scale", "1.0"])
     client = server.client(request_timeout=20)
     long = SamplingParams(max_new_tokens=4000, ignore_eos=True)
     results: list[RoundResult] = []
@@ -198,7 +198,7 @@ def max_overlap(records: Sequence[RequestRecord]) -> int:
     return peak
 
 
-def test_closed_loop_overlaps_requests(plain_sim: SimServer) -> None:
+def test_closed_loop_overlaps_requests(plain_sim: Sim) -> None:
     client = plain_sim.client()
     seen: list[int] = []
     result = run_requests(client, prompts(16), FIXED, concurrency=4, on_record=lambda r: seen.append(r.index))
@@ -212,7 +212,7 @@ def test_closed_loop_overlaps_requests(plain_sim: SimServer) -> None:
     assert max(r.last_chunk or 0 for r in result.records) <= result.duration
 
 
-def test_open_loop_follows_seeded_poisson_schedule(plain_sim: SimServer) -> None:
+def test_open_loop_follows_seeded_poisson_schedule(plain_sim: Sim) -> None:
     """Requests leave on the seeded Poisson schedule, never before their time. How late they may leave
     depends on what else the machine runs: that is a benchmark (benchmarks/client_overhead.py, send
     lateness), not a test."""
@@ -232,13 +232,13 @@ def test_open_loop_follows_seeded_poisson_schedule(plain_sim: SimServer) -> None
     assert sent == sorted(sent)  # in the schedule's order
 
 
-def test_open_loop_respects_concurrency_cap(plain_sim: SimServer) -> None:
+def test_open_loop_respects_concurrency_cap(plain_sim: Sim) -> None:
     result = run_requests(plain_sim.client(), prompts(12), FIXED, concurrency=2, request_rate=1000.0)
     assert all(r.ok for r in result.records)
     assert max_overlap(result.records) <= 2
 
 
-def test_callback_failure_is_raised_in_caller(plain_sim: SimServer) -> None:
+def test_callback_failure_is_raised_in_caller(plain_sim: Sim) -> None:
     def explode(record: RequestRecord) -> None:
         raise KeyError("boom")
 
@@ -246,8 +246,8 @@ def test_callback_failure_is_raised_in_caller(plain_sim: SimServer) -> None:
         run_requests(plain_sim.client(), prompts(4), FIXED, concurrency=2, on_record=explode)
 
 
-def test_flush_cache_waits_until_idle(sim_factory: Callable[..., SimServer]) -> None:
-    server = sim_factory()
+def test_flush_cache_waits_until_idle(sim_factory: Callable[..., Sim]) -> None:
+    server = sim_factory([*TENTH_TIME])
     client = server.client()
     records: list[RequestRecord] = []
     long = SamplingParams(max_new_tokens=300, ignore_eos=True)

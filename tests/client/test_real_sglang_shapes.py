@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import requests
-from simproc import SimServer
+from simharness import Sim
 
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import engine_for
@@ -57,7 +57,7 @@ def collapse(kinds: list[str]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1] or k != "content"]
 
 
-def test_the_simulators_chat_stream_has_the_shape_of_sglangs(spec_sim: SimServer) -> None:
+def test_the_simulators_chat_stream_has_the_shape_of_sglangs(spec_sim: Sim) -> None:
     captured = events(CAPTURED.read_text())
     body = {
         "messages": [dict(m) for m in CHAT.messages or ()],

@@ -8,9 +8,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from simproc import SimServer, free_port
+from simharness import Sim, free_port
 
 from pytest_specperf.config.workloads import Prompt, SamplingParams, WorkloadConfig
+from pytest_specperf.engines.base import openai_sampling
 from pytest_specperf.engines.sglang import sampling_params
 from pytest_specperf.errors import ServerError, StalledServer
 from pytest_specperf.measure.http import ServerClient
@@ -30,11 +31,11 @@ def text_prompts(n: int) -> list[Prompt]:
 def test_seed_sent_only_when_sampling() -> None:
     assert "sampling_seed" not in sampling_params(SamplingParams(16))
     assert "sampling_seed" not in sampling_params(SamplingParams(16, temperature=0.0, sampling_seed=3))
-    assert "seed" not in SamplingParams(16, temperature=0.0, sampling_seed=3).to_openai()
+    assert "seed" not in openai_sampling(SamplingParams(16, temperature=0.0, sampling_seed=3))
     sampled = SamplingParams(16, temperature=0.7, sampling_seed=3)
     assert sampling_params(sampled)["sampling_seed"] == 3
-    assert sampled.to_openai()["seed"] == 3
-    assert "sampling_seed" not in sampled.to_openai()  # not an OpenAI field
+    assert openai_sampling(sampled)["seed"] == 3
+    assert "sampling_seed" not in openai_sampling(sampled)  # not an OpenAI field
     assert "sampling_seed" not in sampling_params(SamplingParams(16, temperature=0.7))
 
 
@@ -47,7 +48,7 @@ def test_from_workload_seeds_sampling_only_above_temperature_zero() -> None:
 
 def test_seeded_sampling_is_reproducible_on_both_endpoints(sim_factory) -> None:
     """With --enable-deterministic-inference, as SGLang: without it the seed is ignored (next test)."""
-    client = sim_factory("--enable-deterministic-inference", time_scale=0.0).client()
+    client = sim_factory(["--enable-deterministic-inference", "--sim-time-scale", "0"]).client()
     seeded = SamplingParams.from_workload(WorkloadConfig(name="w", max_new_tokens=24, temperature=0.8, seed=5))
     for prompt in (*text_prompts(2), CHAT):
         first = client.generate(prompt, seeded, 0, time.perf_counter())
@@ -58,7 +59,7 @@ def test_seeded_sampling_is_reproducible_on_both_endpoints(sim_factory) -> None:
     assert a.output_hash != b.output_hash  # one workload seed, yet each prompt draws its own tokens
 
 
-def test_without_deterministic_inference_the_seed_does_not_fix_the_draw(plain_sim: SimServer) -> None:
+def test_without_deterministic_inference_the_seed_does_not_fix_the_draw(plain_sim: Sim) -> None:
     """SGLang builds per-request seeds only in deterministic mode (sampling_batch_info.py): the simulator too."""
     client = plain_sim.client()
     seeded = SamplingParams.from_workload(WorkloadConfig(name="w", max_new_tokens=24, temperature=0.8, seed=5))

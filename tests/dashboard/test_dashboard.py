@@ -17,8 +17,9 @@ from pytest_specperf.cli import main as specperf
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report import dashboard
-from pytest_specperf.report.dashboard.model import Dashboard, KeyView, build_dashboard
-from pytest_specperf.report.dashboard.pages import suite_page
+from pytest_specperf.report.dashboard import model
+from pytest_specperf.report.dashboard.model import Dashboard, KeyView, assemble, build_dashboard
+from pytest_specperf.report.dashboard.pages import suite_page, summary_page
 from pytest_specperf.report.dashboard.svg import NEWEST_LABEL_HALF_WIDTH
 from pytest_specperf.store import GitStore, open_store
 from pytest_specperf.store.file import FileStore
@@ -84,6 +85,43 @@ def test_a_night_with_nothing_before_it_in_its_segment_says_so(tmp_path: Path) -
         "the newest night starts a new segment (--specperf-update): nothing to judge it against yet"
     )
     assert view(board, "plain/code/c1").gate.why == "one night recorded: nothing to judge it against yet"
+
+
+def test_views_computed_by_forked_processes_make_the_same_pages(tmp_path: Path) -> None:
+    """A large store's views are computed by several processes (`build_views`); the pages are the same."""
+    entries = rich_store(tmp_path / ".specperf").entries()
+    serial = build_dashboard(entries, title="rich", location="rich", limits=LIMITS)
+    views = dashboard.build_views(entries, LIMITS, workers=2, least=1)
+    assert all(v.runs for v in views)  # the parent gives each view its runs back
+    forked = assemble(views, title="rich", location="rich", limits=LIMITS)
+    assert summary_page(forked) == summary_page(serial)
+    assert suite_page(forked) == suite_page(serial)
+
+
+def test_a_paged_site_has_a_page_per_key_and_drops_the_pages_it_no_longer_makes(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = rich_store(tmp_path / ".specperf")
+    site = tmp_path / "site"
+    monkeypatch.setattr(model, "PAGED_RUNS", 10)  # the rich store holds more runs: a page per key
+    assert specperf(["dashboard", "--store", str(store.root), "-o", str(site)]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"  {site}/index.html\n  {site}/suite.html\n  {site}/keys/: 5 pages, one per key\n"
+    )
+    pages = sorted(p.name for p in (site / "keys").iterdir())
+    assert pages == sorted(
+        f"{v.anchor}.html" for v in build_dashboard(store.entries(), title="t", location="t", limits=LIMITS).keys
+    )
+    suite = (site / "suite.html").read_text()
+    assert "<article" not in suite and suite.count('<li><a href="keys/') == 5
+    assert 'href="keys/sim-eagle3-5step-chat-c1.html"' in (site / "index.html").read_text()
+    panel = (site / "keys" / "sim-eagle3-5step-chat-c1.html").read_text()
+    assert panel.count("<article") == 1 and 'href="../index.html"' in panel
+
+    monkeypatch.undo()  # one page of panels again: the keys' pages go
+    assert specperf(["dashboard", "--store", str(store.root), "-o", str(site)]) == 0
+    assert list((site / "keys").iterdir()) == []
+    assert (site / "suite.html").read_text().count("<article") == 5
 
 
 def test_names_are_escaped(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The texts the plugin's end-to-end tests run: server tables, workloads, a test file, a whole config.
+"""The texts the plugin's end-to-end tests run: workloads, a test file, a whole config, with the one
+server table of the tests (`suite_tables`).
 
 Test modules import them by this module's name (`from plugin_suites import ...`): unique across the
 test folders, so any of them can be collected together with the others, under xdist too.
@@ -8,36 +9,17 @@ from __future__ import annotations
 
 import textwrap
 
-SPEC_SERVERS = """
-[specperf.servers.plain]
+from suite_tables import ONE_SPEC_SERVER, SPEC_SERVERS, TINY_WORKLOAD
 
-[specperf.servers.eagle3-5step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-
-[specperf.servers.eagle3-2step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 2
-eagle_topk = 1
-num_draft_tokens = 3
-"""
-
-#: the reference and the 5-step config only
-ONE_SPEC_SERVER = SPEC_SERVERS[: SPEC_SERVERS.index("[specperf.servers.eagle3-2step]")]
-
-
-TINY_WORKLOAD = """
-[specperf.workloads.default]
-prompts = "builtin:chat"
-num_requests = 4
-max_new_tokens = 24
-warmup = 1
-"""
-
+__all__ = [
+    "ONE_MEASURED_TEST",
+    "ONE_SPEC_SERVER",
+    "SPEC_SERVERS",
+    "STEADY_WORKLOAD",
+    "TINY_WORKLOAD",
+    "TWO_LEVEL_WORKLOAD",
+    "config_text",
+]
 
 #: long enough answers (qa prompts, no early stop) that rounds are steady on a loaded machine
 STEADY_WORKLOAD = """

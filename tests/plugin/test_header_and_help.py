@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specperf.verdict.markers import MARKER_KEYS
+from pytest_specperf.verdict.markers import MARKER_ARGUMENTS, MARKER_KEYS
 
 
 def test_pytest_markers_lists_every_marker_argument(pytester: pytest.Pytester) -> None:
@@ -15,6 +15,16 @@ def test_pytest_markers_lists_every_marker_argument(pytester: pytest.Pytester) -
     listed = line.split("(", 1)[1].split(")", 1)[0]
     assert [argument.strip().rstrip("=") for argument in listed.split(",")] == list(MARKER_KEYS)
     assert "accept_per_position=" in listed
+
+
+def test_pytest_markers_gives_every_marker_argument_its_values(pytester: pytest.Pytester) -> None:
+    """Each argument is listed with the values it takes, as its declaration gives them: a user reading
+    `pytest --markers` learns that `accept_per_position=True` judges each position against the history."""
+    result = pytester.runpytest_subprocess("--markers", "-p", "no:cacheprovider")
+    text = " ".join(" ".join(result.outlines).split())  # pytest wraps the help line
+    for key, values in MARKER_ARGUMENTS.items():
+        assert f"{key}={values}" in text, key
+    assert "accept_per_position=True (each draft position against the stored history)" in text
 
 
 def test_the_header_names_the_default_profile_and_the_gpus_it_models(make_suite) -> None:

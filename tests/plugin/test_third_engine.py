@@ -21,7 +21,7 @@ from pytest_specperf.cli import main
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import Prompt, SamplingParams
 from pytest_specperf.engines import Engine, EngineFlags, register_engine, unregister_engine
-from pytest_specperf.engines.base import EngineRequest, SpecCounts, StreamMode
+from pytest_specperf.engines.base import EngineRequest, SpecCounts, StreamMode, openai_sampling
 from pytest_specperf.engines.tuning import Candidate, Shape
 
 
@@ -64,7 +64,7 @@ class Toy(Engine):
         messages = [dict(m) for m in prompt.messages] if prompt.messages else [{"role": "user", "content": prompt.text}]
         payload: dict[str, Any] = {
             "messages": messages,
-            **sampling.to_openai(),
+            **openai_sampling(sampling),
             "stream": True,
             "stream_options": {"include_usage": True},
             "return_spec_tokens_details": True,

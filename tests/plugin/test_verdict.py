@@ -64,8 +64,9 @@ def test_a_slower_simulator_is_a_regression(make_suite) -> None:
     set_in_config(suite, 'sim_profile = "kimi-k2.5-tp8"', 'sim_profile = "gpu.toml"')
     (suite.pytester.path / "gpu.toml").write_text(profile)
     suite.run("--specperf-update").assert_outcomes(passed=1)
-    # verify +60% (cycle ~+45%): a slowdown far beyond what a busy machine takes off the baseline's speed
-    (suite.pytester.path / "gpu.toml").write_text(profile.replace("verify_fixed_ms = 22.5", "verify_fixed_ms = 36.0"))
+    # verify x4 (cycle x3.3): a slowdown far beyond what a busy machine takes off the baseline's speed
+    # (at +60% a 2-core machine at load 15 hid it: the reference read a CV of 23% on its second start)
+    (suite.pytester.path / "gpu.toml").write_text(profile.replace("verify_fixed_ms = 22.5", "verify_fixed_ms = 90.0"))
     result = suite.run()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(

@@ -5,10 +5,10 @@ ends the others, and a rank that never joins fails the start naming it. Real pro
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 import requests
+from simharness import sim_command
 
 from pytest_specperf.servers.launch import free_port
 from pytest_specperf.sim.cli import SimConfigError, parse_config
@@ -17,9 +17,7 @@ from pytest_specperf.sim.cli import SimConfigError, parse_config
 def launch(rank: int, nodes: int, http: int, dist: int, *extra: str) -> subprocess.Popen[str]:
     argv = ["--model-path", "m", "--port", str(http), "--sim-time-scale", "0", "--nnodes", str(nodes)]
     argv += ["--node-rank", str(rank), "--dist-init-addr", f"127.0.0.1:{dist}", *extra]
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest_specperf.sim", *argv], stderr=subprocess.PIPE, text=True, bufsize=1
-    )
+    return subprocess.Popen(sim_command(argv), stderr=subprocess.PIPE, text=True, bufsize=1)
 
 
 def wait_for(proc: subprocess.Popen[str], words: str) -> list[str]:

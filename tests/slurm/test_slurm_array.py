@@ -13,41 +13,25 @@ import sys
 import textwrap
 from pathlib import Path
 
+from suite_tables import SPEC_SERVERS, TINY_WORKLOAD
+
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.store import open_store
 
 DOCS = Path(__file__).parents[2] / "docs" / "recipes.md"
 
-CONFIG = """
+CONFIG = (
+    """
 [specperf]
 launcher = "sim"
 model = "sim/kimi-k2.5-{token}"
 sim_time_scale = 0.02
 rounds = 2
 store = "git:{remote}#specperf-history"
-
-[specperf.servers.plain]
-
-[specperf.servers.eagle3-5step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-
-[specperf.servers.eagle3-2step]
-algorithm = "EAGLE3"
-draft_model = "sim/kimi-k2.5-eagle3"
-num_steps = 2
-eagle_topk = 1
-num_draft_tokens = 3
-
-[specperf.workloads.default]
-prompts = "builtin:chat"
-num_requests = 4
-max_new_tokens = 24
-warmup = 1
 """
+    + SPEC_SERVERS
+    + TINY_WORKLOAD
+)
 
 #: the 2-step shard fails its test (a speedup no config reaches); its night is still recorded
 TESTS = """

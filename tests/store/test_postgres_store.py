@@ -15,15 +15,21 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import pytest_specperf.store.compact as compact_module
+import pytest_specperf.store.postgres as postgres_module
+from pytest_specperf.cli import main as specperf
 from pytest_specperf.config.location import StoreLocation
 from pytest_specperf.errors import ConfigError, StoreError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.store import open_store
+from pytest_specperf.store.file import verdict_window
 from pytest_specperf.store.postgres import PostgresStore
+from pytest_specperf.store.records import LEVEL_RUNS, VERDICT_NIGHTS, new_run
 
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL store needs psycopg: pip install -e '.[postgresql]'")
 
@@ -205,3 +211,76 @@ def test_a_session_whose_store_is_unreachable_is_a_usage_error_before_any_server
     assert "pytest-specperf: store: postgresql://127.0.0.1:1/x: cannot connect" in text, text
     assert "nothing was measured" in text and "Traceback" not in text
     assert "starting" not in text.lower()
+
+
+def test_a_sessions_read_decodes_only_the_verdicts_window(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key of 130 nights: `load` decodes the window (the newest 90 nights and the level's first runs),
+    the same runs a read of the whole history would keep; `entries` still gives every night."""
+    store = opened(database)
+    base = night()
+    run = new_run(base, suite_dir=None)
+    for n in range(130):
+        provenance = dataclasses.replace(run.provenance, session=f"night-{n}", run_id=f"run-{n}")
+        store.append(dataclasses.replace(run, provenance=provenance), new_segment=n == 0)
+    decoded: list[object] = []
+    for module in (compact_module, postgres_module):
+        original = module.read_line
+
+        def counted(data: dict[str, object], documents: object, _original: object = original) -> object:
+            decoded.append(data)
+            return _original(data, documents)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "read_line", counted)
+    window = store.load(base.key)
+    monkeypatch.undo()
+    assert window is not None and len(decoded) == len(window.runs) == LEVEL_RUNS + VERDICT_NIGHTS
+    [whole] = store.entries()
+    assert [r.provenance for r in window.runs] == [r.provenance for r in verdict_window(whole).runs]
+    store.close()
+
+
+def test_history_of_one_workload_reads_its_keys_and_their_reference_only(
+    database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specperf history ngram/code` on a database of many keys reads ngram's and plain's histories of
+    that workload, and says what it said when it read every history."""
+    store = opened(database)
+    for server in ("plain", "ngram"):
+        for workload in ("code", "chat", "math"):
+            measured = dataclasses.replace(night(server), key=MeasurementKey(server, workload, 1))
+            store.save(measured, suite_dir=None, session=f"s-{workload}")
+    store.close()
+    read: list[tuple[str, str]] = []
+    original = PostgresStore._history
+
+    def counted(self: PostgresStore, key: Any, **kwargs: Any) -> Any:
+        read.append((key.server, key.workload))
+        return original(self, key, **kwargs)
+
+    monkeypatch.setattr(PostgresStore, "_history", counted)
+    assert specperf(["history", "ngram/code", "--store", database]) == 0
+    selected = capsys.readouterr().out
+    assert sorted(read) == [("ngram", "code"), ("plain", "code")]
+    assert "speedup over plain" in selected
+    monkeypatch.delattr(PostgresStore, "histories_of")
+    assert specperf(["history", "ngram/code", "--store", database]) == 0
+    assert capsys.readouterr().out == selected
+
+
+def test_the_newest_run_of_a_key_is_found_by_its_index_in_a_database_made_before_it(database: str) -> None:
+    """A night's append reads each key's newest row: by an index on the key and the row's order, not a
+    walk back through every other key's rows (a year of 1,000 keys). A database whose tables an earlier
+    release made gets the index when a session prepares it."""
+    store = opened(database)
+    store.save(night(), suite_dir=None, session="s1")
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP INDEX specperf_runs_by_key")  # the tables as the release before made them
+    store.close()
+    store = opened(database)
+    with psycopg.connect(database) as connection:
+        found = connection.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'specperf_runs' AND indexname = 'specperf_runs_by_key'"
+        ).fetchone()
+    assert found is not None and "(layer, server, workload, concurrency, id)" in found[0]
+    assert store.load(night().key) is not None
+    store.close()

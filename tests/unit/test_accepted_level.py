@@ -65,6 +65,7 @@ def test_an_unacknowledged_regression_stays_red_and_names_the_same_run() -> None
     assert all(n.outcome is not Verdict.NEW for n in result.nights[1:])
 
 
+@pytest.mark.slow
 def test_tigerbeetles_step_unattended_is_red_since_run_15_until_the_key_moves_again() -> None:
     _, series, _ = read_series(DATA / "tigerbeetle_load_accepted.csv", value="load_accepted_tx_per_s")
     result = replay(series, TOLERANCE)
@@ -167,6 +168,7 @@ def test_a_change_probably_beyond_the_tolerance_and_certainly_a_change_is_a_regr
     assert verdict.decision is Decision.MISSED and verdict.confirmed is True
 
 
+@pytest.mark.slow
 def test_the_quoted_smallest_detectable_change_is_flagged_four_nights_in_five_on_a_noisy_key() -> None:
     """A key that spreads 20% from run to run: the change the report quotes as flagged by one night
     with 80% must be. On such a key the change question (one-sided 99%) binds, not the tolerance;

@@ -10,13 +10,14 @@ import pytest
 
 from pytest_specperf.cli import main
 from pytest_specperf.verdict.backtest import read_series, replay, summary
-from pytest_specperf.verdict.nightly import Tolerance
+from pytest_specperf.verdict.stats import Tolerance
 from pytest_specperf.verdict.verdicts import Verdict
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "real-series"
 TIGERBEETLE = DATA / "tigerbeetle_load_accepted.csv"
 
 
+@pytest.mark.slow
 def test_tigerbeetles_step_is_flagged_on_its_first_night_and_named_since_it_by_the_second(tmp_path: Path) -> None:
     """Run 15 is a -11.8% step (TigerBeetle's benchmark changed its workload): REGRESSION at once, and
     the night after it says the change began at run 15, not "since tonight"."""
@@ -153,6 +154,7 @@ def test_exit_status_says_whether_the_last_night_is_a_regression(tmp_path: Path)
     assert main(["backtest", str(write(tmp_path / "bad.csv", [*quiet, ["80"]]))]) == 1
 
 
+@pytest.mark.slow
 def test_compare_puts_a_t_test_and_a_band_beside_the_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """TigerBeetle's run 15 (-11.8%) right after a -41% run: the plain t-test, whose spread that one run
     inflated, misses it; the plugin (which rejects the lone run) flags it, and says what it compared with."""
@@ -168,6 +170,7 @@ def test_compare_puts_a_t_test_and_a_band_beside_the_plugin(tmp_path: Path, caps
     assert "the plain gates on the same nights: a t-test (99%, newest 30 runs) red on 3" in text
 
 
+@pytest.mark.slow
 def test_plot_draws_the_replay(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "tb.png"

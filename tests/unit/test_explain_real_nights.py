@@ -29,7 +29,7 @@ from pytest_specperf.store.records import Provenance, StoredBaseline, StoredRun,
 from pytest_specperf.verdict.checks import Limits, evaluate
 from pytest_specperf.verdict.drift import Change
 from pytest_specperf.verdict.explain import explain
-from pytest_specperf.verdict.stats import _t_quantile, mean_estimate
+from pytest_specperf.verdict.stats import mean_estimate, t_quantile
 
 NIGHT = Path(__file__).parent.parent / "data" / "real-nights" / "sglang-cpu-spec"
 #: the second night's first-token time (ms) and its spread, as the real report's ratio implies them
@@ -49,7 +49,7 @@ def _mean_and_sd(point: dict[str, Any]) -> tuple[float, float]:
     """A history point's mean and round standard deviation (its interval is a Student t one)."""
     value = point["value"]
     half = (value["high"] - value["low"]) / 2
-    return value["value"], half / _t_quantile(value["confidence"], value["n"] - 1) * math.sqrt(value["n"])
+    return value["value"], half / t_quantile(value["confidence"], value["n"] - 1) * math.sqrt(value["n"])
 
 
 def second_night(server: str) -> Measurement:

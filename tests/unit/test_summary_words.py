@@ -78,10 +78,12 @@ def test_a_failure_message_names_the_drift_once() -> None:
     """The drift lines give old and new values; the `why:` names the causes among them, not again."""
     causes = (Change("NCCL_ALGO", "Ring", "unset"), Change("NCCL_PROTO", "LL128", "unset"))
     tonight = spec([600, 601, 599, 600, 600])
-    evaluation = evaluate(tonight, None, None, LIMITS, None, updating=False)
-    evaluation.drift = FingerprintDiff(identity=[], environment=list(causes))
     ratio = Estimate(0.74, 0.73, 0.75, 5, 0.9)
-    evaluation.explanation = Explanation(ratio, None, ratio, ratio, None, (1.99, 1.99), "target", causes)
+    evaluation = dataclasses.replace(
+        evaluate(tonight, None, None, LIMITS, None, updating=False),
+        drift=FingerprintDiff(identity=[], environment=list(causes)),
+        explanation=Explanation(ratio, None, ratio, ratio, None, (1.99, 1.99), "target", causes),
+    )
     message = failure_message(tonight, evaluation, evaluation.checks)
     assert message.count("Ring → unset") == 1 and message.count("LL128 → unset") == 1, message
     assert "able to act on it: NCCL_ALGO, NCCL_PROTO" in message

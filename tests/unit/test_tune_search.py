@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from suite_tables import tune_config
 
 from pytest_specperf.config.loading import parse_server
 from pytest_specperf.engines.suite import load_suite
@@ -32,30 +33,7 @@ from pytest_specperf.tune.space import Candidate, Objective, Shape, TuneSpace, l
 PROFILE = load_profile("kimi-k2.5-tp8")
 TOKENS, PROMPT, REQUESTS = 128, 60, 16
 
-CONFIG = """
-[specperf]
-launcher = "sim"
-model = "moonshotai/Kimi-K2.5"
-rounds = 4
-
-[specperf.servers.plain]
-
-[specperf.servers.eagle3]
-algorithm = "EAGLE3"
-draft_model = "org/kimi-k2.5-eagle3"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-
-[specperf.workloads.chat]
-prompts = "builtin:qa"
-num_requests = 16
-concurrency = [1, 8]
-
-[specperf.tune]
-base = "eagle3"
-workloads = ["chat"]
-"""
+CONFIG = tune_config(rounds=4, num_requests=16)
 
 
 def spec_of(shape: Shape | None) -> SpecConfig | None:
@@ -145,6 +123,7 @@ def test_the_initial_design_reaches_every_position_and_fills_the_cost_fit(tmp_pa
     assert design == ["s6-k1-n7", "s6-k4-n25", "s1-k1-n2"]  # deepest chain, widest tree, a shallow config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_search_finds_the_best_config_per_level_within_the_budget(tmp_path: Path, seed: int) -> None:
     space = make_space(tmp_path, FULL)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_tables import tune_config
 
 from pytest_specperf.cli import main
 from pytest_specperf.engines.sglang.tuning import valid_draft_tokens
@@ -13,29 +14,7 @@ from pytest_specperf.engines.suite import load_suite
 from pytest_specperf.errors import ConfigError
 from pytest_specperf.tune.space import load_space
 
-SGLANG = """
-[specperf]
-launcher = "sim"
-model = "moonshotai/Kimi-K2.5"
-
-[specperf.servers.plain]
-
-[specperf.servers.eagle3]
-algorithm = "EAGLE3"
-draft_model = "org/kimi-k2.5-eagle3"
-num_steps = 5
-eagle_topk = 1
-num_draft_tokens = 6
-
-[specperf.workloads.chat]
-prompts = "builtin:qa"
-num_requests = 4
-concurrency = [1, 8]
-
-[specperf.tune]
-base = "eagle3"
-workloads = ["chat"]
-"""
+SGLANG = tune_config()
 
 VLLM = """
 [specperf]

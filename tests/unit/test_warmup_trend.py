@@ -15,7 +15,7 @@ from report_samples import measurement
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.config.workloads import Prompt, WorkloadConfig, warmup_count, warmup_plan
-from pytest_specperf.report.analysis import _noise_warning, steady_trend
+from pytest_specperf.report.noise import noise_warning, steady_trend
 
 #: the H200 night's ngram rounds at c8, tok/s
 NGRAM_C8 = [1017.0, 1281.0, 1686.0]
@@ -32,7 +32,7 @@ CONFIG = SpecperfConfig(
 
 def _night(server: str, tok_s: list[float]) -> list[str]:
     m = measurement(server, tok_s, None, [10.0] * len(tok_s), workload="default", concurrency=8)
-    return _noise_warning(m, CONFIG)
+    return noise_warning(m, CONFIG)
 
 
 def test_the_warm_up_reaches_the_level_measured() -> None:

@@ -21,6 +21,8 @@ from pytest_specperf.engines.base import (
     StreamMode,
     VersionRange,
     count_list,
+    is_int,
+    openai_sampling,
 )
 from pytest_specperf.engines.flags import EngineFlags, ParserProbe, installed_flags, table_from_lines
 from pytest_specperf.engines.sglang import rules, startup, tuning
@@ -234,7 +236,7 @@ class SGLang(Engine):
         if prompt.messages is not None:
             payload: dict[str, Any] = {
                 "messages": [dict(m) for m in prompt.messages],
-                **sampling.to_openai(),
+                **openai_sampling(sampling),
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "return_spec_tokens_details": True,
@@ -270,7 +272,7 @@ class SGLang(Engine):
             spec = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
             if isinstance(spec, list):
                 spec = spec[0] if spec else None
-        if not isinstance(spec, Mapping) or not _is_int(spec.get("spec_verify_ct")):
+        if not isinstance(spec, Mapping) or not is_int(spec.get("spec_verify_ct")):
             return None
         if spec["spec_verify_ct"] <= 0:
             return None  # the chat extension block defaults to 0 for a request that verified nothing
@@ -338,15 +340,15 @@ def cuda_graph_max_bs(info: Mapping[str, Any]) -> int | None:
     """The decode CUDA-graph batch limit: the flag, else `cuda_graph_config` (nested per phase in
     0.5.23, `{"decode": {"max_bs": N, ...}, "prefill": {...}}`; flat in older releases)."""
     value = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))
-    if _is_int(value):
+    if is_int(value):
         return int(value)
     config = info.get("cuda_graph_config")
     if isinstance(config, Mapping):
         decode = config.get("decode")
-        if isinstance(decode, Mapping) and _is_int(decode.get("max_bs")):
+        if isinstance(decode, Mapping) and is_int(decode.get("max_bs")):
             return int(decode["max_bs"])
         for key in ("max_bs_decode", "cuda_graph_max_bs_decode", "max_bs"):
-            if _is_int(config.get(key)):
+            if is_int(config.get(key)):
                 return int(config[key])
     return None
 
@@ -361,12 +363,8 @@ def _info_gpu_count(info: Mapping[str, Any]) -> int | None:
     return tp * pp * dp
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _int_or_none(value: Any) -> int | None:
-    return value if _is_int(value) else None
+    return value if is_int(value) else None
 
 
 def _str_or_none(value: Any) -> str | None:

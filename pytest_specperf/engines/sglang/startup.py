@@ -11,7 +11,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pytest_specperf.engines.base import milestone
+from pytest_specperf.engines.base import (
+    IMPORT_FAILED,
+    MODEL_NOT_FOUND,
+    PORT_TAKEN,
+    REFUSED_VALUE,
+    UNKNOWN_FLAG,
+    fatal_startup,
+    milestone,
+    not_installed,
+    startup_failures,
+)
 
 # fmt: off
 #: Lines that echo the launch: SGLang's `server_args=...` (a dict in 0.5.23, `ServerArgs(...)` before),
@@ -23,7 +33,6 @@ LAUNCH_ECHO = tuple(re.compile(p) for p in (
     r"Example: sglang serve --model-path",
 ))
 
-PORT_IN_USE = "address already in use: another process took the server's port"
 OUT_OF_MEMORY = (
     "GPU out of memory: another process holds GPU memory, or lower --mem-fraction-static / "
     "--max-running-requests / the context length"
@@ -31,53 +40,46 @@ OUT_OF_MEMORY = (
 
 #: Known causes of a failed SGLang start: (log pattern, one-line diagnosis with the usual fix).
 #: The first matching line after the launch echo wins; within one line, the first pattern.
-STARTUP_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), diagnosis)
-    for pattern, diagnosis in (
-        (r"error: unrecognized arguments", "the engine does not know a flag in the launch arguments (check `args`)"),
-        (r"error: ambiguous option", "an abbreviated flag matches several SGLang flags (write it in full)"),
-        (r"error: argument --", "the engine refused a flag's value (check `args`)"),
-        (r"address already in use|errno 98\b", PORT_IN_USE),
-        (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory|\bOOM\b", OUT_OF_MEMORY),
-        (r"\bNCCL (error|WARN)|NCCL\b.{0,80}\b(error|failure|failed|timed out)\b"
-         r"|nccl(Internal|System|Unhandled\w*|Invalid\w*)Error|ProcessGroupNCCL",
-         "NCCL error: the GPUs of a tensor-parallel group could not talk to each other"),
-        (r"CUDA error|cudaError|CUDA driver|no CUDA-capable device|CUDA_ERROR",
-         "CUDA error: a driver, device or kernel fault (check nvidia-smi and CUDA_VISIBLE_DEVICES)"),
-        (r"RevisionNotFoundError|Invalid rev id|revision .* (is not|not) (found|valid)",
-         "model revision not found: check the revision/branch name"),
-        (r"GatedRepoError|Access to model .* is restricted|401 Client Error",
-         "model access denied: log in to Hugging Face (HF_TOKEN) or accept the model's licence"),
-        (r"RepositoryNotFoundError|is not a local folder and is not a valid model identifier|404 Client Error"
-         r"|does not appear to have a file named|No such file or directory: .*config\.json|HFValidationError"
-         r"|Repo id must be in the form|Incorrect path_or_model_id|Can't load the configuration of"
-         r"|model path .* (does not exist|not found)",
-         "model not found: check `model`/`draft_model` (a local path or a Hugging Face repo id)"),
-        (r"contains custom code|pass the argument .?trust_remote_code=True|trust_remote_code=True.? to",
-         "the model needs its own code: add --trust-remote-code to `args`"),
-        (r"not supported (in|by|with|for) .{0,60}attention backend|attention backend .{0,60}(is )?not supported"
-         r"|unsupported attention backend",
-         "the attention backend cannot run this server's settings (speculation needs a backend that "
-         "supports it): choose another --attention-backend"),
-        (r"Unknown speculative algorithm|speculative\S* .*(not supported|unsupported|must be|requires)"
-         r"|does not support speculative|(EAGLE|EAGLE3|NGRAM|STANDALONE|DFLASH)\S* (is )?not supported",
-         "unsupported speculative setting: check algorithm, draft model and the num_* keys"),
-        (r"No module named '?sglang\b", "SGLang is not installed for the configured `python`"),
-        (r"ModuleNotFoundError|ImportError|undefined symbol",
-         "a Python import failed: a missing or mismatched package (torch, flashinfer, sgl-kernel)"),
-    )
+STARTUP_FAILURES = startup_failures(
+    UNKNOWN_FLAG,
+    (r"error: ambiguous option", "an abbreviated flag matches several SGLang flags (write it in full)"),
+    REFUSED_VALUE,
+    PORT_TAKEN,
+    (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory|\bOOM\b", OUT_OF_MEMORY),
+    (r"\bNCCL (error|WARN)|NCCL\b.{0,80}\b(error|failure|failed|timed out)\b"
+     r"|nccl(Internal|System|Unhandled\w*|Invalid\w*)Error|ProcessGroupNCCL",
+     "NCCL error: the GPUs of a tensor-parallel group could not talk to each other"),
+    (r"CUDA error|cudaError|CUDA driver|no CUDA-capable device|CUDA_ERROR",
+     "CUDA error: a driver, device or kernel fault (check nvidia-smi and CUDA_VISIBLE_DEVICES)"),
+    (r"RevisionNotFoundError|Invalid rev id|revision .* (is not|not) (found|valid)",
+     "model revision not found: check the revision/branch name"),
+    (r"GatedRepoError|Access to model .* is restricted|401 Client Error",
+     "model access denied: log in to Hugging Face (HF_TOKEN) or accept the model's licence"),
+    (r"RepositoryNotFoundError|is not a local folder and is not a valid model identifier|404 Client Error"
+     r"|does not appear to have a file named|No such file or directory: .*config\.json|HFValidationError"
+     r"|Repo id must be in the form|Incorrect path_or_model_id|Can't load the configuration of"
+     r"|model path .* (does not exist|not found)", MODEL_NOT_FOUND),
+    (r"contains custom code|pass the argument .?trust_remote_code=True|trust_remote_code=True.? to",
+     "the model needs its own code: add --trust-remote-code to `args`"),
+    (r"not supported (in|by|with|for) .{0,60}attention backend|attention backend .{0,60}(is )?not supported"
+     r"|unsupported attention backend",
+     "the attention backend cannot run this server's settings (speculation needs a backend that "
+     "supports it): choose another --attention-backend"),
+    (r"Unknown speculative algorithm|speculative\S* .*(not supported|unsupported|must be|requires)"
+     r"|does not support speculative|(EAGLE|EAGLE3|NGRAM|STANDALONE|DFLASH)\S* (is )?not supported",
+     "unsupported speculative setting: check algorithm, draft model and the num_* keys"),
+    not_installed("sglang", "SGLang"),
+    (IMPORT_FAILED, "a Python import failed: a missing or mismatched package (torch, flashinfer, sgl-kernel)"),
 )
 
 #: Lines after which an SGLang start never becomes ready, whether or not the launcher exits: a failed bind
 #: (uvicorn's error, after which 0.5.23's launcher waits for ever and ignores SIGTERM), a refused argument,
 #: a model that is not there, memory that is not there, a native abort.
-FATAL_STARTUP = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"error while attempting to bind on address|address already in use|\berrno 98\b",
+FATAL_STARTUP = fatal_startup(
     r"error: unrecognized arguments|error: ambiguous option|error: argument --",
     r"RepositoryNotFoundError|is not a local folder and is not a valid model identifier|HFValidationError",
     r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory",
-    r"^terminate called after throwing|^Fatal Python error:",
-))
+)
 
 #: Start-up milestones a progress line shows (the newest one), in the order a start passes them; a
 #: warning never is one (a Python `UserWarning:` that mentions a download or a compile step).

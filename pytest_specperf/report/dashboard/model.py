@@ -14,6 +14,7 @@ fingerprint drift from `fingerprint.diff`. Pure: no I/O, no HTML.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from pathlib import Path
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import METRICS, POSITIONS_LABEL, POSITIONS_MEANING, MeasurementKey
 from pytest_specperf.report.analysis import blind_spots
+from pytest_specperf.store.file import verdict_window
 from pytest_specperf.store.records import StoredBaseline, StoredRun, is_simulated, reference_history
 from pytest_specperf.verdict.changes import change_points, newest_change
 from pytest_specperf.verdict.checks import JUDGED_METRICS, Limits, past_runs
@@ -37,7 +39,8 @@ from pytest_specperf.verdict.standing import (
     newest_night,
 )
 from pytest_specperf.verdict.stats import Estimate
-from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, series
+from pytest_specperf.verdict.trends import KEY_METRICS, HistoryChange, Point, paired_runs, series
+from pytest_specperf.verdict.verdicts import Verdict, verdict_of
 
 #: The two layers a store keeps apart (store/records.py): a real engine's runs and the simulator's.
 ENGINE, SIMULATOR = "engine", "sim"
@@ -49,6 +52,9 @@ STATUS_TEXT = {
     "refused": "refused (a REGRESSION night): kept, out of the level and the spread",
 }
 UNITS = {"speedup": "x"}
+#: Runs a store may hold for every key's panel to share one page (`suite.html`, about 2 KB a run);
+#: beyond them each key gets a page of its own, so no page a browser opens grows with the store.
+PAGED_RUNS = 2500
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,21 @@ class KeyView:
         return anchor(self.layer, self.key)
 
     @property
+    def verdict(self) -> Verdict:
+        """The newest night's verdict in the terminal's words (`verdict_of`): what its session stored
+        (refused: REGRESSION, suspect: SUSPECT), else IMPROVED or PASS as the gate judged it, NEW with
+        nothing to judge it against."""
+        night = self.gate.night
+        return verdict_of(
+            missed=self.status == "refused",
+            incomparable=False,
+            suspect=self.status == "suspect",
+            inconclusive=False,
+            improved=night is not None and night.improved,
+            new=night is None,
+        )
+
+    @property
     def segments(self) -> list[tuple[int, int, int]]:
         """(segment number, first run, last run), oldest first."""
         found: list[tuple[int, int, int]] = []
@@ -188,9 +209,14 @@ class Dashboard:
     def blind(self) -> list[KeyView]:
         return [k for k in self.keys if k.gate.blind]
 
-    @property
+    @functools.cached_property
     def newest_run(self) -> str:
         return max(k.runs[-1].provenance.created for k in self.keys)
+
+    @property
+    def paged(self) -> bool:
+        """Whether each key's panel gets a page of its own (more than `PAGED_RUNS` runs in all)."""
+        return sum(len(k.runs) for k in self.keys) > PAGED_RUNS
 
 
 def anchor(layer: str, key: MeasurementKey) -> str:
@@ -202,8 +228,13 @@ def anchor(layer: str, key: MeasurementKey) -> str:
 def build_dashboard(entries: Sequence[StoredBaseline], *, title: str, location: str, limits: Limits) -> Dashboard:
     """Every stored history of a store, as the dashboard shows it (engine's layer first)."""
     views = [key_view(entry, entries, limits) for entry in entries if entry.runs]
-    views.sort(key=lambda v: (v.layer != ENGINE, not v.runs[-1].measurement.is_reference, *_order(v.key)))
-    return Dashboard(title, location, tuple(views), limits)
+    return assemble(views, title=title, location=location, limits=limits)
+
+
+def assemble(views: Sequence[KeyView], *, title: str, location: str, limits: Limits) -> Dashboard:
+    """The keys' views as one dashboard, in its order (engine's layer first, each reference first)."""
+    ordered = sorted(views, key=lambda v: (v.layer != ENGINE, not v.runs[-1].measurement.is_reference, *_order(v.key)))
+    return Dashboard(title, location, tuple(ordered), limits)
 
 
 def _order(key: MeasurementKey) -> tuple[str, str, int]:
@@ -215,13 +246,18 @@ def layer_of(entry: StoredBaseline) -> str:
 
 
 def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Limits) -> KeyView:
+    """One key as the dashboard shows it: every run charted, the newest night judged on the window its
+    session read (`verdict_window`: the level reads no further back, so a year of nights costs what
+    90 do and gives the same verdict)."""
     reference = reference_history(entry, stored)
-    nights = {metric: judge_newest(entry, metric, limits) for metric in JUDGED_METRICS}
+    window = verdict_window(entry)
+    nights = {metric: judge_newest(window, metric, limits) for metric in JUDGED_METRICS}
+    position = {id(run): index for index, run in enumerate(entry.runs)}
     charts = []
     for metric in KEY_METRICS:
         night = nights.get(metric)
         level = night.comparison.level if night and night.comparison else None
-        in_force = change_in_force(entry, metric, night) if metric in JUDGED_METRICS else None
+        in_force = _in_force(window, metric, night, position) if metric in JUDGED_METRICS else None
         chart = _chart(entry, metric, reference, level, in_force)
         if chart.points:
             charts.append(chart)
@@ -233,10 +269,21 @@ def key_view(entry: StoredBaseline, stored: Sequence[StoredBaseline], limits: Li
         runs=entry.runs,
         newest=frozenset(range(first, len(entry.runs))),
         charts=tuple(charts),
-        gate=gate(entry, nights["output_throughput"], limits, reference),
+        gate=gate(window, nights["output_throughput"], limits, reference and verdict_window(reference)),
         drift=_drift(entry.runs),
         reference=reference.measurement.key.server if reference is not None else None,
     )
+
+
+def _in_force(
+    window: StoredBaseline, metric: str, night: NightVerdict | None, position: dict[int, int]
+) -> ChangeInForce | None:
+    """The change the newest night names (`change_in_force` over the verdict's window), placed in the
+    whole history (`position`: a run's index there, by identity)."""
+    found = change_in_force(window, metric, night)
+    if found is None:
+        return None
+    return dataclasses.replace(found, run=position[id(window.runs[found.run])])
 
 
 def _chart(
@@ -246,16 +293,31 @@ def _chart(
     level: float | None,
     in_force: ChangeInForce | None,
 ) -> Chart:
-    marks = []
-    for index, run in enumerate(entry.runs):
-        # trends.series on this one run: its value and interval exactly as a night's report has them
-        one = dataclasses.replace(entry, runs=(run,))
-        found = series(None, one, metric, reference_baseline=reference, whole=True)
-        if found:
-            marks.append(RunMark(index, found[0].value, found[0]))
+    marks = [RunMark(index, point.value, point) for index, point in _points(entry, metric, reference)]
     if metric in JUDGED_METRICS:
         marks = _with_rejections(marks)
     return Chart(metric, tuple(marks), tuple(_changes(entry, metric, marks, in_force)), level)
+
+
+def _points(entry: StoredBaseline, metric: str, reference: StoredBaseline | None) -> list[tuple[int, Point]]:
+    """Each run's point of `metric` by `trends.series` (its value and interval exactly as a night's report
+    has them), with the run's index: the whole series at once when every run (every run paired with its
+    session's reference run, for a speedup) has a value, else run by run."""
+    position = {id(run): index for index, run in enumerate(entry.runs)}
+    runs = entry.runs
+    if metric == "speedup":
+        runs = tuple(run for run, _ in paired_runs(entry.runs, reference.runs if reference else ()))
+    whole = series(None, entry, metric, reference_baseline=reference, whole=True)
+    if len(whole) == len(runs):
+        return [(position[id(run)], point) for run, point in zip(runs, whole, strict=True)]
+    partners = {r.provenance.session: r for r in reference.runs if r.provenance.session} if reference else {}
+    found = []
+    for run in runs:
+        partner = partners.get(run.provenance.session or "")
+        paired = dataclasses.replace(reference, runs=(partner,) if partner else ()) if reference else None
+        points = series(None, dataclasses.replace(entry, runs=(run,)), metric, reference_baseline=paired, whole=True)
+        found += [(position[id(run)], point) for point in points]
+    return found
 
 
 def _by_segment(marks: Sequence[RunMark]) -> list[list[RunMark]]:
@@ -373,12 +435,21 @@ def _shares_text(shares: Sequence[float]) -> str:
 
 
 def _drift(runs: Sequence[StoredRun]) -> tuple[tuple[str, ...], ...]:
-    """Each run's fingerprint changes since the run before it (the first run has none to compare)."""
+    """Each run's fingerprint changes since the run before it (the first run has none to compare). Nights
+    share a fingerprint (a store keeps each once): an equal one is no drift, and each distinct one is
+    redacted once."""
+    redacted: dict[int, Fingerprint] = {}
+
+    def clean(fingerprint: Fingerprint) -> Fingerprint:
+        if id(fingerprint) not in redacted:
+            redacted[id(fingerprint)] = fingerprint.redacted()
+        return redacted[id(fingerprint)]
+
     found: list[tuple[str, ...]] = [()]
     for before, after in itertools.pairwise(runs):
         old, new = before.measurement.fingerprint, after.measurement.fingerprint
-        if isinstance(old, Fingerprint) and isinstance(new, Fingerprint):
-            changes = diff(old.redacted(), new.redacted())
+        if isinstance(old, Fingerprint) and isinstance(new, Fingerprint) and not (old is new or old == new):
+            changes = diff(clean(old), clean(new))
             found.append(tuple(changes.describe().splitlines()) if changes else ())
         else:
             found.append(())

@@ -1,14 +1,20 @@
-"""The dashboard's two pages, as self-contained HTML: the summary (`index.html`) and the suite's panels
-(`suite.html`).
+"""The dashboard's pages, as self-contained HTML: the summary (`index.html`: one row per key, found by
+name and sorted in the browser), the suite's panels (`suite.html`), and for a store too large for one
+page of panels (`Dashboard.paged`) a page per key (`keys/<key>.html`) with `suite.html` their index.
 
-Self-contained: the style, the charts (svg.py) and a short script are inline, so a page needs no
-network and no other file to be read. Every user-supplied name is escaped. The script only turns
-`<title>` hover texts into a styled tooltip that also opens on keyboard focus.
+Self-contained: the style, the charts (svg.py) and short scripts are inline, so a page needs no
+network and no other file to be read. Every user-supplied name is escaped. One script turns `<title>`
+hover texts into a styled tooltip that also opens on keyboard focus; the summary's other filters its
+key tables by name and sorts them by a column (plain JavaScript: nothing is loaded).
+
+Why pages per key: a year of nights is about 2 KB a run drawn, so 1,000 keys by 365 nights on one page
+is hundreds of megabytes no browser opens; the summary stays one row per key (a trend of the newest
+nights at most), about 1 KB a key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from html import escape
 
 import pytest_specperf
@@ -23,12 +29,17 @@ from pytest_specperf.report.dashboard.model import (
     KeyView,
     RunMark,
 )
-from pytest_specperf.report.dashboard.svg import COLOURS, chart_svg, marker
-from pytest_specperf.report.terminal import _scale_note
+from pytest_specperf.report.dashboard.svg import COLOURS, TREND_NIGHTS, chart_svg, marker, sparkline
+from pytest_specperf.report.terminal import scale_note
 from pytest_specperf.verdict.changes import change_percent
 from pytest_specperf.verdict.checks import fmt
+from pytest_specperf.verdict.verdicts import SEVERITY, Verdict
 
 SUMMARY, SUITE = "index.html", "suite.html"
+#: The folder of the pages per key (a paged dashboard).
+KEYS_DIR = "keys"
+#: Keys a summary card lists by name; the rest are counted (the table below finds and sorts them all).
+CARD_ITEMS = 50
 DIGITS = {"output_throughput": 1, "mean_tpot_ms": 2, "accept_length": 2, "speedup": 3}
 VERDICT_OF_STATUS = {"accepted": "passed", "suspect": "SUSPECT", "refused": "REGRESSION"}
 
@@ -90,6 +101,17 @@ svg .point:hover .marker, svg .point:focus .marker { stroke: var(--ink); stroke-
        padding: 7px 9px; border-radius: 5px; white-space: pre-line; pointer-events: none;
        box-shadow: 0 3px 10px rgba(0, 0, 0, .25); }
 footer { color: var(--muted); font-size: 12px; padding: 0 24px 24px; }
+.finder { margin: 18px 0 0; display: flex; gap: 10px; align-items: center; }
+.finder input { font: inherit; padding: 4px 8px; width: 320px; border: 1px solid var(--line); border-radius: 4px; }
+.finder output { color: var(--muted); font-size: 12.5px; }
+th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0; cursor: pointer;
+            color: var(--ink); }
+th[aria-sort] button::after { content: " \\25B2"; font-size: 9px; }
+th[aria-sort="descending"] button::after { content: " \\25BC"; }
+.verdict { font-weight: 600; font-size: 11.5px; } .verdict.REGRESSION { color: #a51d1e; }
+.verdict.SUSPECT { color: #8a5300; } .verdict.IMPROVED, .verdict.PASS { color: #1f6b2e; }
+svg.trend { display: block; }
+.key-index h3 { font-size: 14px; margin: 14px 0 4px; } .key-index ul { columns: 3 260px; margin: 0; }
 """
 
 #: Hover (and keyboard focus) shows a point's or a change's `<title>` in a styled box.
@@ -128,34 +150,114 @@ SCRIPT = """
 """
 
 
+#: The summary's key tables: the finder keeps the rows whose key contains what is typed (every table),
+#: a column's header button sorts its table by the cells' `data-v` (numbers as numbers, blanks last).
+TABLE_SCRIPT = """
+(function () {
+  "use strict";
+  var rows = Array.from(document.querySelectorAll("table.keys tbody tr"));
+  var find = document.getElementById("find");
+  var shown = document.getElementById("shown");
+  function filter() {
+    var text = find.value.trim().toLowerCase();
+    var count = 0;
+    rows.forEach(function (row) {
+      row.hidden = text !== "" && row.dataset.key.indexOf(text) < 0;
+      if (!row.hidden) { count += 1; }
+    });
+    shown.textContent = text ? count + " of " + rows.length + " keys" : rows.length + " keys";
+  }
+  if (find) { find.addEventListener("input", filter); filter(); }
+  function value(row, column, numeric) {
+    var v = row.cells[column].dataset.v;
+    if (v === undefined || v === "") { return null; }
+    return numeric ? Number(v) : v;
+  }
+  document.querySelectorAll("table.keys th[data-sort]").forEach(function (th) {
+    th.querySelector("button").addEventListener("click", function () {
+      var table = th.closest("table");
+      var column = Array.prototype.indexOf.call(th.parentNode.children, th);
+      var numeric = th.dataset.sort === "number";
+      var up = th.getAttribute("aria-sort") !== "ascending";
+      table.querySelectorAll("th[aria-sort]").forEach(function (other) { other.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      var body = table.tBodies[0];
+      var sorted = Array.from(body.rows).sort(function (a, b) {
+        var x = value(a, column, numeric), y = value(b, column, numeric);
+        if (x === null || y === null) { return (x === null) - (y === null); }
+        var order = x < y ? -1 : x > y ? 1 : 0;
+        return up ? order : -order;
+      });
+      var fragment = document.createDocumentFragment();
+      sorted.forEach(function (row) { fragment.appendChild(row); });
+      body.appendChild(fragment);
+    });
+  });
+})();
+"""
+
+Link = Callable[[KeyView], str]
+
+
+def key_page_name(view: KeyView) -> str:
+    """A key's own page in a paged dashboard, relative to the site's root."""
+    return f"{KEYS_DIR}/{view.anchor}.html"
+
+
+def links(d: Dashboard) -> Link:
+    """Where a key's panel is: its own page (a paged dashboard), else its place on `suite.html`."""
+    if d.paged:
+        return key_page_name
+    return lambda view: f"{SUITE}#{view.anchor}"
+
+
+def site_pages(d: Dashboard) -> Iterator[tuple[str, str]]:
+    """Every page of the site, (name relative to the root, text), one at a time: a paged dashboard's
+    pages per key are made as they are written, never all held at once."""
+    yield SUMMARY, summary_page(d)
+    yield SUITE, suite_page(d)
+    if d.paged:
+        notes = {layer: _layer_note(d, layer) for layer in d.layers}
+        for view in d.keys:
+            yield key_page_name(view), key_page(d, view, notes[view.layer])
+
+
 def summary_page(d: Dashboard) -> str:
-    """What regressed, what is suspect, what the gate cannot see, and every key in one table."""
+    """What regressed, what is suspect, what the gate cannot see, and every key in one table (one row a
+    key: found by name, sorted by a column)."""
+    link = links(d)
     tolerance = f"{d.limits.max_regression:.0%}"
+
+    def regressed(view: KeyView) -> str:
+        return _regressed_item(view, link)
+
     cards = [
-        _card("bad", "Regressed", "the newest night was refused: a REGRESSION", d.regressed, _regressed_item),
+        _card("bad", "Regressed", "the newest night was refused: a REGRESSION", d.regressed, regressed),
         _card(
             "warn",
             "Suspect",
             "the newest night was SUSPECT: not credibly beyond the tolerance",
             d.suspect,
-            _regressed_item,
+            regressed,
         ),
         _card(
             "blind",
             f"Cannot see a {tolerance} change",
             "what the nightly gate cannot tell from its own noise",
             d.blind,
-            _blind_item,
+            lambda view: _blind_item(view, link),
         ),
     ]
-    body = [f'<section class="cards">{"".join(cards)}</section>']
+    body = [f'<section class="cards">{"".join(cards)}</section>', _finder()]
     for layer in d.layers:
-        body.append(f"<h2>{escape(LAYER_TITLES[layer])}</h2>{_layer_note(d, layer)}{_key_table(d.layer(layer))}")
-    return _page(d, SUMMARY, f"{d.title}: summary", "".join(body))
+        body.append(f"<h2>{escape(LAYER_TITLES[layer])}</h2>{_layer_note(d, layer)}{_key_table(d.layer(layer), link)}")
+    return _page(d, SUMMARY, f"{d.title}: summary", "".join(body), script=SCRIPT + TABLE_SCRIPT)
 
 
 def suite_page(d: Dashboard) -> str:
-    """A panel per key, by layer."""
+    """A panel per key, by layer; for a paged dashboard, the index of the keys' pages by server."""
+    if d.paged:
+        return _page(d, SUITE, f"{d.title}: every key", _key_index(d))
     body = [_legend()]
     for layer in d.layers:
         views = d.layer(layer)
@@ -169,9 +271,53 @@ def suite_page(d: Dashboard) -> str:
     return _page(d, SUITE, f"{d.title}: every key", "".join(body))
 
 
-def _page(d: Dashboard, name: str, heading: str, body: str) -> str:
-    links = "".join(
-        f'<a href="{page}"{" aria-current=page" if page == name else ""}>{label}</a>'
+def key_page(d: Dashboard, view: KeyView, note: str) -> str:
+    """One key's panel with every run of its history (a paged dashboard); `note` is its layer's."""
+    body = (
+        f'{_legend()}<section class="layer" data-layer="{view.layer}"><h2>{escape(LAYER_TITLES[view.layer])}</h2>'
+        f'{note}<div class="panels">{_panel(view)}</div></section>'
+    )
+    return _page(d, key_page_name(view), f"{d.title}: {view.key.label}", body, up="../")
+
+
+def _key_index(d: Dashboard) -> str:
+    """Every key's page, by layer and server, with its verdict."""
+    body = []
+    for layer in d.layers:
+        views = d.layer(layer)
+        servers: dict[str, list[KeyView]] = {}
+        for view in views:
+            servers.setdefault(view.key.server, []).append(view)
+        lists = "".join(
+            f'<h3>{escape(server)} <span class="count">{len(group)}</span></h3><ul>'
+            + "".join(
+                f'<li><a href="{key_page_name(v)}">{escape(v.key.label)}</a> {_verdict(v.verdict)}</li>' for v in group
+            )
+            + "</ul>"
+            for server, group in servers.items()
+        )
+        body.append(
+            f'<section class="layer key-index" data-layer="{layer}"><h2>{escape(LAYER_TITLES[layer])} '
+            f'<span class="count">{len(views)}</span></h2>{_layer_note(d, layer)}{lists}</section>'
+        )
+    return "".join(body)
+
+
+def _finder() -> str:
+    return (
+        '<p class="finder"><input type="search" id="find" placeholder="Find a key by name" '
+        'aria-label="Find a key by name" autocomplete="off"> <output id="shown" for="find"></output></p>'
+    )
+
+
+def _verdict(verdict: Verdict) -> str:
+    return f'<span class="verdict {verdict.value}">{verdict.value}</span>'
+
+
+def _page(d: Dashboard, name: str, heading: str, body: str, *, up: str = "", script: str = SCRIPT) -> str:
+    """A page of the site; `up` leads from its folder to the site's root."""
+    nav = "".join(
+        f'<a href="{up}{page}"{" aria-current=page" if page == name else ""}>{label}</a>'
         for page, label in ((SUMMARY, "Summary"), (SUITE, "Every key"))
     )
     sub = (
@@ -183,11 +329,11 @@ def _page(d: Dashboard, name: str, heading: str, body: str) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(heading)}</title><style>{STYLE}</style></head><body>"
-        f'<header class="top"><h1>{escape(heading)}</h1><p class="sub">{sub}</p><nav>{links}</nav></header>'
+        f'<header class="top"><h1>{escape(heading)}</h1><p class="sub">{sub}</p><nav>{nav}</nav></header>'
         f"<main>{body}</main><footer>Made by <code>specperf dashboard</code> (pytest-specperf "
         f"{escape(pytest_specperf.__version__)}) from the stored histories; every figure is the verdict engine's "
         "own. A static page: it loads nothing from the network.</footer>"
-        f"<script>{SCRIPT}</script></body></html>\n"
+        f"<script>{script}</script></body></html>\n"
     )
 
 
@@ -199,22 +345,25 @@ def _when(created: str) -> str:
     return f"{created[:10]} {created[11:16]}{zone}"
 
 
-def _label(view: KeyView, *, layer: bool = True) -> str:
+def _label(view: KeyView, link: Link, *, layer: bool = True) -> str:
     badge = ' <span class="badge sim">simulator</span>' if layer and view.layer == SIMULATOR else ""
-    return f'<a href="{SUITE}#{view.anchor}">{escape(view.key.label)}</a>{badge}'
+    return f'<a href="{link(view)}">{escape(view.key.label)}</a>{badge}'
 
 
 def _card(kind: str, title: str, hint: str, views: Sequence[KeyView], item: Callable[[KeyView], str]) -> str:
-    items = "".join(f"<li>{item(v)}</li>" for v in views) or '<li class="none">none</li>'
+    """A summary card: its first `CARD_ITEMS` keys by name, the rest counted."""
+    items = "".join(f"<li>{item(v)}</li>" for v in views[:CARD_ITEMS]) or '<li class="none">none</li>'
+    if len(views) > CARD_ITEMS:
+        items += f'<li class="more">and {len(views) - CARD_ITEMS} more: sort the table below by verdict</li>'
     return (
         f'<div class="card {kind}" data-list="{kind}"><h2>{escape(title)}<span class="count">{len(views)}</span></h2>'
         f'<p class="hint">{escape(hint)}</p><ul>{items}</ul></div>'
     )
 
 
-def _regressed_item(view: KeyView) -> str:
+def _regressed_item(view: KeyView, link: Link) -> str:
     newest = view.runs[-1].provenance
-    parts = [f"{_label(view)} · {escape(newest.created[:10])}"]
+    parts = [f"{_label(view, link)} · {escape(newest.created[:10])}"]
     night = view.gate.night
     if night is not None and night.comparison is not None:
         parts.append(f"tok/s vs level {escape(change_percent(night.comparison.ratio))}")
@@ -224,43 +373,67 @@ def _regressed_item(view: KeyView) -> str:
     return " · ".join(parts)
 
 
-def _blind_item(view: KeyView) -> str:
-    return _label(view) + "<ul>" + "".join(f"<li>{escape(b)}</li>" for b in view.gate.blind) + "</ul>"
+def _blind_item(view: KeyView, link: Link) -> str:
+    return _label(view, link) + "<ul>" + "".join(f"<li>{escape(b)}</li>" for b in view.gate.blind) + "</ul>"
 
 
-def _key_table(views: Sequence[KeyView]) -> str:
-    head = (
-        "key",
-        "runs",
-        "newest night",
-        "tok/s",
-        "vs level",
-        "run-to-run CV",
-        "one night flags (80%)",
-        "change in force",
+#: The summary table's columns: (heading, how its button sorts it: "text", "number", or not at all).
+COLUMNS = (
+    ("key", "text"),
+    ("verdict", "number"),
+    ("runs", "number"),
+    ("newest night", "text"),
+    ("tok/s", "number"),
+    ("vs level", "number"),
+    (f"newest {TREND_NIGHTS} runs", ""),
+    ("run-to-run CV", "number"),
+    ("one night flags (80%)", "number"),
+    ("change in force", ""),
+)
+
+
+def _key_table(views: Sequence[KeyView], link: Link) -> str:
+    rows = "".join(_key_row(view, link) for view in views)
+    header = "".join(
+        f'<th data-sort="{sort}"><button type="button">{escape(h)}</button></th>' if sort else f"<th>{escape(h)}</th>"
+        for h, sort in COLUMNS
     )
-    rows = []
-    for view in views:
-        newest = view.runs[-1]
-        chart = view.chart("output_throughput")
-        value = chart.points[-1].value if chart and chart.points else None
-        night = view.gate.night
-        c = night.comparison if night is not None else None
-        cv = "-" if c is None else f"{c.run_cv:.1%}" + (" (prior)" if c.prior else "")
-        change = view.change_in_force
-        cells = [
-            _label(view, layer=False),
-            str(len(view.runs)),
-            f'{escape(newest.provenance.created[:10])} <span class="badge {newest.status}">{newest.status}</span>',
-            escape(fmt(value, 1)) if value is not None else "-",
+    return f'<table class="keys"><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _key_row(view: KeyView, link: Link) -> str:
+    """One key's row: each sortable cell carries the value it sorts by (`data-v`)."""
+    newest = view.runs[-1]
+    chart = view.chart("output_throughput")
+    value = chart.points[-1].value if chart and chart.points else None
+    night = view.gate.night
+    c = night.comparison if night is not None else None
+    change = view.change_in_force
+    flags = night.detectable - 1 if night is not None and night.detectable else None
+    cells: list[tuple[str, str | float | None]] = [
+        (_label(view, link, layer=False), view.key.label),
+        (_verdict(view.verdict), SEVERITY.index(view.verdict)),
+        (str(len(view.runs)), len(view.runs)),
+        (f'{escape(newest.provenance.created[:10])} <span class="badge {newest.status}">{newest.status}</span>', None),
+        (escape(fmt(value, 1)) if value is not None else "-", value.value if value is not None else None),
+        (
             escape(change_percent(c.ratio)) if c is not None else escape(view.gate.why or "-"),
-            cv,
-            f"{night.detectable - 1:+.1%}" if night is not None and night.detectable else "-",
-            escape(change.sentence) if change is not None else "-",
-        ]
-        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    header = "".join(f"<th>{escape(h)}</th>" for h in head)
-    return f'<table class="keys"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            c.ratio.value if c is not None else None,
+        ),
+        (sparkline(chart) if chart else "", None),
+        ("-" if c is None else f"{c.run_cv:.1%}" + (" (prior)" if c.prior else ""), c.run_cv if c else None),
+        (f"{flags:+.1%}" if flags is not None else "-", flags),
+        (escape(change.sentence) if change is not None else "-", None),
+    ]
+    tds = "".join(
+        f"<td>{text}</td>" if sort is None else f'<td data-v="{escape(_sort_value(sort))}">{text}</td>'
+        for text, sort in cells
+    )
+    return f'<tr data-key="{escape(view.key.label.lower())}">{tds}</tr>'
+
+
+def _sort_value(value: str | float) -> str:
+    return value if isinstance(value, str) else f"{value:.6g}"
 
 
 def _layer_note(d: Dashboard, layer: str) -> str:
@@ -271,7 +444,7 @@ def _layer_note(d: Dashboard, layer: str) -> str:
     profiles = sorted({fp.identity.get("sim_profile", UNSET) for fp in found} - {UNSET})
     scales = sorted({fp.identity.get("sim_time_scale", UNSET) for fp in found} - {UNSET})
     profile = f" (profile {', '.join(profiles)})" if profiles else ""
-    notes = "; ".join(_scale_note(s) for s in scales)
+    notes = "; ".join(scale_note(s) for s in scales)
     return (
         f'<p class="layer-note">SIMULATED: these runs come from pytest_specperf.sim{escape(profile)}, a model of a '
         f"GPU server, not a GPU{'; ' + escape(notes) if notes else ''}.</p>"

@@ -271,3 +271,29 @@ def marker(x: float, y: float, status: str, colour: str, rejected: bool) -> str:
             f'stroke="{colour}" stroke-width="1.8"/>'
         )
     return f'<circle class="marker" cx="{x:.1f}" cy="{y:.1f}" r="3.6" fill="{colour}"/>'
+
+
+#: The nights a summary row's trend shows: enough to see a step, small enough for a thousand rows.
+TREND_NIGHTS = 30
+
+
+def sparkline(chart: Chart, *, width: int = 90, height: int = 20) -> str:
+    """The newest `TREND_NIGHTS` runs of a chart as a line, the newest run a dot in its status's colour:
+    a summary row's trend (the key's page draws every run)."""
+    marks = chart.points[-TREND_NIGHTS:]
+    values = [m.value.value for m in marks]
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or abs(high) or 1.0
+    step = (width - 4) / (len(values) - 1)
+    xy = [(2 + i * step, 2 + (high - v) / span * (height - 4)) for i, v in enumerate(values)]
+    line = " ".join(f"{x:.0f},{y:.0f}" for x, y in xy)
+    x, y = xy[-1]
+    colour = COLOURS.get(marks[-1].point.status or "accepted", COLOURS["accepted"])
+    return (
+        f'<svg class="trend" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(chart.name)} over the newest {len(values)} runs">'
+        f'<polyline points="{line}" fill="none" stroke="#8a93a6" stroke-width="1.2"/>'
+        f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.6" fill="{colour}"/></svg>'
+    )
