@@ -50,13 +50,13 @@ def atomic_write(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    sync_folder(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable; some file systems cannot, which is not an error."""
+def sync_folder(folder: Path) -> None:
+    """Make a rename or a new file's name in `folder` durable; a file system that cannot is not an error."""
     with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_specperf
-from pytest_specperf.common.jsonfile import clean
+from pytest_specperf.common.jsonfile import clean, sync_folder
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, RequestRecord
@@ -568,16 +568,6 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
     if size == 0:
         sync_folder(path.parent)
-
-
-def sync_folder(folder: Path) -> None:
-    """Make a new file's name in `folder` durable; a file system that cannot is not an error."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def keep_aside(path: Path, data: bytes, why: str) -> Path:
