@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,6 +59,15 @@ class SlurmSuite:
         """This suite's jobs Slurm still knows (`squeue`): nothing once a server is stopped."""
         done = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=30)
         return [line for line in done.stdout.splitlines() if self.token[:8] in line]
+
+    def steps_once_slurm_cleaned_up(self, timeout: float = 60.0) -> list[str]:
+        """This suite's jobs once Slurm has finished a job it cancelled itself: after `scancel` the job
+        stays COMPLETING while slurmd ends its step (its processes already gone), longer on a busy
+        machine. Polled until the queue holds none of them or `timeout` passes; what is left then."""
+        deadline = time.monotonic() + timeout
+        while (left := self.steps()) and time.monotonic() < deadline:
+            time.sleep(0.5)  # a poll of squeue, not a wait for an event we could be told of
+        return left
 
 
 @pytest.fixture

@@ -137,4 +137,4 @@ def test_a_scancel_after_the_server_was_ready_is_named_as_slurms_cancellation(sl
             proc.kill()
     assert "server 'plain' was cancelled by Slurm after it was ready (scancel, or the allocation ended)" in output
     assert re.search(r"\*\*\* STEP \d+\.\d+ ON n[12] CANCELLED AT \S+ \*\*\*", output), output[-3000:]
-    assert suite.processes() == [] and suite.steps() == []
+    assert suite.processes() == [] and suite.steps_once_slurm_cleaned_up() == []  # Slurm cancelled it: its cleanup
