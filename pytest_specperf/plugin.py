@@ -140,7 +140,7 @@ class SpecperfPlugin:
         self.markers: dict[str, SpecperfMarker] = {}  # parsed once per test function, by its node id
         self.written: list[str] = []
         self.session: SpecperfSession | None = None
-        self._previous_sigterm: Any = None
+        self._previous_handlers: Any = None
         self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         # under xdist: the folder all workers of this session (and only of this session) share
         self.session_id: str = (self.workerinput or {}).get("specperf_session") or uuid.uuid4().hex[:12]
@@ -227,8 +227,8 @@ class SpecperfPlugin:
         self.pytest_config.hook.pytest_specperf_update_json(config=self.pytest_config, report=report, document=document)
 
     def _install_signal_handlers(self) -> None:
-        """SIGTERM (a CI job cancelled) becomes KeyboardInterrupt, so teardown stops servers."""
-        self._previous_sigterm = interrupts.install()
+        """SIGTERM (a CI job cancelled) becomes KeyboardInterrupt, so teardown stops servers; Ctrl-C is recorded."""
+        self._previous_handlers = interrupts.install()
 
     def _shutdown(self) -> None:
         if self.session is None:
@@ -410,7 +410,7 @@ class SpecperfPlugin:
         if self.session is not None:
             self._say_store_failure()
             self.session.close_store()  # after the terminal summary, which may read the histories
-        interrupts.uninstall(self._previous_sigterm)
+        interrupts.uninstall(self._previous_handlers)
 
     def _say_store_failure(self) -> None:
         """A store that failed is the session's last line, after pytest's `1 passed in 2.0s`: the tests
