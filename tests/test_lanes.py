@@ -39,3 +39,31 @@ def test_pytest_tests_prints_one_header_line_per_lane() -> None:
     lanes = [line for line in header if line.split(":", 1)[0] in names]
     assert [line.split(":", 1)[0] for line in lanes] == names, done.stdout[:2000]
     assert lanes[1].startswith("vLLM lane: skipped (set SPECPERF_VLLM_PYTHON")
+
+
+def test_a_lane_file_named_on_the_command_line_is_skipped_with_the_lane_reason() -> None:
+    """pytest collects a file named on the command line although its folder's conftest ignores it: the vLLM
+    lane's tests, named so without `SPECPERF_VLLM_PYTHON`, failed on the missing interpreter instead of
+    saying why they cannot run here."""
+    env = {**os.environ, "SPECPERF_VLLM_PYTHON": ""}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/vllm/test_vllm_range.py",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "SKIPPED" in done.stdout and "vLLM lane: set SPECPERF_VLLM_PYTHON" in done.stdout, done.stdout[-2000:]
+    assert " failed" not in done.stdout and " passed" not in done.stdout, done.stdout[-2000:]

@@ -15,10 +15,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
-from lanes import slurm_problem
+from lanes import skip_lane, slurm_problem
 
 from pytest_specperf.servers.launch import free_port
 
@@ -27,6 +28,12 @@ if PROBLEM is not None:
     if os.environ.get("SPECPERF_REQUIRE_SLURM") == "1":
         raise pytest.UsageError(f"the Slurm lane is required here (SPECPERF_REQUIRE_SLURM=1), but {PROBLEM}")
     collect_ignore_glob = ["test_*.py"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A file of the lane named on the command line is collected anyway: skipped, with the reason."""
+    if PROBLEM is not None:
+        skip_lane(items, Path(__file__).parent, f"Slurm lane: {PROBLEM}")
 
 
 #: the manual's wrapper (docs/recipes.md, "One server over two nodes"), as written

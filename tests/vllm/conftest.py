@@ -19,12 +19,19 @@ from pathlib import Path
 import psutil
 import pytest
 import vllm_models
-from lanes import vllm_python
+from lanes import skip_lane, vllm_problem, vllm_python
 
 VLLM_PYTHON = vllm_python()
+PROBLEM = vllm_problem()
 
-if not VLLM_PYTHON:
+if PROBLEM is not None:
     collect_ignore_glob = ["test_*.py"]  # skipped as a whole; `pytest tests` says why in its header (tests/lanes.py)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A file of the lane named on the command line is collected anyway: skipped, with the reason."""
+    if PROBLEM is not None:
+        skip_lane(items, Path(__file__).parent, f"vLLM lane: {PROBLEM}")
 
 
 @pytest.fixture(scope="session")
