@@ -268,6 +268,7 @@ class RowInputs:
             updating=self.updating,
             reference_baseline=reference_baseline,
             searches=self.searches,
+            keys=sum(1 for k in self.measurements if k.server == key.server),  # as its tests were judged
         )
         verdict = worst([*self.verdicts.get(key, []), evaluation.verdict])
         row = _row(measurement, reference, baseline, evaluation, verdict, self.updating, reference_baseline)

@@ -81,6 +81,7 @@ class Looks:
         )
         limits = Limits.of(self.config, key.workload, marker)
         self._check_reference(key, marker, reference)
+        keys = self._keys_of(key.server)
 
         def look() -> Evaluation:
             return evaluate(
@@ -93,9 +94,9 @@ class Looks:
                 reference_baseline=reference_baseline,
                 strict=self.strict,
                 searches=self.plan.searches,
+                keys=keys,
             )
 
-        keys = self._keys_of(key.server)
         evaluation = looked(
             look,
             settled=lambda e: e.settled,
@@ -125,7 +126,8 @@ class Looks:
         return True
 
     def _keys_of(self, server: str) -> int:
-        """The keys `server` measures tonight: how many can ask for its restart (`worth_a_restart`)."""
+        """The keys `server` measures tonight: how many can ask for its restart (`worth_a_restart`), and
+        what a REGRESSION on one of its starts is judged among (`nightly.judge_night`)."""
         return sum(1 for k in self.plan.needed_keys() if k.server == server)
 
     def _second_start(

@@ -249,6 +249,7 @@ class Tonight:
     updating: bool
     strict: bool
     searches: int
+    keys: int = 1  # the keys the server measures tonight: a start is off or not for all of them
 
     @property
     def history(self) -> StoredBaseline | None:
@@ -375,6 +376,7 @@ class KeyHistory:
             strict=tonight.strict,
             searches=tonight.searches,
             rounds=limits.rounds,
+            keys=tonight.keys,
         )
         checks = [control.check] if control is not None else []
         changes: list[HistoryChange] = []
@@ -410,6 +412,7 @@ def _against_history(tonight: Tonight, metric: str) -> CheckResult | None:
         searches=tonight.searches,
         rounds=limits.rounds,
         floors=floors,
+        keys=tonight.keys,
     )
 
 
@@ -452,11 +455,14 @@ def evaluate(
     reference_baseline: StoredBaseline | None = None,
     strict: bool = False,
     searches: int = 1,
+    keys: int = 1,
 ) -> Evaluation:
     """Every check of a test on its current measurement. `reference_baseline` is the reference's
     stored history of the same workload and level: with this one's it gives the recorded speedups.
-    `searches` is how many key series the session searches for changes (keys x metrics)."""
+    `searches` is how many key series the session searches for changes (keys x metrics); `keys` how
+    many keys the server measures tonight (verdict/nightly.py `judge_night`)."""
     tonight = _tonight(result, reference, marker, limits, baseline, reference_baseline, updating, strict, searches)
+    tonight = replace(tonight, keys=keys)
     found = [check.run(tonight) for check in planned_checks(tonight, marker)]
     return Evaluation(
         checks=tuple(check for f in found for check in f.checks),

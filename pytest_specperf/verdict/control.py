@@ -163,16 +163,18 @@ def judge_speedup(
     strict: bool = False,
     searches: int = 1,
     rounds: int | None = None,
+    keys: int = 1,
 ) -> Control | None:
     """The speedup's history check of a speculative key, or None (the reference itself, no reference
-    tonight, or no run of both servers stored by one session)."""
+    tonight, or no run of both servers stored by one session). `keys`: the keys its server measures
+    tonight (`nightly.judge_night`)."""
     if reference is None or result.is_reference or baseline is None or reference_baseline is None:
         return None
     past = speedup_runs(baseline, reference_baseline)
     if not _throughput(reference) or not _throughput(result) or not any(r.status.counted for r in past):
         return None
     tonight = speedup_samples(result, reference)
-    night = judge_night(tonight, past, tolerance, strict=strict, searches=searches, rounds=rounds)
+    night = judge_night(tonight, past, tolerance, strict=strict, searches=searches, rounds=rounds, keys=keys)
     comparison = night.comparison
     assert comparison is not None
     change = "improved" if night.improved else night.decision.value

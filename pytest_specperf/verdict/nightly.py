@@ -166,6 +166,7 @@ def judge_night(
     starts_planned: int = 1,
     earlier: Sequence[PastRun] = (),
     floors: Sequence[tuple[float, str]] = (),
+    keys: int = 1,
 ) -> NightVerdict:
     """Tonight (round samples per server start) against the current segment's runs, oldest first.
 
@@ -175,6 +176,8 @@ def judge_night(
     before the current segment (the level a person accepted before this one): while the segment has
     too few runs for a spread, theirs is the key's (an update moves the level, not the key's noise).
     `floors`: (CV, where it was seen) the assumed spread may not be below (the reference's movement).
+    `keys`: the keys the server start measures tonight: a REGRESSION on one start must be a change for
+    the server as a whole (`server_change`), as the second start that would confirm it must.
     """
     tonight_mean = math.exp(NightLevel.of(tonight).log_mean)
     values = (*(_mean(r.samples) for r in history), tonight_mean)
@@ -188,14 +191,8 @@ def judge_night(
     if len(tonight) > 1:
         look, confirmed, first_start = _confirm(look, tonight, history, level, tolerance, strict, earlier, floors)
     decision, improved, by_change = look.decision, look.improved, False
-    repeats = len(tonight) == 1 and without_spread(tonight[0])  # a second start would measure it again
-    if (
-        decision is Decision.MISSED
-        and confirmed is not True
-        and not repeats
-        and _one_start_cannot_tell(look, tolerance)
-    ):
-        decision = Decision.SUSPECT  # only a second start that agrees proves it
+    if decision is Decision.MISSED and not _stands(look, tonight, confirmed, tolerance, keys):
+        decision = Decision.SUSPECT  # only a second start that agrees, or the nights of the change, prove it
     change = None
     if level.holds(look.comparison.ratio.value):
         change = _change_in_force(tonight, history, level)
@@ -282,6 +279,33 @@ def classify(comparison: HistoryComparison, tolerance: Tolerance, *, strict: boo
         decision = Decision.MET
     improved = _good(beyond, better, tolerance, credibly=True, strictly=True)
     return decision, improved and _good(wide, 1.0, tolerance, credibly=True, strictly=True)
+
+
+def _stands(
+    look: Look, tonight: Sequence[Sequence[float]], confirmed: bool | None, tolerance: Tolerance, keys: int
+) -> bool:
+    """Whether a REGRESSION of the last look stands as one. A second start that agreed proves it; so does
+    one start of a value without spread (a second start would measure it again). Otherwise one start
+    cannot prove it while the spread is assumed or too wide (`_one_start_cannot_tell`), nor when, among
+    the `keys` keys its server start measures, it is not a change for the server as a whole
+    (`server_change`): asked at one key's 99%, the change question has as many chances a night as the
+    server has keys, and a REGRESSION on one start asks for the second start that the server's
+    question would refuse a SUSPECT night (at a 5% start spread, 0.5 restarts a night for 100 keys)."""
+    if confirmed is True or (len(tonight) == 1 and without_spread(tonight[0])):
+        return True
+    if _one_start_cannot_tell(look, tolerance):
+        return False
+    return confirmed is not None or server_change(look.comparison, keys)
+
+
+def server_change(comparison: HistoryComparison, keys: int) -> bool:
+    """Tonight is a change for the server as a whole when it measures `keys` keys: its interval at the
+    SUSPECT confidence shared among them (Bonferroni: one-sided 97.5% for one key, 99.875% for 20) lies
+    wholly off the level. Why: whether a start is off is the server's question, and each of its keys
+    asks it; asked by each at one key's confidence, a server of 20 unchanged keys hears yes 20 times as
+    often."""
+    server = comparison.ratio_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / max(keys, 1))
+    return not server.low <= 1.0 <= server.high
 
 
 def _one_start_cannot_tell(look: Look, tolerance: Tolerance) -> bool:
@@ -419,14 +443,14 @@ def worth_a_restart(verdict: NightVerdict, keys: int = 1) -> bool:
     one-sided 97.5% for one key, 99.875% for 20), so the server's false restarts stay about those of
     one key, while a real change of a key, whose interval lies far from the level, still asks for one.
     A REGRESSION always asks (a second start that disagrees is what keeps an unchanged key from
-    failing), and so does a night held by the change in force."""
+    failing): judged with the same `keys` (`judge_night`), one on a single start is a change for the
+    server as a whole already, else it is SUSPECT. A night held by the change in force asks too."""
     if verdict.decision not in (Decision.SUSPECT, Decision.MISSED):
         return False
     comparison = verdict.comparison
     if keys <= 1 or verdict.decision is Decision.MISSED or verdict.by_change or comparison is None:
         return True
-    server = comparison.ratio_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / keys)
-    return not server.low <= 1.0 <= server.high  # a change, for the server as a whole
+    return server_change(comparison, keys)
 
 
 def looked(

@@ -58,7 +58,7 @@ def outcome_of(measurement: Measurement, evaluation: Evaluation, *, on_incompara
 def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequence[CheckResult]) -> str:
     """The text a failing test shows: verdict, the checks that decided it, and the drift."""
     lines = [f"{evaluation.verdict.value} {result.key.label}:"]
-    lines += [f"  {c.message}" for c in checks]
+    lines += [f"  {message}" for message in _histories_said_once(checks)]
     if evaluation.drift is not None and evaluation.drift.environment:
         lines.append("  environment drift since the baseline (the comparison was still made):")
         lines += [f"    {change}" for change in evaluation.drift.environment]
@@ -70,6 +70,28 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
         commit = f"commit {newest.git_commit[:7]}" if newest.git_commit else "no git commit"
         lines.append(f"  baseline: {evaluation.baseline.path} (newest run {newest.created[:10]}, {commit})")
     return "\n".join(lines)
+
+
+#: what a check's message says in place of a history's description the line above gave already
+SAME_HISTORY = "(the same recorded runs and spread as above)"
+
+
+def _histories_said_once(checks: Sequence[CheckResult]) -> list[str]:
+    """Each check's message, with a history's description (its runs, its spread and where the spread
+    came from) given once: a key's throughput and its speedup are judged against the runs of the same
+    nights, and a message that said the same long parenthesis twice would hide what differs."""
+    said: set[str] = set()
+    messages = []
+    for check in checks:
+        message = check.message
+        comparison = check.night.comparison if check.night is not None else None
+        if comparison is not None:
+            described = f"({comparison.describe()})"
+            if described in said:
+                message = message.replace(described, SAME_HISTORY, 1)
+            said.add(described)
+        messages.append(message)
+    return messages
 
 
 def why_sentence(evaluation: Evaluation) -> str:

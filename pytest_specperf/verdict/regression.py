@@ -50,15 +50,19 @@ def check_regression(
     searches: int = 1,
     rounds: int | None = None,
     floors: Sequence[tuple[float, str]] = (),
+    keys: int = 1,
 ) -> CheckResult | None:
     """Is tonight credibly worse than the segment's level by more than the tolerance, or is a change
     beyond it in force? (verdict/nightly.py). None when either side lacks the metric. `floors`: what
-    tonight shows of the spread besides its rounds (the reference's movement, verdict/control.py)."""
+    tonight shows of the spread besides its rounds (the reference's movement, verdict/control.py);
+    `keys`: the keys the server measures tonight (`nightly.judge_night`)."""
     current = result.start_samples(metric)
     runs, past = past_runs(baseline, metric)
     if not current or not any(r.status.counted for r in past) or min(min(s) for s in current) <= 0.0:
         return None
-    night = judge_night(current, past, tolerance, strict=strict, searches=searches, rounds=rounds, floors=floors)
+    night = judge_night(
+        current, past, tolerance, strict=strict, searches=searches, rounds=rounds, floors=floors, keys=keys
+    )
     assert night.comparison is not None
     comparison = night.comparison
     change = "improved" if night.improved else night.decision.value

@@ -38,7 +38,10 @@ def pytest_specperf_comparable(config, baseline, current, drift):
 def test_a_conftest_makes_a_driver_update_comparable(make_suite, monkeypatch) -> None:
     """The driver changed between the stored night and tonight: by the plugin's rule an identity change is
     INCOMPARABLE; the suite's rule holds a driver update to the same numbers, so tonight is judged."""
-    suite = make_suite({"test_suite": ONE_MEASURED_TEST, "conftest": DRIVER_UPDATES_COMPARE})
+    # judged, not compared closely: a 50% tolerance, so that a busy machine's slow night cannot fail it
+    suite = make_suite(
+        {"test_suite": ONE_MEASURED_TEST, "conftest": DRIVER_UPDATES_COMPARE}, extra="max_regression = 0.5\n"
+    )
     monkeypatch.setenv("SITE_DRIVER", "550.54.15")
     suite.run("--specperf-update").assert_outcomes(passed=1)
     monkeypatch.setenv("SITE_DRIVER", "560.35.03")
