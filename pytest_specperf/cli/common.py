@@ -14,7 +14,7 @@ from pytest_specperf.config.location import StoreLocation, shown_setting
 from pytest_specperf.errors import SpecperfError
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.report.terminal import pm
+from pytest_specperf.report.blocks import pm
 from pytest_specperf.store import Store, open_store
 from pytest_specperf.verdict.stats import mean_estimate
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_specperf.cli.common import OK, mean_pm, opened_store, shown
 from pytest_specperf.cli.setup import Setup, StoreArgument, Tolerances, check_tolerances
 from pytest_specperf.config.settings import SpecperfConfig
-from pytest_specperf.report.terminal import pm, text_table
+from pytest_specperf.report.blocks import pm, text_table
 from pytest_specperf.store import Store
 from pytest_specperf.store.file import verdict_window
 from pytest_specperf.store.records import StoredBaseline, StoredRun, reference_history, runs_word

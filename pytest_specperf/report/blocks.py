@@ -8,6 +8,8 @@ each looks. The cell formats put an estimate and its interval the same way every
 from __future__ import annotations
 
 import math
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_specperf.verdict.stats import Estimate
@@ -68,3 +70,32 @@ class Block:
     widths: tuple[int | None, ...] = ()
     bullets: tuple[str, ...] = ()
     folded: bool = False  # Markdown: inside <details>, as it is secondary
+
+
+def text_table(headers: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int | None] = ()) -> list[str]:
+    """A plain table like tabulate's `simple` format, without its 2-column minimum padding.
+
+    Columns are left-aligned and two spaces apart; a cell longer than its column's entry in
+    `widths` wraps onto extra lines, so a long server name cannot push the table past `WIDTH`.
+    """
+    limits = [*widths, *([None] * (len(headers) - len(widths)))]
+    rows = [[_wrap_cell(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in cells]
+    sizes = [len(h) for h in headers]
+    for row in rows:
+        for i, lines in enumerate(row):
+            sizes[i] = max(sizes[i], *(len(line) for line in lines))
+    out = [_join(headers, sizes), _join(["-" * n for n in sizes], sizes)]
+    for row in rows:
+        for k in range(max(len(lines) for lines in row)):
+            out.append(_join([lines[k] if k < len(lines) else "" for lines in row], sizes))
+    return out
+
+
+def _wrap_cell(text: str, limit: int | None) -> list[str]:
+    if limit is None or len(text) <= limit:
+        return [text]
+    return textwrap.wrap(text, limit, break_on_hyphens=True) or [text]
+
+
+def _join(parts: Sequence[str], sizes: Sequence[int]) -> str:
+    return "  ".join(part.ljust(size) for part, size in zip(parts, sizes, strict=True)).rstrip()

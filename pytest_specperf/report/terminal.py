@@ -23,7 +23,17 @@ from pytest_specperf.measure.machinelock import is_wait_note
 from pytest_specperf.measure.records import MeasurementKey
 from pytest_specperf.report import details
 from pytest_specperf.report.analysis import INTERRUPTED, Cut, Report, Row, ShownStore
-from pytest_specperf.report.blocks import NAME_WIDTH, WORKLOAD_WIDTH, Block, level, percent, pm, signed_pm, times
+from pytest_specperf.report.blocks import (
+    NAME_WIDTH,
+    WORKLOAD_WIDTH,
+    Block,
+    level,
+    percent,
+    pm,
+    signed_pm,
+    text_table,
+    times,
+)
 from pytest_specperf.report.details import sweep_blocks
 from pytest_specperf.verdict.results import capped_by
 from pytest_specperf.verdict.verdicts import Verdict
@@ -324,35 +334,6 @@ def _table(block: Block, fmt: str, escape: bool = False) -> str:
     cells = [[_cell(c) if escape else c for c in row] for row in block.cells] or [["-"] * len(block.headers)]
     headers = [_cell(h) if escape else h for h in block.headers]
     return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True)
-
-
-def text_table(headers: Sequence[str], cells: Sequence[Sequence[str]], widths: Sequence[int | None] = ()) -> list[str]:
-    """A plain table like tabulate's `simple` format, without its 2-column minimum padding.
-
-    Columns are left-aligned and two spaces apart; a cell longer than its column's entry in
-    `widths` wraps onto extra lines, so a long server name cannot push the table past `WIDTH`.
-    """
-    limits = [*widths, *([None] * (len(headers) - len(widths)))]
-    rows = [[_wrap_cell(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in cells]
-    sizes = [len(h) for h in headers]
-    for row in rows:
-        for i, lines in enumerate(row):
-            sizes[i] = max(sizes[i], *(len(line) for line in lines))
-    out = [_join(headers, sizes), _join(["-" * n for n in sizes], sizes)]
-    for row in rows:
-        for k in range(max(len(lines) for lines in row)):
-            out.append(_join([lines[k] if k < len(lines) else "" for lines in row], sizes))
-    return out
-
-
-def _wrap_cell(text: str, limit: int | None) -> list[str]:
-    if limit is None or len(text) <= limit:
-        return [text]
-    return textwrap.wrap(text, limit, break_on_hyphens=True) or [text]
-
-
-def _join(parts: Sequence[str], sizes: Sequence[int]) -> str:
-    return "  ".join(part.ljust(size) for part, size in zip(parts, sizes, strict=True)).rstrip()
 
 
 def _cell(text: str) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -48,6 +49,8 @@ from pytest_specperf.common.jsonfile import clean, sync_folder
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, RequestRecord
+from pytest_specperf.store.parts import LOG_SUFFIX as LOG_SUFFIX  # re-exported: the name of a history
+from pytest_specperf.store.parts import history_files, legacy_records_path, records_path
 from pytest_specperf.store.records import (
     RUN_STATUSES,
     Provenance,
@@ -60,7 +63,6 @@ from pytest_specperf.store.records import (
 
 #: The layout a store of lines is (the files' names say it: ``.jsonl``); in every line as ``"v"``.
 LAYOUT = 3
-LOG_SUFFIX = ".jsonl"
 RECORDS_SUFFIX = ".records.json"
 FINGERPRINTS_DIR = "fingerprints"
 SETUPS_DIR = "setups"
@@ -418,9 +420,10 @@ def _decoded(path: Path, brief: _Brief, documents: Documents) -> StoredRun:
 
 
 def with_records(runs: list[StoredRun], path: Path) -> list[StoredRun]:
-    """The newest run with its per-request records, when the records file beside `path` is that run's."""
-    records = path.with_name(path.name.removesuffix(LOG_SUFFIX) + RECORDS_SUFFIX)
-    if not runs or not records.exists():
+    """The newest run with its per-request records, when the records file (in the history's parts' folder,
+    or beside `path`: store/parts.py) is that run's."""
+    records = next((p for p in (records_path(path), legacy_records_path(path)) if p.exists()), None)
+    if not runs or records is None:
         return runs
     try:
         data = json.loads(records.read_text(encoding="utf-8"))
@@ -447,8 +450,11 @@ def read_log(path: Path, documents: Documents, *, nights: int | None = None) -> 
     """The history in `path` (a ``.jsonl`` file), whole or (`nights`) its window; StoreError names the
     file, the line and what is wrong."""
     try:
-        with path.open(encoding="utf-8", newline="\n") as handle:
-            runs = read_lines(path, handle, documents, nights=nights)
+        with contextlib.ExitStack() as files:  # the history's files in order (store/parts.py)
+            handles = [files.enter_context(p.open(encoding="utf-8", newline="\n")) for p in history_files(path)]
+            if not handles:
+                raise FileNotFoundError(path)
+            runs = read_lines(path, itertools.chain.from_iterable(handles), documents, nights=nights)
     except FileNotFoundError:
         raise StoreError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -502,21 +508,19 @@ class Tail:
 def read_tail(path: Path, documents: Documents, run_id: str | None = None) -> tuple[Tail | None, int, str | None]:
     """The history's newest run (None when there is none), how many lines it has, and why it is
     unreadable (None: it is not). Only the last line is decoded: an append costs about the same on
-    night 365 as on night 1. A last line cut short (no newline) is dropped from the file first, its
-    bytes kept."""
-    if not path.exists():
+    night 365 as on night 1. A last line cut short (no newline) is dropped from its file first, its
+    bytes kept. The history is its files in order (store/parts.py): a part holds at most a month."""
+    files = history_files(path)
+    if not files:
         return None, 0, None
-    data = path.read_bytes()
-    if data and b"\n" not in data:
+    datas = [file.read_bytes() for file in files]
+    if files == [path] and datas[0] and b"\n" not in datas[0]:
         return None, 0, f"{path}: corrupt history: no complete line"
-    if data and not data.endswith(b"\n"):  # a write cut short: its bytes kept aside, the history goes on
-        whole = data[: data.rfind(b"\n") + 1]
-        keep_aside(path, data[len(whole) :], "cut")
-        with path.open("r+b") as handle:
-            handle.truncate(len(whole))
-        data = whole
-    count = data.count(b"\n")
-    if not data.strip():
+    if datas[-1] and not datas[-1].endswith(b"\n"):  # a write cut short: its bytes kept aside, the history goes on
+        datas[-1] = _cut_short(files[-1], datas[-1])
+    count = sum(data.count(b"\n") for data in datas)
+    data = next((data for data in reversed(datas) if data.strip()), b"")
+    if not data:
         return None, count, None
     last = data[data.rstrip(b"\n").rfind(b"\n") + 1 :]
     try:
@@ -528,8 +532,19 @@ def read_tail(path: Path, documents: Documents, run_id: str | None = None) -> tu
         ) from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return None, count, f"{path}: corrupt history line {count}: {exc}"
-    holds = run_id is not None and f'"run_id":{json.dumps(run_id)}'.encode() in data
+    needle = f'"run_id":{json.dumps(run_id)}'.encode()
+    holds = run_id is not None and any(needle in data for data in datas)
     return Tail(run.segment, run.summary, holds), count, None
+
+
+def _cut_short(path: Path, data: bytes) -> bytes:
+    """`data` (the bytes of `path`) without its last line, which has no newline: that line is kept aside
+    and the file truncated after its last complete line."""
+    whole = data[: data.rfind(b"\n") + 1]
+    keep_aside(path, data[len(whole) :], "cut")
+    with path.open("r+b") as handle:
+        handle.truncate(len(whole))
+    return whole
 
 
 def replace_records(path: Path, text: str) -> None:

@@ -3,7 +3,9 @@
 The layout and the lines are store/compact.py's (layout 3): ``<store>/<server>/<workload>-c<level>.jsonl``
 for a real engine, ``<store>/sim/<server>/...`` for the simulator, fingerprints once each under
 ``<store>/fingerprints/``. A night appends one line per run to its key's file: no earlier night is
-rewritten, so a store kept in git grows by about tonight's data.
+rewritten, so a store kept in git grows by about tonight's data. After its first 32 nights a history
+goes on in parts of 32 lines whose names end with the key's tag (store/parts.py): a night writes a
+small file, and git pairs it with its previous version.
 
 Stores written before layout 3 (one ``.json`` file per key, store/records.py) are read as they are; the
 first write converts the whole store losslessly (`migrate`; also ``specperf store migrate``), and
@@ -52,6 +54,17 @@ from pytest_specperf.store.compact import (
     read_tail,
     records_document,
     replace_records,
+)
+from pytest_specperf.store.parts import (
+    PARTS_SUFFIX,
+    has_history,
+    history_files,
+    history_of_parts,
+    legacy_records_path,
+    next_file,
+    parts_dir,
+    parts_of,
+    records_path,
 )
 from pytest_specperf.store.records import (
     DEFAULT_HISTORY,
@@ -172,7 +185,7 @@ class FileStore:
 
     def _read(self, key: MeasurementKey, *, simulated: bool) -> StoredBaseline | None:
         path = self.path_for(key, simulated=simulated)
-        if path.exists():
+        if has_history(path):
             return read_log(path, self.documents, nights=VERDICT_NIGHTS)  # the window alone is decoded
         legacy = self.legacy_path_for(key, simulated=simulated)
         if legacy.exists():
@@ -222,28 +235,35 @@ class FileStore:
         if path.suffix != LOG_SUFFIX:
             return self.read(path).measurement.is_reference
         try:
-            run = read_line(json.loads(_last_line(path)), self.documents)
+            run = read_line(json.loads(_last_line(history_files(path)[-1])), self.documents)
         except (KeyError, TypeError, ValueError, AttributeError):
             return True  # unreadable: read whole, so its error is said as `entries()` would say it
         return run.measurement.is_reference
 
     def history_paths(self) -> list[Path]:
-        """The files holding histories, sorted: layout 3's, and the older layout's not converted yet."""
+        """The histories, sorted: layout 3's (by their names: a history in parts is named by its ``.jsonl``
+        path whether or not that file is there), and the older layout's not converted yet."""
         if not self.root.is_dir():
             return []
-        logs = [*self.root.glob(f"*/*{LOG_SUFFIX}"), *(self.root / SIM_DIR).glob(f"*/*{LOG_SUFFIX}")]
+        found = {p for p in self._found(LOG_SUFFIX) if p.is_file()}
+        found |= {history_of_parts(p) for p in self._found(PARTS_SUFFIX) if parts_of(history_of_parts(p))}
+        logs = sorted(found)
         stems = {p.with_suffix("") for p in logs}
         legacy = [p for p in self.legacy_paths() if p.with_suffix("") not in stems]
         return sorted(p for p in [*logs, *legacy] if not p.name.startswith("."))
+
+    def _found(self, suffix: str) -> list[Path]:
+        """The entries ``<server>/*<suffix>`` of both layers."""
+        found = [*self.root.glob(f"*/*{suffix}"), *(self.root / SIM_DIR).glob(f"*/*{suffix}")]
+        return [p for p in found if not p.parent.name.endswith(PARTS_SUFFIX)]  # `sim/` may be a server
 
     def legacy_paths(self) -> list[Path]:
         """History files of the layout before 3 (``<workload>-c<level>.json``)."""
         if not self.root.is_dir():
             return []
-        found = [*self.root.glob(f"*/*{LEGACY_SUFFIX}"), *(self.root / SIM_DIR).glob(f"*/*{LEGACY_SUFFIX}")]
         return sorted(
             p
-            for p in found
+            for p in self._found(LEGACY_SUFFIX)
             if not p.name.startswith(".")
             and not p.name.endswith(RECORDS_SUFFIX)
             and p.parent.name not in (FINGERPRINTS_DIR, SETUPS_DIR)
@@ -308,15 +328,17 @@ class FileStore:
         if tail is not None and tail.holds:
             held = tail.segment
             return SaveResult(path, tail.summary, run.summary, segment=held, runs=count, new_segment=new_segment)
-        kept = _move_aside(path, "unreadable") if error else None
+        kept = _set_aside(path, "unreadable") if error else None
         if kept is not None:
             count = 0
         segment = (tail.segment + (1 if new_segment else 0)) if tail is not None else 0
         run = dataclasses.replace(run, segment=segment)
         encoded = encoded.with_segment(segment)
         self._write_documents(encoded)
-        replace_records(_records_path(path), compact_json(records_document(run)) + "\n")
-        append_line(path, encoded.line)  # the run is stored once this is written
+        files = history_files(path)
+        target = next_file(path, files[-1].read_bytes().count(b"\n") if files else 0)
+        _replace_records(path, target != path, compact_json(records_document(run)) + "\n")
+        append_line(target, encoded.line)  # the run is stored once this is written
         count += 1
         if history > 0:
             count = self._retain(path, history, count)
@@ -358,9 +380,13 @@ class FileStore:
             encoded = encode_run(run, exact=exact)
             self._write_documents(encoded)
             lines.append(encoded.line)
-        atomic_write(path, "".join(lines))
+        atomic_write(path, "".join(lines))  # every line at once; the parts go after (store/parts.py)
+        for part in parts_of(path):
+            part.unlink()
         if runs and any(r.records for r in runs[-1].measurement.rounds):
-            atomic_write(_records_path(path), compact_json(records_document(runs[-1])) + "\n")
+            _replace_records(path, False, compact_json(records_document(runs[-1])) + "\n")
+        with contextlib.suppress(OSError):
+            parts_dir(path).rmdir()  # when nothing is left in it
 
     def accept(self, path: Path, first: Provenance, acceptance: str) -> list[str]:
         """Make the history at `path` accepted from its run `first` on (`records.accepted_from`), under
@@ -426,7 +452,7 @@ class FileStore:
             key = baseline.measurement.key
             target = self.path_for(key, simulated=simulated)
             shadowed = path == self.legacy_path_for(key) and self.legacy_path_for(key, simulated=True).exists()
-            if target.exists() or (simulated and shadowed):
+            if has_history(target) or (simulated and shadowed):
                 aside.append(_move_aside(path, "simulated" if simulated else "converted").name)
                 continue
             self._rewrite(target, list(baseline.runs))
@@ -499,10 +525,6 @@ def _last_line(path: Path, block: int = 65536) -> bytes:
     return b""
 
 
-def _records_path(path: Path) -> Path:
-    return path.with_name(path.name.removesuffix(LOG_SUFFIX) + RECORDS_SUFFIX)
-
-
 def _move_aside(path: Path, why: str) -> Path:
     """Rename a file that is about to be replaced to `<name>.<why>-<UTC time>`: kept, out of the way.
 
@@ -512,6 +534,23 @@ def _move_aside(path: Path, why: str) -> Path:
     target = path.with_name(f"{path.name}.{why}-{stamp}")
     os.replace(path, target)
     return target
+
+
+def _replace_records(path: Path, parted: bool, text: str) -> None:
+    """The newest run's records of the history `path`: in its parts' folder once it has parts (named to
+    end with its tag, store/parts.py), else beside it as before parts; the other place's file removed."""
+    where, other = records_path(path), legacy_records_path(path)
+    if not parted:
+        where, other = other, where
+    replace_records(where, text)
+    other.unlink(missing_ok=True)
+
+
+def _set_aside(path: Path, why: str) -> Path:
+    """`_move_aside` of a history: its file and its parts' folder (the records in it with them); the
+    path of the first one moved."""
+    moved = [_move_aside(p, why) for p in (path, parts_dir(path)) if p.exists()]
+    return moved[0]
 
 
 def _advice(exc: OSError, root: Path) -> str:

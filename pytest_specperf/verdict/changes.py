@@ -203,14 +203,15 @@ def _two_steps(y: np.ndarray) -> tuple[float, np.ndarray, int, int]:
 
     firsts = np.arange(MIN_SIZE, n - 2 * MIN_SIZE + 1)
     seconds = np.arange(2 * MIN_SIZE, n - MIN_SIZE + 1)
-    i, j = np.meshgrid(firsts, seconds, indexing="ij")
-    valid = j >= i + MIN_SIZE
-    i, j = i[valid], j[valid]
-    if i.size == 0:
+    if firsts.size == 0 or seconds.size == 0:
         return math.inf, y, MIN_SIZE, n - MIN_SIZE
-    totals = rss(np.zeros_like(i), i) + rss(i, j) + rss(j, np.full_like(j, n))
-    best = int(np.argmin(totals))
-    total, a, b = float(totals[best]), int(i[best]), int(j[best])
+    i, j = firsts[:, None], seconds[None, :]  # a table of pairs; a second split too close is no pair
+    with np.errstate(divide="ignore", invalid="ignore"):  # the pairs too close, set aside below, divide by 0
+        middle = rss(i, j)
+    totals = rss(np.zeros_like(firsts), firsts)[:, None] + middle + rss(seconds, np.full_like(seconds, n))[None, :]
+    totals[j < i + MIN_SIZE] = np.inf
+    best = int(np.argmin(totals))  # the first best pair in the order of (first split, second split)
+    total, a, b = float(totals.flat[best]), int(firsts[best // seconds.size]), int(seconds[best % seconds.size])
     levels = [(sums[e] - sums[s]) / (e - s) for s, e in ((0, a), (a, b), (b, n))]
     fitted = np.concatenate([np.full(a, levels[0]), np.full(b - a, levels[1]), np.full(n - b, levels[2])])
     return total, fitted, a, b
@@ -261,17 +262,20 @@ def _isolated_outliers(logs: np.ndarray) -> np.ndarray:
     """Runs far from their neighbours on *both* sides (the median of up to two before it, and of
     up to two after it), in the same direction: a change holds on two runs, so such a run is noise,
     not a change, while the first run of a step is close to the runs after it. Sigma from the
-    first differences (MAD / sqrt 2). The first and the last run are never set aside."""
+    first differences (MAD / sqrt 2). The first and the last run are never set aside. The median of
+    two is their mean, so every run's neighbours are taken at once (the same floats as a median per
+    run, a year of nights in one pass rather than 700 calls of `np.median`)."""
     n = logs.size
     flagged = np.zeros(n, dtype=bool)
     if n < 3:
         return flagged
     diffs = np.diff(logs)
     sigma = max(_MAD * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0), SIGMA_FLOOR)
-    for i in range(1, n - 1):
-        left = logs[i] - float(np.median(logs[max(0, i - 2) : i]))
-        right = logs[i] - float(np.median(logs[i + 1 : i + 3]))
-        flagged[i] = left * right > 0.0 and min(abs(left), abs(right)) > OUTLIER_SIGMAS * sigma
+    pairs = (logs[:-1] + logs[1:]) / 2.0  # pairs[k]: the median of runs k and k + 1
+    before = np.concatenate([logs[:1], pairs[: n - 3]])  # of runs 1 .. n - 2: the one or two before
+    after = np.concatenate([pairs[2 : n - 1], logs[n - 1 :]])  # and the two or one after
+    left, right = logs[1:-1] - before, logs[1:-1] - after
+    flagged[1:-1] = (left * right > 0.0) & (np.minimum(np.abs(left), np.abs(right)) > OUTLIER_SIGMAS * sigma)
     return flagged
 
 

@@ -28,6 +28,7 @@ Pure: no pytest, no I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -145,20 +146,22 @@ def _streak(
     nights saw, asked again: a change too young for the step test, which tonight may confirm. Never
     half the runs or more: that is the level, not a change of it. `nights` names each run's night
     (the runs of one session are its server starts); without it each run is a night of its own."""
-    best: tuple[tuple[int, ...], int] = ((), 0)
     groups = _newest_nights(runs, nights)
-    for count in range(1, len(groups) + 1):
-        streak = [i for group in groups[:count] for i in group]
-        if 2 * len(streak) >= len(runs):
-            break
+    counts = list(itertools.accumulate(len(group) for group in groups))
+    longest = next((count for count, size in enumerate(counts) if 2 * size >= len(runs)), len(groups))
+    for count in range(longest, 0, -1):  # the longest streak that holds: tried longest first
+        streak = {i for group in groups[:count] for i in group}
         before = [logs[i] for i in runs if i not in streak]
-        sides = {
-            _beyond(statistics.fmean(logs[i] for i in group), before, tolerance, STREAK_QUANTILE, robust=True)
-            for group in groups[:count]
-        }
-        if len(sides) == 1 and 0 not in sides:
-            best = (tuple(sorted(streak)), sides.pop())
-    return best
+        side = 0
+        for group in groups[:count]:  # every night on one side; the first that is not ends the try
+            found = _beyond(statistics.fmean(logs[i] for i in group), before, tolerance, STREAK_QUANTILE, robust=True)
+            if found == 0 or side not in (0, found):
+                side = 0
+                break
+            side = found
+        if side:
+            return tuple(sorted(streak)), side
+    return (), 0
 
 
 def _newest_nights(runs: Sequence[int], nights: Sequence[object] | None) -> list[list[int]]:
