@@ -80,9 +80,18 @@ def test_the_dry_run_lists_the_differences_and_the_plan_and_starts_nothing(lost_
     assert "start 1" not in done.stdout
 
 
+#: `specperf` as a terminal's foreground job runs it, where Ctrl-C raises KeyboardInterrupt: a shell's
+#: background job (`pytest tests &`, a CI script's `cmd &`) ignores SIGINT, its children inherit that, and
+#: Python then installs no handler, so the SIGINT below would be lost whatever the command does
+FOREGROUND_SPECPERF = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('pytest_specperf.cli', run_name='__main__')"
+)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_every_server_bisect_started(lost_tuning, stop: signal.Signals) -> None:
-    command = [sys.executable, "-m", "pytest_specperf.cli", "bisect", KEY, "--good", "1"]
+    command = [sys.executable, "-c", FOREGROUND_SPECPERF, "bisect", KEY, "--good", "1"]
     proc = subprocess.Popen(
         command, cwd=lost_tuning.pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
