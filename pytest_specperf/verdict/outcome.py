@@ -72,17 +72,18 @@ def failure_message(result: Measurement, evaluation: Evaluation, checks: Sequenc
     return "\n".join(lines)
 
 
-#: what a check's message says in place of a history's description the line above gave already
-SAME_HISTORY = "(the same recorded runs and spread as above)"
+#: what a check's message says in place of a history's description a line below gives
+SAME_HISTORY = "(the same recorded runs and spread as below)"
 
 
 def _histories_said_once(checks: Sequence[CheckResult]) -> list[str]:
     """Each check's message, with a history's description (its runs, its spread and where the spread
-    came from) given once: a key's throughput and its speedup are judged against the runs of the same
-    nights, and a message that said the same long parenthesis twice would hide what differs."""
+    came from) given once, on the last line that has it (the key's own throughput, after its speedup):
+    both are judged against the runs of the same nights, and a message that said the same long
+    parenthesis twice would hide what differs."""
     said: set[str] = set()
     messages = []
-    for check in checks:
+    for check in reversed(checks):
         message = check.message
         comparison = check.night.comparison if check.night is not None else None
         if comparison is not None:
@@ -91,7 +92,7 @@ def _histories_said_once(checks: Sequence[CheckResult]) -> list[str]:
                 message = message.replace(described, SAME_HISTORY, 1)
             said.add(described)
         messages.append(message)
-    return messages
+    return messages[::-1]
 
 
 def why_sentence(evaluation: Evaluation) -> str:
