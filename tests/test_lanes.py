@@ -10,30 +10,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _pytest(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`pytest ARGS` from the repository's root, as the README runs it (one process: no xdist)."""
+    command = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-p", "no:xdist"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
 def test_pytest_tests_prints_one_header_line_per_lane() -> None:
     """Run as the README runs them (`pytest tests`, here one pure module of it, to collect quickly), the
     Slurm, vLLM, browser and PostgreSQL lanes each say whether they run: the lanes' own conftests are not initial
     conftests of such a run, so a header hook there said nothing."""
     env = {**os.environ, "SPECPERF_VLLM_PYTHON": ""}  # the vLLM lane skipped: its line must say why
     env.pop("SPECPERF_REQUIRE_SLURM", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/unit/test_stats.py",
-            "--collect-only",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _pytest("tests/unit/test_stats.py", "--collect-only", env=env)
     header = done.stdout.split("collected", 1)[0].splitlines()
     names = ["Slurm lane", "vLLM lane", "browser lane", "PostgreSQL lane"]
     lanes = [line for line in header if line.split(":", 1)[0] in names]
@@ -46,24 +35,7 @@ def test_a_lane_file_named_on_the_command_line_is_skipped_with_the_lane_reason()
     lane's tests, named so without `SPECPERF_VLLM_PYTHON`, failed on the missing interpreter instead of
     saying why they cannot run here."""
     env = {**os.environ, "SPECPERF_VLLM_PYTHON": ""}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/vllm/test_vllm_range.py",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _pytest("tests/vllm/test_vllm_range.py", "-rs", env=env)
     assert done.returncode == 0, done.stdout[-2000:]
     assert "SKIPPED" in done.stdout and "vLLM lane: set SPECPERF_VLLM_PYTHON" in done.stdout, done.stdout[-2000:]
     assert " failed" not in done.stdout and " passed" not in done.stdout, done.stdout[-2000:]
