@@ -121,6 +121,9 @@ class ServerPool:
         #: processes launched and not handed out yet: an interrupt between a server's start and its
         #: hand-over must not leave it running (shutdown stops these too)
         self._launched: list[ServerProcess] = []
+        #: servers this worker started and let go of while another xdist worker was using them: that
+        #: worker stops them; this one reaps them at its end
+        self._handed_over: list[RunningServer] = []
         self.starts: list[str] = []
         self.teardowns: list[Teardown] = []
         self.notices: list[str] = []  # what the pool did on its own that the report must say (a restart)
@@ -189,7 +192,7 @@ class ServerPool:
             return
         server = self._alive.pop(name, None)
         if server is not None:
-            self._stop(server)
+            self._let_go(server)
 
     def shutdown(self) -> list[RunningServer]:
         """Stop every server this process launched; with keep_servers, leave them and return them."""
@@ -199,8 +202,9 @@ class ServerPool:
             if self.keep_servers and not server.attached:
                 kept.append(server)
             elif self.registry is None or not self.still_needed(server.name):
-                self._stop(server)
+                self._let_go(server)
             # else: another xdist worker still needs it; its last user (or the controller) stops it
+        self._reap_handed_over()
         while self._launched:  # started, but interrupted before it was handed out
             process = self._launched.pop()
             if not process.stopped:
@@ -276,7 +280,7 @@ class ServerPool:
             if server.attached:
                 continue
             if not self.still_needed(name):
-                self._stop(self._alive.pop(name))
+                self._let_go(self._alive.pop(name))
             elif server.process is None:
                 self._alive.pop(name)
                 self.registry.leave(name)
@@ -284,6 +288,33 @@ class ServerPool:
                 if self.progress:
                     self.progress(f"stopping {name} to free its slot; it starts again for the tests that still need it")
                 self._stop(self._alive.pop(name))
+
+    def _let_go(self, server: RunningServer) -> None:
+        """Stop a server no test of this worker needs, unless another xdist worker is using it now.
+
+        "No test needs it" counts tests, not uses: another worker may be measuring this server as the
+        reference of its speculative key right now (a reference measured again on a second start is
+        such a use). The registry knows who uses it; the check and the unlisting are one locked step
+        (`retire`). When another worker uses it, this worker only stops using it, and the last user
+        stops it (by its pid) when it lets go in turn.
+        """
+        if self.registry is None or server.attached or self.registry.retire(server.name):
+            self._stop(server)
+            return
+        self.registry.leave(server.name)
+        if server.process is not None:
+            self._handed_over.append(server)
+
+    def _reap_handed_over(self) -> None:
+        """At this worker's end: a server it handed over and its user stopped is reaped here (its exit
+        status, log relay and teardown record); one still in use stays for its user, or the
+        controller's last sweep."""
+        assert self.registry is not None or not self._handed_over
+        while self._handed_over:
+            server = self._handed_over.pop()
+            assert server.process is not None and self.registry is not None
+            if server.process.exit_code() is not None or self.registry.retire(server.name):
+                self._record(server.process.stop(timeout=self.config.stop_timeout))
 
     def _make_room(self, keep: int) -> None:
         """Stop this process's least recently used servers until at most `keep` are alive."""

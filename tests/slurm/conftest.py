@@ -68,9 +68,10 @@ class SlurmSuite:
         return [line for line in done.stdout.splitlines() if self.token[:8] in line]
 
     def steps_once_slurm_cleaned_up(self, timeout: float = 60.0) -> list[str]:
-        """This suite's jobs once Slurm has finished a job it cancelled itself: after `scancel` the job
-        stays COMPLETING while slurmd ends its step (its processes already gone), longer on a busy
-        machine. Polled until the queue holds none of them or `timeout` passes; what is left then."""
+        """This suite's jobs once Slurm has finished a job that ended without the plugin stopping it
+        (`scancel`, the time limit, a task that failed): the job stays COMPLETING while slurmd ends its
+        step (its processes already gone), longer on a busy machine. Polled until the queue holds none
+        of them or `timeout` passes; what is left then."""
         deadline = time.monotonic() + timeout
         while (left := self.steps()) and time.monotonic() < deadline:
             time.sleep(0.5)  # a poll of squeue, not a wait for an event we could be told of

@@ -85,7 +85,7 @@ def test_a_rank_that_never_joins_fails_the_start_naming_it_and_the_address(slurm
     result = suite.run("-k", "test_measured")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*node rank(s) 2 did not join at 127.0.0.1:* within 5 s*"])
-    assert suite.processes() == [] and suite.steps() == []
+    assert suite.processes() == [] and suite.steps_once_slurm_cleaned_up() == []  # the step ended itself
 
 
 def test_a_time_limit_that_ends_the_start_is_named_not_taken_for_a_crash(slurm_suite) -> None:
@@ -95,7 +95,7 @@ def test_a_time_limit_that_ends_the_start_is_named_not_taken_for_a_crash(slurm_s
     result = suite.run("-k", "test_measured")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*Slurm's time limit ended the step while the server was starting (not a crash)*"])
-    assert suite.processes() == [] and suite.steps() == []
+    assert suite.processes() == [] and suite.steps_once_slurm_cleaned_up() == []  # Slurm ended it: its cleanup
 
 
 #: a body that holds the server until it is gone, so whatever ends it is reported as a server that died after ready

@@ -1,0 +1,109 @@
+"""Under pytest-xdist a server one worker started may be in use by another worker when the first no
+longer needs it: "no remaining test needs it" counts tests, and a reference measured again for another
+worker's speculative key is a use no test count sees. The worker that lets go must not stop a server
+another worker is using; the last user stops it. Two pools in this process stand for two workers
+(they share a registry folder, as workers do); the server is a real process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
+from pytest_specperf.errors import ServerError
+from pytest_specperf.servers.pool import ServerPool
+from pytest_specperf.servers.registry import SharedRegistry
+from pytest_specperf.servers.teardown import pid_alive
+
+#: answers every GET with 200: ready, and alive for as long as it runs
+SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+
+class Ready(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def workers(tmp_path: Path) -> tuple[ServerPool, ServerPool]:
+    """Two workers' pools, `max_servers = 1`, where no test needs any server any more (the state in
+    which a worker lets go of what it holds)."""
+    script = tmp_path / "standin_server.py"
+    script.write_text(SERVER)
+    config = SpecperfConfig(
+        launcher="sglang",
+        python=f"{sys.executable} {script}",
+        model="m",
+        max_servers=1,
+        stop_timeout=10,
+        startup_timeout=30,
+        servers={"plain": ServerConfig(name="plain"), "eagle": ServerConfig(name="eagle", startup_timeout=1)},
+    )
+    shared = tmp_path / "shared"
+
+    def pool(worker: str) -> ServerPool:
+        registry = SharedRegistry(shared, worker)
+        return ServerPool(config, tmp_path / worker, registry=registry, still_needed=lambda name: False)
+
+    return pool("gw0"), pool("gw1")
+
+
+def serves(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=10).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path):
+    owner, user = workers(tmp_path)
+    yield owner, user
+    user.shutdown()
+    owner.shutdown()
+
+
+def test_a_server_another_worker_uses_is_not_stopped_when_its_starter_lets_go(two_workers) -> None:
+    owner, user = two_workers
+    started = owner.acquire("plain")
+    assert started.process is not None
+    attached = user.acquire("plain")  # gw1 measures the reference on the server gw0 started
+    assert attached.process is None and attached.url == started.url
+
+    owner.release("plain")  # no test needs it, but gw1 is using it right now
+    assert serves(attached.url)
+    attached.check_alive()
+
+    user.release("plain")  # the last user stops it
+    assert not pid_alive(started.process.pid) and not serves(started.url)
+
+
+def test_a_worker_waiting_for_a_slot_does_not_stop_a_server_another_worker_uses(two_workers) -> None:
+    owner, user = two_workers
+    started = owner.acquire("plain")
+    user.acquire("plain")
+    with pytest.raises(ServerError, match="no free server slot"):  # the one slot stays with gw1's use
+        owner.acquire("eagle")
+    assert serves(started.url)
+
+
+def test_a_worker_that_ends_leaves_a_server_in_use_to_its_user(two_workers) -> None:
+    owner, user = two_workers
+    started = owner.acquire("plain")
+    user.acquire("plain")
+    owner.shutdown()
+    assert serves(started.url)
+    user.shutdown()
+    assert not pid_alive(started.process.pid)
