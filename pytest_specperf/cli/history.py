@@ -117,12 +117,18 @@ class _Series:
 
     runs: list[StoredRun]
     speedups: dict[int, Estimate]
+    #: each run's value of each series, computed once: the change, outlier and in-force marks all read them
+    _values: dict[tuple[int, str], float | None] = dataclasses.field(default_factory=dict)
 
     def value(self, run: StoredRun, metric: str) -> float | None:
-        if metric == "speedup":
-            found = self.speedups.get(id(run))
-            return found.value if found is not None else None
-        return run.summary_value(metric)
+        key = (id(run), metric)
+        if key not in self._values:
+            if metric == "speedup":
+                found = self.speedups.get(id(run))
+                self._values[key] = found.value if found is not None else None
+            else:
+                self._values[key] = run.summary_value(metric)
+        return self._values[key]
 
 
 def _speedups(runs: list[StoredRun], reference: StoredBaseline | None) -> dict[int, Estimate]:

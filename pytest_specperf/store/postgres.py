@@ -41,6 +41,7 @@ from pytest_specperf.measure.records import Measurement, MeasurementKey, Request
 from pytest_specperf.store.compact import (
     LAYOUT,
     LOG_SUFFIX,
+    SETUPS_DIR,
     Documents,
     compact_json,
     encode_run,
@@ -80,6 +81,29 @@ CREATE INDEX IF NOT EXISTS specperf_runs_by_key ON specperf_runs (layer, server,
 CREATE TABLE IF NOT EXISTS specperf_records (
     layer text NOT NULL, server text NOT NULL, workload text NOT NULL, concurrency integer NOT NULL,
     run text NOT NULL, body text NOT NULL, PRIMARY KEY (layer, server, workload, concurrency));
+"""
+#: Every key of the runs table, one index probe a key (a "loose index scan" of specperf_runs_by_key).
+KEYS = """
+WITH RECURSIVE keys AS (
+    (SELECT layer, server, workload, concurrency FROM specperf_runs
+     ORDER BY layer, server, workload, concurrency LIMIT 1)
+    UNION ALL
+    SELECT next.* FROM keys CROSS JOIN LATERAL (
+        SELECT r.layer, r.server, r.workload, r.concurrency FROM specperf_runs r
+        WHERE (r.layer, r.server, r.workload, r.concurrency)
+            > (keys.layer, keys.server, keys.workload, keys.concurrency)
+        ORDER BY r.layer, r.server, r.workload, r.concurrency LIMIT 1) next
+)
+SELECT layer, server, workload, concurrency FROM keys
+"""
+#: The newest line of each given key, in the keys' order (the four arrays are the keys' columns).
+NEWEST_LINES = """
+SELECT (SELECT r.line FROM specperf_runs r
+        WHERE (r.layer, r.server, r.workload, r.concurrency) = (k.layer, k.server, k.workload, k.concurrency)
+        ORDER BY r.id DESC LIMIT 1)
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[])
+    WITH ORDINALITY AS k(layer, server, workload, concurrency, n)
+ORDER BY k.n
 """
 
 
@@ -247,30 +271,35 @@ class PostgresStore:
         keys = self._keys()
         wanted = [k for k in keys if server in ("", k.server) and workload in ("", k.workload)]
         stems = {(k.layer, k.workload, k.concurrency) for k in wanted}
-        others = [
-            k
-            for k in keys
-            if k not in wanted and (k.layer, k.workload, k.concurrency) in stems and self._is_reference(k)
-        ]
+        paired = [k for k in keys if k not in wanted and (k.layer, k.workload, k.concurrency) in stems]
+        others = [k for k, line in zip(paired, self._newest_lines(paired), strict=True) if self._is_reference(line)]
         histories = [self._history(key) for key in [*wanted, *others]]
         return sorted((h for h in histories if h is not None), key=lambda h: str(h.path))
 
     def _keys(self) -> list[_Key]:
+        """Every key with a run: a walk down the key's index, one step a key (`SELECT DISTINCT` would read
+        every run of every key, a year of nights of a thousand keys for a thousand names)."""
         with self._transaction() as cursor:
-            cursor.execute("SELECT DISTINCT layer, server, workload, concurrency FROM specperf_runs")
+            cursor.execute(KEYS)
             return [_Key(*row) for row in cursor.fetchall()]
 
-    def _is_reference(self, key: _Key) -> bool:
+    def _newest_lines(self, keys: list[_Key]) -> list[str | None]:
+        """The newest line of each key, in one query: which of them is a reference."""
+        if not keys:
+            return []
+        columns = [list(column) for column in zip(*(key.params for key in keys), strict=True)]
         with self._transaction() as cursor:
-            cursor.execute(
-                "SELECT line FROM specperf_runs WHERE layer = %s AND server = %s AND workload = %s "
-                "AND concurrency = %s ORDER BY id DESC LIMIT 1",
-                key.params,
-            )
-            row = cursor.fetchone()
+            cursor.execute(NEWEST_LINES, columns)
+            return [row[0] for row in cursor.fetchall()]
+
+    def _is_reference(self, line: str | None) -> bool:
+        """Whether a key's newest run is a reference's, told by its setup document alone (its rounds are
+        not decoded)."""
+        if line is None:
+            return False
         try:
-            return row is not None and read_line(json.loads(row[0]), self.documents).measurement.is_reference
-        except (KeyError, TypeError, ValueError, AttributeError):
+            return bool(self.documents.get(SETUPS_DIR, json.loads(line)["run"]["setup"])["is_reference"])
+        except (KeyError, TypeError, ValueError):
             return True  # unreadable: read whole, so its error is said as `entries()` would say it
 
     def _history(self, key: _Key, *, nights: int | None = None) -> StoredBaseline | None:
