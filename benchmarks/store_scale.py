@@ -193,9 +193,15 @@ def folder_figures(root: Path, all_keys: list[MeasurementKey], nights: int, dash
     history_figure(str(root), results)
     if dashboard:
         site = root.parent / "site"
+        before = os.getloadavg()[0]
         with timed("dashboard", results):
             code, _ = quiet(["dashboard", "--store", str(root), "-o", str(site)])
         assert code == 0
+        share = results["dashboard_cpu"] / results["dashboard"]
+        print(
+            f"  load average (1 min) {before:.1f} before the dashboard, {os.getloadavg()[0]:.1f} after; "
+            f"it kept {share:.2f} CPUs busy on {os.cpu_count()}"
+        )
         sizes = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.2f} MiB" for p in sorted(site.glob("*.html")))
         keys = [p.stat().st_size for p in (site / "keys").glob("*.html")]  # a page per key, for a large store
         if keys:

@@ -49,6 +49,8 @@ from pytest_specperf.common.jsonfile import clean, sync_folder
 from pytest_specperf.errors import StoreError
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Measurement, RequestRecord
+from pytest_specperf.store.columns import round_samples
+from pytest_specperf.store.columns import rows as rows  # re-exported: the inverse of `columns`
 from pytest_specperf.store.parts import LOG_SUFFIX as LOG_SUFFIX  # re-exported: the name of a history
 from pytest_specperf.store.parts import history_files, legacy_records_path, records_path
 from pytest_specperf.store.records import (
@@ -219,46 +221,6 @@ def records_document(run: StoredRun) -> dict[str, Any]:
 # ---- reading -----------------------------------------------------------------------------------
 
 
-def rows(table: Mapping[str, list[Any]], n: int) -> list[dict[str, Any]]:
-    """Inverse of `columns`."""
-    values = list(table.values())
-    for name, column in zip(table, values, strict=True):
-        if not isinstance(column, list) or len(column) != n:
-            raise ValueError(f"round column {name!r} must hold {n} values")
-    plain, nested = _plan(tuple(table))
-    out = []
-    for i in range(n):
-        body = {name: values[at][i] for name, at in plain}
-        for head, subs in nested:
-            body[head] = {sub: values[at][i] for sub, at in subs}
-        out.append(body)
-    return out
-
-
-_Plan = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, tuple[tuple[str, int], ...]], ...]]
-#: how a setup's column names map onto a round's fields, made once per setup: every night of a key
-#: shares its setup, so a year of lines is turned into rounds without splitting the names again
-_PLANS: dict[tuple[str, ...], _Plan] = {}
-
-
-def _plan(names: tuple[str, ...]) -> _Plan:
-    """(plain field, column) and (object field, (its key, column) ...) for the column `names`."""
-    found = _PLANS.get(names)
-    if found is None:
-        plain: list[tuple[str, int]] = []
-        nested: dict[str, list[tuple[str, int]]] = {}
-        for at, name in enumerate(names):
-            head, dot, sub = name.partition(".")
-            if dot:
-                nested.setdefault(head, []).append((sub, at))
-            else:
-                plain.append((name, at))
-        found = (tuple(plain), tuple((head, tuple(subs)) for head, subs in nested.items()))
-        if len(_PLANS) < 1024:
-            _PLANS[names] = found
-    return found
-
-
 @dataclass
 class Documents:
     """The shared documents of one store (fingerprints, setups), each read once."""
@@ -313,8 +275,9 @@ def read_line(data: Mapping[str, Any], documents: Documents) -> StoredRun:
     if not isinstance(values, list) or len(values) != len(names):
         raise ValueError(f"rounds must hold {len(names)} columns")
     n = len(values[0]) if values else 0
-    body["rounds"] = rows(dict(zip(names, values, strict=True)), n)
-    measurement = Measurement.from_dict(body, fingerprint=documents.fingerprint(run["fingerprint"]))
+    rounds = round_samples(dict(zip(names, values, strict=True)), n)
+    measurement = Measurement.from_dict(body | {"rounds": []}, fingerprint=documents.fingerprint(run["fingerprint"]))
+    measurement.rounds = rounds
     status = run.get("status", "accepted")
     if status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
@@ -385,6 +348,8 @@ def read_lines(path: Path, lines: Iterable[str], documents: Documents, *, nights
     file's lines first). With `nights`, only the runs a history trimmed to that many nights would keep
     (`records.kept_runs`: the verdict's window) are decoded: a year of nights costs a look at each
     line's end and provenance, not a parse of its rounds or a build of 365 measurements."""
+    if nights is None:
+        return _whole(path, lines, documents)
     briefs: list[_Brief] = []
     seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
@@ -402,21 +367,43 @@ def read_lines(path: Path, lines: Iterable[str], documents: Documents, *, nights
             night_of=lambda b: b.session,
             counted=lambda b: b.segment == current and b.status == "accepted",
         )
-    return [_decoded(path, brief, documents) for brief in briefs]
+    return [_decoded(path, brief.number, brief.line, documents) for brief in briefs]
 
 
-def _decoded(path: Path, brief: _Brief, documents: Documents) -> StoredRun:
-    """The run of one line; StoreError names the file, the line and what is wrong."""
+def _whole(path: Path, lines: Iterable[str], documents: Documents) -> list[StoredRun]:
+    """Every run of a history's lines (`read_lines` without `nights`), each line parsed once and decoded
+    at once: every line is decoded, so its run is told from its parsed provenance rather than from a look
+    at its text first, and no parsed line outlives its decoding (a year of them held would only make the
+    garbage collector walk them)."""
+    runs: list[StoredRun] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.endswith("\n") or not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{path}:{number}: corrupt history line: not valid JSON ({exc})") from None
+        run = data.get("run") if isinstance(data, dict) else None
+        ident = _ident(run.get("provenance") if isinstance(run, dict) else None, number)
+        if ident not in seen:
+            seen.add(ident)
+            runs.append(_decoded(path, number, data, documents))
+    return runs
+
+
+def _decoded(path: Path, number: int, line: str | Any, documents: Documents) -> StoredRun:
+    """The run of one line (its text, or parsed); StoreError names the file, the line and what is wrong."""
     try:
-        return read_line(json.loads(brief.line), documents)
+        return read_line(json.loads(line) if isinstance(line, str) else line, documents)
     except json.JSONDecodeError as exc:
-        raise StoreError(f"{path}:{brief.number}: corrupt history line: not valid JSON ({exc})") from None
+        raise StoreError(f"{path}:{number}: corrupt history line: not valid JSON ({exc})") from None
     except NewerLayoutError as exc:
-        raise StoreError(f"{path}:{brief.number}: {exc}") from None
+        raise StoreError(f"{path}:{number}: {exc}") from None
     except KeyError as exc:
-        raise StoreError(f"{path}:{brief.number}: corrupt history line: missing field {exc}") from None
+        raise StoreError(f"{path}:{number}: corrupt history line: missing field {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:
-        raise StoreError(f"{path}:{brief.number}: corrupt history line: {exc}") from None
+        raise StoreError(f"{path}:{number}: corrupt history line: {exc}") from None
 
 
 def with_records(runs: list[StoredRun], path: Path) -> list[StoredRun]:

@@ -199,6 +199,14 @@ class FileStore:
         """The whole history in `path` (either layout)."""
         return read_log(path, self.documents) if path.suffix == LOG_SUFFIX else read_baseline(path)
 
+    def newest(self, path: Path) -> StoredRun:
+        """The newest run of the history in `path`, from its last line alone where it can be (a year is not
+        decoded for it), else from the whole history (an older layout, a last line cut short)."""
+        if path.suffix == LOG_SUFFIX:
+            with contextlib.suppress(OSError, IndexError, KeyError, TypeError, ValueError, AttributeError):
+                return read_line(json.loads(_last_line(history_files(path)[-1])), self.documents)
+        return self.read(path).runs[-1]
+
     def _legacy_simulated(self, key: MeasurementKey) -> StoredBaseline | None:
         """A simulator's baseline stored before the ``sim/`` level existed (at the real layer's path)."""
         path = self.legacy_path_for(key)

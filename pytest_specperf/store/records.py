@@ -96,22 +96,26 @@ class Summary:
 
     @classmethod
     def of(cls, measurement: Measurement) -> Summary:
-        def mean(metric: str) -> float | None:
-            values = [v for v in measurement.samples(metric) if math.isfinite(v)]
-            return round(statistics.fmean(values), 4) if values else None
-
+        """The rounds' means, each round read once: every run of a year is summarised when it is read."""
+        rounds = measurement.rounds
         return cls(
-            rounds=len(measurement.rounds),
-            requests=measurement.request_count,
-            errors=measurement.error_count,
-            output_throughput=mean("output_throughput"),
-            accept_length=mean("accept_length"),
-            mean_tpot_ms=mean("mean_tpot_ms"),
-            mean_ttft_ms=mean("mean_ttft_ms"),
+            rounds=len(rounds),
+            requests=sum(r.request_count for r in rounds),
+            errors=sum(r.error_count for r in rounds),
+            output_throughput=_mean([r.output_throughput for r in rounds]),
+            accept_length=_mean([r.accept_length for r in rounds]),
+            mean_tpot_ms=_mean([r.tpot_ms.mean for r in rounds]),
+            mean_ttft_ms=_mean([r.ttft_ms.mean for r in rounds]),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of the finite values, to 4 decimals; None without any."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return round(math.fsum(finite) / len(finite), 4) if finite else None  # `statistics.fmean`, without its checks
 
 
 @dataclass(frozen=True)
@@ -150,9 +154,12 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        optional = ("session", "run_id")  # absent in runs stored before they existed
-        required = {f.name: data[f.name] for f in fields(cls) if f.name not in optional}
+        # session and run_id are absent in runs stored before they existed; the others' names looked up once
+        required = {name: data[name] for name in _PROVENANCE_REQUIRED}
         return cls(**required, session=data.get("session"), run_id=data.get("run_id"))
+
+
+_PROVENANCE_REQUIRED = tuple(f.name for f in fields(Provenance) if f.name not in ("session", "run_id"))
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,13 @@ class KeyView:
     gate: Gate
     drift: tuple[tuple[str, ...], ...]  # per run: fingerprint changes since the run before
     reference: str | None = None  # the server the speedup is over
+    #: the runs of the history when `runs` holds only the newest (a key's summary row, made where its page was)
+    total_runs: int | None = None
+
+    @property
+    def run_count(self) -> int:
+        """The runs of the key's history."""
+        return len(self.runs) if self.total_runs is None else self.total_runs
 
     @property
     def status(self) -> str:
@@ -181,6 +188,18 @@ class KeyView:
 
 
 @dataclass(frozen=True)
+class SiteHeader:
+    """What every page says of the whole site under its title: a key's page needs it made before the
+    other keys' pages are (each process of a large store writes its own keys' pages)."""
+
+    title: str
+    location: str
+    keys: int
+    newest_run: str
+    limits: Limits
+
+
+@dataclass(frozen=True)
 class Dashboard:
     """Every key of a store. Nothing in it depends on when it was made: the same histories give the same
     pages, so publishing them again without a new run commits nothing."""
@@ -214,9 +233,13 @@ class Dashboard:
         return max(k.runs[-1].provenance.created for k in self.keys)
 
     @property
+    def header(self) -> SiteHeader:
+        return SiteHeader(self.title, self.location, len(self.keys), self.newest_run, self.limits)
+
+    @property
     def paged(self) -> bool:
         """Whether each key's panel gets a page of its own (more than `PAGED_RUNS` runs in all)."""
-        return sum(len(k.runs) for k in self.keys) > PAGED_RUNS
+        return sum(k.run_count for k in self.keys) > PAGED_RUNS
 
 
 def anchor(layer: str, key: MeasurementKey) -> str:
@@ -342,7 +365,7 @@ def _with_rejections(marks: list[RunMark]) -> list[RunMark]:
         for rejection in reject_outliers(levels):
             mark = counted[rejection.index]
             out[mark.run] = f"rejected as an outlier: {rejection.describe()}; kept, out of the level and the spread"
-    return [dataclasses.replace(m, rejected=out.get(m.run)) for m in marks]
+    return [dataclasses.replace(m, rejected=out[m.run]) if m.run in out else m for m in marks]
 
 
 def _changes(

@@ -15,10 +15,12 @@ nights at most), about 1 KB a key.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from html import escape
 
 import pytest_specperf
 from pytest_specperf.measure.fingerprint import UNSET, Fingerprint
+from pytest_specperf.report.dashboard.assets import SCRIPT, STYLE, TABLE_SCRIPT
 from pytest_specperf.report.dashboard.model import (
     ENGINE,
     LAYER_TITLES,
@@ -28,6 +30,7 @@ from pytest_specperf.report.dashboard.model import (
     Dashboard,
     KeyView,
     RunMark,
+    SiteHeader,
 )
 from pytest_specperf.report.dashboard.svg import COLOURS, TREND_NIGHTS, chart_svg, marker, sparkline
 from pytest_specperf.report.terminal import scale_note
@@ -42,159 +45,6 @@ KEYS_DIR = "keys"
 CARD_ITEMS = 50
 DIGITS = {"output_throughput": 1, "mean_tpot_ms": 2, "accept_length": 2, "speedup": 3}
 VERDICT_OF_STATUS = {"accepted": "passed", "suspect": "SUSPECT", "refused": "REGRESSION"}
-
-STYLE = """
-:root { --ink: #1d2330; --muted: #5b6475; --line: #d8dde6; --bad: #d62728; --warn: #e08a00; --ok: #2b8a3e; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink);
-       background: #f5f7fa; }
-header.top { background: #fff; border-bottom: 1px solid var(--line); padding: 14px 24px 10px; }
-header.top h1 { margin: 0; font-size: 20px; }
-.sub { color: var(--muted); margin: 2px 0 8px; font-size: 12.5px; }
-nav a { margin-right: 16px; color: var(--muted); text-decoration: none; font-weight: 600; }
-nav a[aria-current] { color: var(--ink); border-bottom: 2px solid var(--ink); }
-main { padding: 16px 24px 40px; }
-h2 { font-size: 16px; margin: 22px 0 8px; }
-a { color: #1f5fbf; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 12px; }
-.card { background: #fff; border: 1px solid var(--line); border-left: 5px solid var(--muted); border-radius: 6px;
-        padding: 10px 14px; }
-.card h2 { margin: 0 0 2px; font-size: 15px; }
-.card.bad { border-left-color: var(--bad); } .card.warn { border-left-color: var(--warn); }
-.card.blind { border-left-color: #6a51a3; }
-.card ul { margin: 6px 0 0; padding-left: 18px; } .card li { margin: 3px 0; }
-.card .none { color: var(--muted); }
-.count { display: inline-block; min-width: 22px; padding: 0 6px; border-radius: 10px; background: #eef1f5;
-         text-align: center; font-size: 12px; margin-left: 4px; }
-.hint { color: var(--muted); font-size: 12px; margin: 0; }
-table { border-collapse: collapse; background: #fff; border: 1px solid var(--line); font-size: 12.5px; }
-th, td { padding: 4px 9px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-th { background: #eef1f5; font-weight: 600; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.badge { display: inline-block; padding: 0 7px; border-radius: 9px; font-size: 11.5px; font-weight: 600;
-         background: #eef1f5; color: var(--muted); }
-.badge.refused { background: #fde2e2; color: #a51d1e; } .badge.suspect { background: #fff0d6; color: #8a5300; }
-.badge.accepted { background: #e3f4e6; color: #1f6b2e; } .badge.sim { background: #e8e2f6; color: #4b3a86; }
-.layer-note { color: var(--muted); font-size: 12.5px; margin: -4px 0 10px; }
-.panels { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
-.panel { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px 8px; }
-.panel.status-refused { border-top: 4px solid var(--bad); } .panel.status-suspect { border-top: 4px solid var(--warn); }
-.panel h3 { display: inline; font-size: 15px; margin: 0 6px 0 0; }
-.facts { color: var(--muted); font-size: 12px; margin: 3px 0 4px; }
-.small { display: grid; grid-template-columns: repeat(3, 1fr); gap: 6px; }
-.chart { width: 100%; height: auto; display: block; }
-.chart-title { font-size: 11.5px; color: var(--muted); margin: 4px 0 0 4px; }
-.notes { margin: 6px 0 0; padding-left: 18px; font-size: 12.5px; } .notes li { margin: 2px 0; }
-.notes .in-force { font-weight: 600; }
-.legend { display: flex; flex-wrap: wrap; gap: 14px; font-size: 12.5px; color: var(--muted); margin: 0 0 8px; }
-.legend svg { vertical-align: middle; }
-.toc { font-size: 12.5px; columns: 3 220px; margin: 0 0 10px; padding-left: 18px; }
-svg text { font: 10px system-ui, sans-serif; fill: var(--muted); }
-svg .segment-band { fill: #f7f8fb; } svg .segment-band.odd { fill: #eef0f6; }
-svg .segment-start { stroke: #8a93a6; stroke-dasharray: 4 3; }
-svg .grid { stroke: #e7eaf0; } svg .level { stroke-dasharray: 6 3; stroke-width: 1.4; }
-svg .change line { stroke-width: 2; } svg .change.drift line { stroke-dasharray: 7 4; }
-svg .change-label { fill: #6d2a87; font-weight: 600; } svg .newest-label { fill: var(--ink); font-weight: 600; }
-svg .interval { fill: none; stroke-width: 1.3; } svg .ring { fill: none; stroke: var(--ink); stroke-width: 1.6; }
-svg .hit { fill: transparent; } svg .point:focus, svg .change:focus { outline: none; }
-svg .point:hover .marker, svg .point:focus .marker { stroke: var(--ink); stroke-width: 2.5; }
-.tip { position: fixed; z-index: 10; max-width: 460px; background: #1d2330; color: #fff; font-size: 12px;
-       padding: 7px 9px; border-radius: 5px; white-space: pre-line; pointer-events: none;
-       box-shadow: 0 3px 10px rgba(0, 0, 0, .25); }
-footer { color: var(--muted); font-size: 12px; padding: 0 24px 24px; }
-.finder { margin: 18px 0 0; display: flex; gap: 10px; align-items: center; }
-.finder input { font: inherit; padding: 4px 8px; width: 320px; border: 1px solid var(--line); border-radius: 4px; }
-.finder output { color: var(--muted); font-size: 12.5px; }
-th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0; cursor: pointer;
-            color: var(--ink); }
-th[aria-sort] button::after { content: " \\25B2"; font-size: 9px; }
-th[aria-sort="descending"] button::after { content: " \\25BC"; }
-.verdict { font-weight: 600; font-size: 11.5px; } .verdict.REGRESSION { color: #a51d1e; }
-.verdict.SUSPECT { color: #8a5300; } .verdict.IMPROVED, .verdict.PASS { color: #1f6b2e; }
-svg.trend { display: block; }
-.key-index h3 { font-size: 14px; margin: 14px 0 4px; } .key-index ul { columns: 3 260px; margin: 0; }
-"""
-
-#: Hover (and keyboard focus) shows a point's or a change's `<title>` in a styled box.
-SCRIPT = """
-(function () {
-  "use strict";
-  var tip = document.createElement("div");
-  tip.className = "tip";
-  tip.hidden = true;
-  document.body.appendChild(tip);
-  document.querySelectorAll(".point, .change").forEach(function (element) {
-    var title = element.querySelector(":scope > title");
-    if (title) { element.setAttribute("data-tip", title.textContent); title.remove(); }
-  });
-  function show(element, x, y) {
-    tip.textContent = element.getAttribute("data-tip");
-    tip.hidden = false;
-    var left = Math.min(x + 14, window.innerWidth - tip.offsetWidth - 8);
-    var top = y + 14 + tip.offsetHeight > window.innerHeight ? y - tip.offsetHeight - 10 : y + 14;
-    tip.style.left = Math.max(4, left) + "px";
-    tip.style.top = Math.max(4, top) + "px";
-  }
-  function hide() { tip.hidden = true; }
-  document.addEventListener("mouseover", function (event) {
-    var element = event.target.closest && event.target.closest("[data-tip]");
-    if (element) { show(element, event.clientX, event.clientY); } else { hide(); }
-  });
-  document.addEventListener("focusin", function (event) {
-    var element = event.target.closest && event.target.closest("[data-tip]");
-    if (!element) { hide(); return; }
-    var box = element.getBoundingClientRect();
-    show(element, box.right, box.bottom);
-  });
-  document.addEventListener("keydown", function (event) { if (event.key === "Escape") { hide(); } });
-})();
-"""
-
-
-#: The summary's key tables: the finder keeps the rows whose key contains what is typed (every table),
-#: a column's header button sorts its table by the cells' `data-v` (numbers as numbers, blanks last).
-TABLE_SCRIPT = """
-(function () {
-  "use strict";
-  var rows = Array.from(document.querySelectorAll("table.keys tbody tr"));
-  var find = document.getElementById("find");
-  var shown = document.getElementById("shown");
-  function filter() {
-    var text = find.value.trim().toLowerCase();
-    var count = 0;
-    rows.forEach(function (row) {
-      row.hidden = text !== "" && row.dataset.key.indexOf(text) < 0;
-      if (!row.hidden) { count += 1; }
-    });
-    shown.textContent = text ? count + " of " + rows.length + " keys" : rows.length + " keys";
-  }
-  if (find) { find.addEventListener("input", filter); filter(); }
-  function value(row, column, numeric) {
-    var v = row.cells[column].dataset.v;
-    if (v === undefined || v === "") { return null; }
-    return numeric ? Number(v) : v;
-  }
-  document.querySelectorAll("table.keys th[data-sort]").forEach(function (th) {
-    th.querySelector("button").addEventListener("click", function () {
-      var table = th.closest("table");
-      var column = Array.prototype.indexOf.call(th.parentNode.children, th);
-      var numeric = th.dataset.sort === "number";
-      var up = th.getAttribute("aria-sort") !== "ascending";
-      table.querySelectorAll("th[aria-sort]").forEach(function (other) { other.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", up ? "ascending" : "descending");
-      var body = table.tBodies[0];
-      var sorted = Array.from(body.rows).sort(function (a, b) {
-        var x = value(a, column, numeric), y = value(b, column, numeric);
-        if (x === null || y === null) { return (x === null) - (y === null); }
-        var order = x < y ? -1 : x > y ? 1 : 0;
-        return up ? order : -order;
-      });
-      var fragment = document.createDocumentFragment();
-      sorted.forEach(function (row) { fragment.appendChild(row); });
-      body.appendChild(fragment);
-    });
-  });
-})();
-"""
 
 Link = Callable[[KeyView], str]
 
@@ -211,12 +61,13 @@ def links(d: Dashboard) -> Link:
     return lambda view: f"{SUITE}#{view.anchor}"
 
 
-def site_pages(d: Dashboard) -> Iterator[tuple[str, str]]:
+def site_pages(d: Dashboard, *, keys: bool = True) -> Iterator[tuple[str, str]]:
     """Every page of the site, (name relative to the root, text), one at a time: a paged dashboard's
-    pages per key are made as they are written, never all held at once."""
+    pages per key are made as they are written, never all held at once. Without `keys`, the summary and
+    `suite.html` alone (the keys' pages were written where their views were made)."""
     yield SUMMARY, summary_page(d)
     yield SUITE, suite_page(d)
-    if d.paged:
+    if d.paged and keys:
         notes = {layer: _layer_note(d, layer) for layer in d.layers}
         for view in d.keys:
             yield key_page_name(view), key_page(d, view, notes[view.layer])
@@ -251,13 +102,13 @@ def summary_page(d: Dashboard) -> str:
     body = [f'<section class="cards">{"".join(cards)}</section>', _finder()]
     for layer in d.layers:
         body.append(f"<h2>{escape(LAYER_TITLES[layer])}</h2>{_layer_note(d, layer)}{_key_table(d.layer(layer), link)}")
-    return _page(d, SUMMARY, f"{d.title}: summary", "".join(body), script=SCRIPT + TABLE_SCRIPT)
+    return _page(d.header, SUMMARY, f"{d.title}: summary", "".join(body), script=SCRIPT + TABLE_SCRIPT)
 
 
 def suite_page(d: Dashboard) -> str:
     """A panel per key, by layer; for a paged dashboard, the index of the keys' pages by server."""
     if d.paged:
-        return _page(d, SUITE, f"{d.title}: every key", _key_index(d))
+        return _page(d.header, SUITE, f"{d.title}: every key", _key_index(d))
     body = [_legend()]
     for layer in d.layers:
         views = d.layer(layer)
@@ -268,16 +119,18 @@ def suite_page(d: Dashboard) -> str:
             f'<span class="count">{len(views)}</span></h2>{_layer_note(d, layer)}<ul class="toc">{toc}</ul>'
             f'<div class="panels">{panels}</div></section>'
         )
-    return _page(d, SUITE, f"{d.title}: every key", "".join(body))
+    return _page(d.header, SUITE, f"{d.title}: every key", "".join(body))
 
 
-def key_page(d: Dashboard, view: KeyView, note: str) -> str:
-    """One key's panel with every run of its history (a paged dashboard); `note` is its layer's."""
+def key_page(d: Dashboard | SiteHeader, view: KeyView, note: str) -> str:
+    """One key's panel with every run of its history (a paged dashboard); `note` is its layer's. `d` is the
+    site, or what its pages say of it (`SiteHeader`) where the other keys' views are not at hand."""
+    header = d.header if isinstance(d, Dashboard) else d
     body = (
         f'{_legend()}<section class="layer" data-layer="{view.layer}"><h2>{escape(LAYER_TITLES[view.layer])}</h2>'
         f'{note}<div class="panels">{_panel(view)}</div></section>'
     )
-    return _page(d, key_page_name(view), f"{d.title}: {view.key.label}", body, up="../")
+    return _page(header, key_page_name(view), f"{header.title}: {view.key.label}", body, up="../")
 
 
 def _key_index(d: Dashboard) -> str:
@@ -314,14 +167,14 @@ def _verdict(verdict: Verdict) -> str:
     return f'<span class="verdict {verdict.value}">{verdict.value}</span>'
 
 
-def _page(d: Dashboard, name: str, heading: str, body: str, *, up: str = "", script: str = SCRIPT) -> str:
+def _page(d: SiteHeader, name: str, heading: str, body: str, *, up: str = "", script: str = SCRIPT) -> str:
     """A page of the site; `up` leads from its folder to the site's root."""
     nav = "".join(
         f'<a href="{up}{page}"{" aria-current=page" if page == name else ""}>{label}</a>'
         for page, label in ((SUMMARY, "Summary"), (SUITE, "Every key"))
     )
     sub = (
-        f"store {escape(d.location)} · {len(d.keys)} keys · newest run {escape(_when(d.newest_run))} · "
+        f"store {escape(d.location)} · {d.keys} keys · newest run {escape(_when(d.newest_run))} · "
         f"tolerance {d.limits.max_regression:.0%} throughput, {d.limits.max_regression_accept_length:.0%} accept "
         "length"
     )
@@ -413,7 +266,7 @@ def _key_row(view: KeyView, link: Link) -> str:
     cells: list[tuple[str, str | float | None]] = [
         (_label(view, link, layer=False), view.key.label),
         (_verdict(view.verdict), SEVERITY.index(view.verdict)),
-        (str(len(view.runs)), len(view.runs)),
+        (str(view.run_count), view.run_count),
         (f'{escape(newest.provenance.created[:10])} <span class="badge {newest.status}">{newest.status}</span>', None),
         (escape(fmt(value, 1)) if value is not None else "-", value.value if value is not None else None),
         (
@@ -437,9 +290,13 @@ def _sort_value(value: str | float) -> str:
 
 
 def _layer_note(d: Dashboard, layer: str) -> str:
+    return layer_note(layer, [k.runs[-1].measurement.fingerprint for k in d.layer(layer)])
+
+
+def layer_note(layer: str, prints: Sequence[Fingerprint | None]) -> str:
+    """What a layer's runs are, from the newest runs' fingerprints of its keys (the simulator's profiles)."""
     if layer == ENGINE:
         return '<p class="layer-note">Runs measured on the real engine (SGLang, vLLM).</p>'
-    prints = [k.runs[-1].measurement.fingerprint for k in d.layer(layer)]
     found = [fp for fp in prints if isinstance(fp, Fingerprint)]
     profiles = sorted({fp.identity.get("sim_profile", UNSET) for fp in found} - {UNSET})
     scales = sorted({fp.identity.get("sim_time_scale", UNSET) for fp in found} - {UNSET})
@@ -493,9 +350,10 @@ def _panel(view: KeyView) -> str:
     charts = list(view.charts)
     main = next((c for c in charts if c.metric == "output_throughput"), charts[0] if charts else None)
     small = [c for c in charts if c is not main]
-    body = _chart_block(view, main, 540, 170, main=True) if main is not None else ""
+    texts = _RunTexts.of(view)
+    body = _chart_block(view, texts, main, 540, 170, main=True) if main is not None else ""
     if small:
-        body += '<div class="small">' + "".join(_chart_block(view, c, 180, 110) for c in small) + "</div>"
+        body += '<div class="small">' + "".join(_chart_block(view, texts, c, 180, 110) for c in small) + "</div>"
     return (
         f'<article class="panel status-{status}" id="{view.anchor}" data-key="{escape(key.label)}" '
         f'data-layer="{view.layer}" data-runs="{len(view.runs)}">'
@@ -504,12 +362,46 @@ def _panel(view: KeyView) -> str:
     )
 
 
-def _chart_block(view: KeyView, chart: Chart, width: int, height: int, *, main: bool = False) -> str:
+@dataclass(frozen=True)
+class _RunTexts:
+    """What a run's hover text says on every chart of its key (its place, date, commit, host, status and
+    fingerprint), and its date on the axis: made once a panel, not once a chart."""
+
+    dates: list[str]
+    heads: list[str]
+    rounds: list[int]
+    statuses: list[str]
+    prints: list[str]
+
+    @classmethod
+    def of(cls, view: KeyView) -> _RunTexts:
+        heads, statuses, prints = [], [], []
+        for index, run in enumerate(view.runs):
+            p = run.provenance
+            first = f"run {index + 1} of {len(view.runs)} · segment {run.segment}"
+            if index in view.newest:
+                first += " · the newest night"
+            commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
+            heads.append(f"{first}\n{_when(p.created)} · {commit} · host {p.host}")
+            verdict = VERDICT_OF_STATUS.get(run.status, "?")
+            statuses.append(f"status: {STATUS_TEXT.get(run.status, run.status)}; verdict {verdict}")
+            drift = view.drift[index]
+            if index == 0:
+                prints.append("fingerprint: the first run of this history")
+            elif drift:
+                prints.append("fingerprint since the run before: " + "; ".join(drift))
+            else:
+                prints.append("fingerprint: as the run before")
+        dates = [r.provenance.created[5:10] for r in view.runs]
+        return cls(dates, heads, [len(r.measurement.rounds) for r in view.runs], statuses, prints)
+
+
+def _chart_block(view: KeyView, texts: _RunTexts, chart: Chart, width: int, height: int, *, main: bool = False) -> str:
     title = chart.title + (
         f" over {view.reference}, same session" if chart.metric == "speedup" and view.reference else ""
     )
-    tips = {m.run: _tip(view, chart, m) for m in chart.points}
-    dates = [r.provenance.created[5:10] for r in view.runs]
+    tips = {m.run: _tip(view, texts, chart, m) for m in chart.points}
+    dates = texts.dates
     svg = chart_svg(
         chart,
         runs=len(view.runs),
@@ -525,31 +417,19 @@ def _chart_block(view: KeyView, chart: Chart, width: int, height: int, *, main: 
     return f'<div class="chart-block"><p class="chart-title">{escape(title)}</p>{svg}</div>'
 
 
-def _tip(view: KeyView, chart: Chart, mark: RunMark) -> str:
-    run = view.runs[mark.run]
-    p = run.provenance
-    first = f"run {mark.run + 1} of {len(view.runs)} · segment {run.segment}"
-    if mark.run in view.newest:
-        first += " · the newest night"
-    commit = f"commit {p.git_commit[:7]}" if p.git_commit else "no git commit"
-    rounds = len(run.measurement.rounds)
+def _tip(view: KeyView, texts: _RunTexts, chart: Chart, mark: RunMark) -> str:
+    run = mark.run
+    digits = DIGITS.get(chart.metric, 2)
     lines = [
-        first,
-        f"{_when(p.created)} · {commit} · host {p.host}",
-        f"{chart.name} {fmt(mark.value, DIGITS.get(chart.metric, 2))} {chart.unit} over {rounds} rounds",
-        f"status: {STATUS_TEXT.get(run.status, run.status)}; verdict {VERDICT_OF_STATUS.get(run.status, '?')}",
+        texts.heads[run],
+        f"{chart.name} {fmt(mark.value, digits)} {chart.unit} over {texts.rounds[run]} rounds",
+        texts.statuses[run],
     ]
     if mark.rejected:
         lines.append(mark.rejected)
-    if view.gate.explanation and mark.run in view.newest and chart.metric == "output_throughput":
+    if view.gate.explanation and run in view.newest and chart.metric == "output_throughput":
         lines.append(f"why: {view.gate.explanation}")
-    drift = view.drift[mark.run]
-    if mark.run == 0:
-        lines.append("fingerprint: the first run of this history")
-    elif drift:
-        lines.append("fingerprint since the run before: " + "; ".join(drift))
-    else:
-        lines.append("fingerprint: as the run before")
+    lines.append(texts.prints[run])
     return "\n".join(lines)
 
 

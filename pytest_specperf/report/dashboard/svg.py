@@ -235,24 +235,24 @@ def _change(frame: Frame, chart: Chart, change: ChangeMark, labels: bool) -> str
 
 
 def _point(frame: Frame, mark: RunMark, newest: bool, tip: str) -> str:
+    """One run's point: its interval, ring, marker, hit area and hover text. Drawn for every run of
+    every chart of a year (a key's page holds about 1,500), so each coordinate is formatted once."""
     status = mark.point.status or "accepted"
-    classes = ["point", f"status-{status}"] + (["rejected"] if mark.rejected else []) + (["newest"] if newest else [])
+    rejected = bool(mark.rejected)
     x, y = frame.x(mark.run), frame.y(mark.value.value)
-    colour = COLOURS["rejected"] if mark.rejected else COLOURS.get(status, COLOURS["accepted"])
-    parts = [f'<g class="{" ".join(classes)}" data-run="{mark.run}" tabindex="0">']
+    at = f'cx="{x:.1f}" cy="{y:.1f}"'
+    colour = COLOURS["rejected"] if rejected else COLOURS.get(status, COLOURS["accepted"])
     value = mark.value
+    interval = ""
     if value.bounded and math.isfinite(value.low) and math.isfinite(value.high):
-        y0, y1 = frame.y(value.high), frame.y(value.low)
-        parts.append(
-            f'<path class="interval" d="M{x:.1f} {y0:.1f}V{y1:.1f}M{x - 2.5:.1f} {y0:.1f}h5M{x - 2.5:.1f} '
-            f'{y1:.1f}h5" stroke="{colour}"/>'
-        )
-    if newest:
-        parts.append(f'<circle class="ring" cx="{x:.1f}" cy="{y:.1f}" r="7"/>')
-    parts.append(marker(x, y, status, colour, bool(mark.rejected)))
-    parts.append(f'<circle class="hit" cx="{x:.1f}" cy="{y:.1f}" r="8"/>')
-    parts.append(f"<title>{escape(tip)}</title></g>")
-    return "".join(parts)
+        y0, y1, left = f"{frame.y(value.high):.1f}", f"{frame.y(value.low):.1f}", f"{x - 2.5:.1f}"
+        interval = f'<path class="interval" d="M{x:.1f} {y0}V{y1}M{left} {y0}h5M{left} {y1}h5" stroke="{colour}"/>'
+    ring = f'<circle class="ring" {at} r="7"/>' if newest else ""
+    return (
+        f'<g class="point status-{status}{" rejected" if rejected else ""}{" newest" if newest else ""}" '
+        f'data-run="{mark.run}" tabindex="0">{interval}{ring}{marker(x, y, status, colour, rejected)}'
+        f'<circle class="hit" {at} r="8"/><title>{escape(tip)}</title></g>'
+    )
 
 
 def marker(x: float, y: float, status: str, colour: str, rejected: bool) -> str:
