@@ -294,14 +294,13 @@ class ServerPool:
 
         "No test needs it" counts tests, not uses: another worker may be measuring this server as the
         reference of its speculative key right now (a reference measured again on a second start is
-        such a use). The registry knows who uses it; the check and the unlisting are one locked step
-        (`retire`). When another worker uses it, this worker only stops using it, and the last user
+        such a use). The registry knows who uses it; leaving, the check and the unlisting are one locked
+        step (`let_go`). When another worker uses it, this worker only stops using it, and the last user
         stops it (by its pid) when it lets go in turn.
         """
-        if self.registry is None or server.attached or self.registry.retire(server.name):
+        if self.registry is None or server.attached or self.registry.let_go(server.name):
             self._stop(server)
             return
-        self.registry.leave(server.name)
         if server.process is not None:
             self._handed_over.append(server)
 

@@ -132,6 +132,21 @@ class SharedRegistry:
             del state["servers"][name]
             return True
 
+    def let_go(self, name: str) -> bool:
+        """This worker stops using `name`; True when no other worker uses it: then it is unlisted and the
+        caller stops it. Leaving and the check are one locked step: two workers letting go at once would
+        otherwise each see the other still listed, both leave, and nobody stop the server."""
+        with self._state() as state:
+            entry = state["servers"].get(name)
+            if entry is None:
+                return False
+            others = set(entry.get("users", [])) - {self.worker}
+            if others:
+                entry["users"] = sorted(others)
+                return False
+            del state["servers"][name]
+            return True
+
     def failed(self, name: str, error: str) -> None:
         with self._state() as state:
             state["servers"][name] = {"status": "failed", "worker": self.worker, "error": error, "pid": None}

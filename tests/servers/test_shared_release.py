@@ -6,6 +6,7 @@ another worker is using; the last user stops it. Two pools in this process stand
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -107,3 +108,24 @@ def test_a_worker_that_ends_leaves_a_server_in_use_to_its_user(two_workers) -> N
     assert serves(started.url)
     user.shutdown()
     assert not pid_alive(started.process.pid)
+
+
+def test_two_workers_letting_go_at_once_leave_nobody_holding_it(two_workers, monkeypatch) -> None:
+    """gw1 lets go right after gw0's first locked step of letting go: the worst interleaving. Were the
+    check and the leaving two steps, each would see the other still listed, both leave, and the server
+    would run on holding a slot that no worker would free."""
+    owner, user = two_workers
+    started = owner.acquire("plain")
+    user.acquire("plain")
+    locked_steps = owner.registry._state
+
+    @contextlib.contextmanager
+    def then_the_other_worker_lets_go():
+        with locked_steps() as state:
+            yield state
+        monkeypatch.setattr(owner.registry, "_state", locked_steps)
+        user.release("plain")
+
+    monkeypatch.setattr(owner.registry, "_state", then_the_other_worker_lets_go)
+    owner.release("plain")
+    assert not pid_alive(started.process.pid) and not serves(started.url)
