@@ -173,7 +173,7 @@ class ServerPool:
         """Stop the server of `name` and start it again (a fresh start offset), saying `why`."""
         server = self._alive.pop(name, None)
         if server is not None:
-            if self.registry is not None and not self.registry.retire(name):
+            if self.registry is not None and not self.registry.retire(name, _pid_of(server)):
                 self._alive[name] = server
                 raise ServerError(f"{name}: another pytest-xdist worker is using it; it cannot be restarted now")
             self._stop(server)
@@ -284,7 +284,7 @@ class ServerPool:
             elif server.process is None:
                 self._alive.pop(name)
                 self.registry.leave(name)
-            elif self.registry.retire(name):
+            elif self.registry.retire(name, _pid_of(server)):
                 if self.progress:
                     self.progress(f"stopping {name} to free its slot; it starts again for the tests that still need it")
                 self._stop(self._alive.pop(name))
@@ -298,10 +298,13 @@ class ServerPool:
         step (`let_go`). When another worker uses it, this worker only stops using it, and the last user
         stops it (by its pid) when it lets go in turn.
         """
-        if self.registry is None or server.attached or self.registry.let_go(server.name):
+        if self.registry is None or server.attached:
             self._stop(server)
             return
-        if server.process is not None:
+        last = self.registry.let_go(server.name, _pid_of(server))
+        if last or (last is None and server.process is not None):  # None: unlisted, stopped or being stopped
+            self._stop(server)
+        elif last is False and server.process is not None:
             self._handed_over.append(server)
 
     def _reap_handed_over(self) -> None:
@@ -312,8 +315,8 @@ class ServerPool:
         while self._handed_over:
             server = self._handed_over.pop()
             assert server.process is not None and self.registry is not None
-            if server.process.exit_code() is not None or self.registry.retire(server.name):
-                self._record(server.process.stop(timeout=self.config.stop_timeout))
+            if server.process.exit_code() is not None or self.registry.retire(server.name, server.process.pid):
+                self._stop(server)
 
     def _make_room(self, keep: int) -> None:
         """Stop this process's least recently used servers until at most `keep` are alive."""
@@ -429,4 +432,9 @@ class ServerPool:
         elif server.pid is not None:
             self._record(terminate_tree(server.pid, self.config.stop_timeout, server=server.name))
         if self.registry is not None and not server.config.is_attached:
-            self.registry.remove(server.name)
+            self.registry.remove(server.name, _pid_of(server))
+
+
+def _pid_of(server: RunningServer) -> int | None:
+    """The pid the registry lists a launched server under: this process's child, or another worker's."""
+    return server.process.pid if server.process is not None else server.pid

@@ -119,27 +119,35 @@ class SharedRegistry:
             if entry is not None and "users" in entry:
                 entry["users"] = [w for w in entry["users"] if w != self.worker]
 
-    def retire(self, name: str) -> bool:
-        """Unlist this worker's server if no other worker uses it (then the caller stops it).
+    def retire(self, name: str, pid: int | None) -> bool:
+        """Unlist this worker's server `pid` if no other worker uses it; True: the caller stops it (also
+        when `pid` is no longer the server listed under `name`: nobody can attach to it any more).
 
         Check and removal are one locked step, so no worker can attach in between and find the
         server gone under its test.
         """
         with self._state() as state:
             entry = state["servers"].get(name)
-            if entry is None or set(entry.get("users", [])) - {self.worker}:
+            if entry is None or entry.get("pid") != pid:
+                return True
+            if set(entry.get("users", [])) - {self.worker}:
                 return False
             del state["servers"][name]
             return True
 
-    def let_go(self, name: str) -> bool:
-        """This worker stops using `name`; True when no other worker uses it: then it is unlisted and the
-        caller stops it. Leaving and the check are one locked step: two workers letting go at once would
-        otherwise each see the other still listed, both leave, and nobody stop the server."""
+    def let_go(self, name: str, pid: int | None) -> bool | None:
+        """This worker stops using the server `pid` of `name`. True: no other worker uses it, it is
+        unlisted and the caller stops it; False: another worker uses it and its last user stops it;
+        None: `pid` is not the server listed under `name` (another worker stopped it, or is stopping it).
+
+        Leaving and the check are one locked step: two workers letting go at once would otherwise
+        each see the other still listed, both leave, and nobody stop the server. The pid ties the
+        step to one server: a name is listed again for the next start of its config.
+        """
         with self._state() as state:
             entry = state["servers"].get(name)
-            if entry is None:
-                return False
+            if entry is None or entry.get("pid") != pid:
+                return None
             others = set(entry.get("users", [])) - {self.worker}
             if others:
                 entry["users"] = sorted(others)
@@ -151,10 +159,19 @@ class SharedRegistry:
         with self._state() as state:
             state["servers"][name] = {"status": "failed", "worker": self.worker, "error": error, "pid": None}
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str, pid: int | None = None) -> None:
+        """Unlist the server `pid` of `name` once it is stopped; without a pid, this worker's start of it
+        that did not get that far. Another server listed under the name since (the next start of the
+        config, by any worker) stays listed: unlisted, nobody would stop it."""
         with self._state() as state:
             entry = state["servers"].get(name)
-            if entry and entry["status"] != "failed":
+            if not entry or entry["status"] == "failed":
+                return
+            if pid is not None:
+                mine = entry.get("pid") == pid
+            else:
+                mine = entry["status"] == "starting" and entry.get("worker") == self.worker
+            if mine:
                 del state["servers"][name]
 
     def finish(self, nodeid: str) -> None:

@@ -129,3 +129,27 @@ def test_two_workers_letting_go_at_once_leave_nobody_holding_it(two_workers, mon
     monkeypatch.setattr(owner.registry, "_state", then_the_other_worker_lets_go)
     owner.release("plain")
     assert not pid_alive(started.process.pid) and not serves(started.url)
+
+
+def test_a_server_stopped_to_free_a_slot_does_not_unlist_the_next_start_of_its_config(two_workers, monkeypatch) -> None:
+    """gw0, waiting for a slot, unlists its idle `plain` and stops it; gw1 starts `plain` again in that
+    moment. Once stopped, gw0's `plain` must not unlist gw1's: an unlisted server is stopped by nobody
+    (neither the slot's accounting nor the controller's last sweep sees it)."""
+    owner, user = two_workers
+    owner.still_needed = lambda name: True  # plain is needed again: the slot's wait stops it all the same
+    owner.acquire("plain")
+    retire = owner.registry.retire
+    started_again = []
+
+    def then_the_other_worker_starts_it(*args: object) -> bool:
+        unlisted = retire(*args)
+        if not started_again:
+            started_again.append(user.acquire("plain"))
+        return unlisted
+
+    monkeypatch.setattr(owner.registry, "retire", then_the_other_worker_starts_it)
+    with pytest.raises(ServerError, match="no free server slot"):  # gw1's plain holds the one slot
+        owner.acquire("eagle")
+    (again,) = started_again
+    assert again.process is not None
+    assert owner.registry.running()["plain"]["pid"] == again.process.pid
