@@ -10,6 +10,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -70,10 +71,21 @@ def serves(url: str) -> bool:
 
 @pytest.fixture
 def two_workers(tmp_path: Path):
+    """Two workers' pools; afterwards, proof that they left no server of this test behind (whatever is
+    left is killed first, so a failing test leaves no orphan either)."""
     owner, user = workers(tmp_path)
-    yield owner, user
-    user.shutdown()
-    owner.shutdown()
+    try:
+        yield owner, user
+    finally:
+        for pool in (user, owner):
+            with contextlib.suppress(Exception):
+                pool.shutdown()
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or ())]
+    _, alive = psutil.wait_procs(left, timeout=15)  # a log relay ends once it has read its server's last line
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    assert not alive, f"server processes left behind: {[p.info['cmdline'] for p in alive]}"
 
 
 def test_a_server_another_worker_uses_is_not_stopped_when_its_starter_lets_go(two_workers) -> None:
