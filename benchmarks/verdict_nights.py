@@ -40,7 +40,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from pytest_specperf.sim.nights import NightNoise, node_speed
-from pytest_specperf.store.records import VERDICT_NIGHTS, kept_runs
+from pytest_specperf.store.records import LEVEL_RUNS, VERDICT_NIGHTS, kept_runs
 from pytest_specperf.verdict.control import paired_speedups
 from pytest_specperf.verdict.nightly import (
     BEYOND_CONFIDENCE,
@@ -317,6 +317,189 @@ SPEEDUP = 1.2
 
 
 @dataclass
+class SpeedupSuiteNight:
+    """A night of one speculative server's keys judged on their speedup over the reference's key of the
+    same workload (`gate = "speedup"`), through the session's looks: a second look restarts the
+    speculative server (granted by `Restarts`) and, once per reference key, the reference too
+    (session/looks.py `_reference_again`), so that the second look is a second draw of the ratio."""
+
+    rng: np.random.Generator
+    granted: Restarts
+    server: list[int]  # the speculative server's current start
+    reference: list[int]  # the reference server's current start
+    server_keys: int  # the speculative server's keys
+    sharing: int  # the keys whose speedup carries the reference's start (control.speedup_keys)
+    searches: int
+    rule: str = "moved"  # when the question is shared: "moved" (control.asked_among), "server", "always"
+    reference_restarts: int = 0
+
+    def judged(self, key: Key, ref_key: Key, ref_night: Night, level: float = SPEEDUP) -> NightVerdict:
+        references = [float(np.mean(s)) for s in ref_night.starts]
+        asked = self._asked(ref_key, references[0])
+        on_start = self.server[0]
+        starts = [key.rounds(self.rng, level, on_start, ROUNDS)]
+
+        def look() -> NightVerdict:
+            draws = paired_speedups(starts, references)
+            return judge_night(draws, key.history, TOLERANCE, searches=self.searches, rounds=ROUNDS, keys=asked)
+
+        def extend() -> bool:
+            if len(starts) > 1 or len(starts[0]) >= MAX_ROUNDS:
+                return False
+            starts[0] += key.rounds(self.rng, level, on_start, MAX_ROUNDS - ROUNDS)
+            return True
+
+        def second_start(_: NightVerdict) -> bool:
+            restart, why = self.granted.ask(on_current_start=on_start == self.server[0])
+            if why is not None:
+                return False
+            if len(references) == 1:
+                if ref_night.on_start == self.reference[0]:
+                    self.reference[0] += 1
+                    self.reference_restarts += 1
+                more = ref_key.rounds(self.rng, 1.0, self.reference[0], ROUNDS)
+                ref_night.starts.append(more)
+                references.append(float(np.mean(more)))
+            if restart:
+                self.server[0] += 1
+            starts.append(key.rounds(self.rng, level, self.server[0], ROUNDS))
+            return True
+
+        verdict = looked(
+            look,
+            settled=lambda v: v.decision is Decision.MET,
+            extend=extend,
+            confirmable=lambda v: worth_a_restart(v, asked),
+            second_start=second_start,
+        )
+        status = stored_status(verdict.decision)
+        key.history += [PastRun(tuple(d), status, str(key.nights)) for d in paired_speedups(starts, references)]
+        key.history = kept_runs(
+            key.history, VERDICT_NIGHTS, night_of=lambda r: r.night, counted=lambda r: r.status.counted
+        )
+        key.nights += 1
+        return verdict
+
+    def _asked(self, ref_key: Key, reference: float) -> int:
+        """The keys the speedup's question is asked among (`control.asked_among`): the reference's first
+        start against the level of its newest accepted runs, as `control.reference_move` reads it."""
+        if self.rule != "moved":
+            return self.sharing if self.rule == "always" else self.server_keys
+        counted = [math.log(float(np.mean(r.samples))) for r in ref_key.history if r.status.counted]
+        if not counted:
+            return self.server_keys
+        moved = TOLERANCE.moved(reference / math.exp(float(np.mean(counted[-LEVEL_RUNS:]))))
+        return max(self.server_keys, self.sharing) if moved else self.server_keys
+
+
+@dataclass
+class SuiteNight:
+    """What one night of a speedup suite did: the restarts it took and every key's verdict."""
+
+    granted: int  # restarts granted by `max_restarts` (the reference's own and the speculative servers')
+    reference_restarts: int  # the reference's restarts for a speedup's second draw
+    reference: list[NightVerdict]
+    speculative: list[list[NightVerdict]]  # per speculative server
+
+
+def _suite_nights(
+    noise: NightNoise, rng: np.random.Generator, servers: int, keys: int, later: int, rule: str, change: float
+) -> list[SuiteNight]:
+    """One suite grown for 10 nights, then `later` nights returned: the reference's keys judged on
+    throughput, each speculative key on its speedup over the reference's key of its workload, its
+    question "is a start off?" asked as `rule` says (`SpeedupSuiteNight`). From night 10 on, the first
+    speculative server's speedup is `change` lower."""
+    suite = []
+    for _ in range(servers):
+        common = (int(rng.integers(2**31)), noise)
+        suite.append([Key(int(rng.integers(2**31)), noise, common=common) for _ in range(keys)])
+    found = []
+    for n in range(10 + later):
+        granted, ref_on = Restarts(MAX_RESTARTS), [1]
+        ref_nights = [one_night(k, rng, 1.0, ref_on, granted, servers * keys, keys) for k in suite[0]]
+        sharing = (servers - 1) * keys
+        night_of_suite = SpeedupSuiteNight(rng, granted, [1], ref_on, keys, sharing, servers * keys, rule)
+        speculative = []
+        for i, server in enumerate(suite[1:]):
+            night_of_suite.server = [1]
+            level = SPEEDUP * (1.0 - change) if i == 0 and n >= 10 else SPEEDUP
+            zipped = zip(server, ref_nights, strict=True)
+            speculative.append([night_of_suite.judged(k, r.key, r, level) for k, r in zipped])
+        for night in ref_nights:
+            store(night)
+        if n >= 10:
+            verdicts = [night.verdict for night in ref_nights if night.verdict is not None]
+            found.append(SuiteNight(granted.used, night_of_suite.reference_restarts, verdicts, speculative))
+    return found
+
+
+def speedup_suite(
+    noise: NightNoise,
+    trials: int,
+    rng: np.random.Generator,
+    servers: int = 5,
+    keys: int = 20,
+    later: int = 5,
+    rule: str = "moved",
+) -> dict[str, float]:
+    """What the default gate costs on a GPU: 5 servers x 20 unchanged keys, the first the reference (its
+    keys judged on throughput), the other four speculative, each key judged on its speedup over the
+    reference's key of its workload (`gate = "speedup"`). Offsets of one server's keys correlate at 0.8.
+    10 nights grown night by night, then `later` nights counted: server starts beyond the first per
+    night (restarts granted by `max_restarts`, and the reference's restarts for a speedup's second draw,
+    which that cap does not limit). A speedup's question "is a start off?" is asked among its server's
+    keys and, on a night the reference's start moved beyond the tolerance, among every key whose speedup
+    carries it (`control.asked_among`: 80 here); `rule`: "server" asks among the server's keys on every
+    night (before), "always" among the 80 on every night."""
+    nights = [n for _ in range(trials) for n in _suite_nights(noise, rng, servers, keys, later, rule, 0.0)]
+    suite_keys = servers * keys
+
+    def every(n: SuiteNight) -> list[NightVerdict]:
+        return n.reference + [v for server in n.speculative for v in server]
+
+    return {
+        "second starts per key and night (x100: per night)": sum(n.granted + n.reference_restarts for n in nights)
+        / len(nights)
+        / suite_keys,
+        "of which the reference's for a speedup (x100: per night)": sum(n.reference_restarts for n in nights)
+        / len(nights)
+        / suite_keys,
+        "nights with a false REGRESSION": sum(any(v.decision is Decision.MISSED for v in every(n)) for n in nights)
+        / len(nights),
+        "SUSPECT keys per night (share of keys)": sum(
+            sum(v.decision is Decision.SUSPECT for v in every(n)) for n in nights
+        )
+        / len(nights)
+        / suite_keys,
+    }
+
+
+def speedup_suite_change(
+    noise: NightNoise, trials: int, rng: np.random.Generator, rule: str = "moved", servers: int = 5, keys: int = 20
+) -> dict[str, float]:
+    """What sharing the question (`rule`, as in `speedup_suite`) costs in power: the same suite, the
+    first speculative server's speedup 10% lower on all its keys from one night on (a draft or a verify
+    path that got slower): its keys flagged (REGRESSION) on the first night and within three, the suites
+    that went red for it (any of its keys flagged), and the other servers' keys flagged."""
+    first = within = red_first = red_within = others = 0
+    for _ in range(trials):
+        nights = _suite_nights(noise, rng, servers, keys, 3, rule, 0.10)
+        caught = [[v.decision is Decision.MISSED for v in n.speculative[0]] for n in nights]
+        first += sum(caught[0])
+        within += sum(any(night[k] for night in caught) for k in range(keys))
+        red_first += any(caught[0])
+        red_within += any(any(night) for night in caught)
+        others += sum(v.decision is Decision.MISSED for n in nights for s in n.speculative[1:] for v in s)
+    return {
+        "changed keys flagged on the first night": first / trials / keys,
+        "changed keys flagged within 3 nights": within / trials / keys,
+        "suites red for it on the first night": red_first / trials,
+        "suites red for it within 3 nights": red_within / trials,
+        "unchanged speculative keys flagged (per key and night)": others / trials / (3 * (servers - 2) * keys),
+    }
+
+
+@dataclass
 class SpeedupNight:
     """One night of a speculative key judged on its speedup over the same-session reference: both
     servers on the night's node, each start of either with its own offset and round noise. A second
@@ -402,21 +585,25 @@ def _speedup_key(
     return found
 
 
-def node_swing(noise: NightNoise, trials: int, rng: np.random.Generator, eager: bool = False) -> dict[str, float]:
+def node_swing(
+    noise: NightNoise, trials: int, rng: np.random.Generator, eager: bool = False, swing: float = NODE_SWING
+) -> dict[str, float]:
     """Speculation unchanged while the node swings about x2 between sessions: REGRESSIONs of the speedup,
     how often a night the reference moved beyond the tolerance names the node (the speedup held), and
     the nights that started both servers again."""
-    red = nights_seen = moved = named = again = 0
+    red = suspect = nights_seen = moved = named = again = 0
     for _ in range(trials):
-        for verdict, ratio, starts in _speedup_key(rng, 0.0, 20, eager=eager):
+        for verdict, ratio, starts in _speedup_key(rng, 0.0, 20, swing, eager=eager):
             nights_seen += 1
             red += verdict.decision is Decision.MISSED
+            suspect += verdict.decision is Decision.SUSPECT
             again += starts > 1
             if abs(math.log(ratio)) > -math.log(1.0 - TOLERANCE.max_regression):
                 moved += 1
                 named += verdict.decision is Decision.MET and not verdict.improved
     return {
         "REGRESSION of the speedup (per night)": red / nights_seen,
+        "SUSPECT of the speedup (per night)": suspect / nights_seen,
         "nights the reference moved beyond 5%": moved / nights_seen,
         "of those, the speedup held and the node is named": named / max(moved, 1),
         "second start of both servers (per night)": again / nights_seen,
@@ -427,12 +614,18 @@ def node_swing_change(
     noise: NightNoise, trials: int, rng: np.random.Generator, eager: bool = False
 ) -> dict[str, float]:
     """The speedup 10% lower from one night on, under the same node swing: flagged within three nights."""
-    first = within = 0
+    first = within = shown = 0
     for _ in range(trials):
-        caught = [verdict.decision is Decision.MISSED for verdict, _, _ in _speedup_key(rng, 0.10, 3, eager=eager)]
+        verdicts = [verdict.decision for verdict, _, _ in _speedup_key(rng, 0.10, 3, eager=eager)]
+        caught = [d is Decision.MISSED for d in verdicts]
         first += caught[0]
         within += any(caught)
-    return {"first night": first / trials, "within 3 nights": within / trials}
+        shown += any(d is not Decision.MET for d in verdicts)
+    return {
+        "first night": first / trials,
+        "within 3 nights": within / trials,
+        "flagged (REGRESSION or SUSPECT) within 3 nights": shown / trials,
+    }
 
 
 NORMAL, HEAVY = NightNoise(cv=0.02), NightNoise(cv=0.02, df=3.0)
@@ -462,9 +655,33 @@ SCENARIOS: dict[str, tuple[Callable[..., dict[str, float]], list[tuple[str, Nigh
         functools.partial(node_swing_change, eager=True),
         [("normal", NORMAL)],
     ),
+    "node still unchanged": (functools.partial(node_swing, swing=0.0), [("normal", NORMAL)]),
+    "5 servers x 20 keys (gate = speedup)": (
+        speedup_suite,
+        [("start SD 2%", NORMAL), ("start SD 5%", NightNoise(cv=0.05))],
+    ),
+    "5 servers x 20 keys (gate = speedup; asked per server)": (
+        functools.partial(speedup_suite, rule="server"),
+        [("start SD 2%", NORMAL), ("start SD 5%", NightNoise(cv=0.05))],
+    ),
+    "5 servers x 20 keys (gate = speedup; asked among all)": (
+        functools.partial(speedup_suite, rule="always"),
+        [("start SD 2%", NORMAL), ("start SD 5%", NightNoise(cv=0.05))],
+    ),
+    "5 servers x 20 keys (gate = speedup): one server's speedup -10%": (speedup_suite_change, [("normal", NORMAL)]),
+    "5 servers x 20 keys (gate = speedup; asked per server): one server's speedup -10%": (
+        functools.partial(speedup_suite_change, rule="server"),
+        [("normal", NORMAL)],
+    ),
+    "5 servers x 20 keys (gate = speedup; asked among all): one server's speedup -10%": (
+        functools.partial(speedup_suite_change, rule="always"),
+        [("normal", NORMAL)],
+    ),
 }
 #: Scenarios whose trials are suites (many keys each): a tenth, or a hundredth, of the trials.
-SUITE_SHARE = {"20 keys": 10, "5 servers x 20 keys": 100}
+SUITE_SHARE = {"20 keys": 10, "5 servers x 20 keys": 100} | {
+    name: 100 for name in SCENARIOS if name.startswith("5 servers x 20 keys (gate = speedup")
+}
 
 
 def run_cell(args: tuple[str, str, NightNoise, int, int]) -> tuple[str, str, dict[str, float], float]:

@@ -33,6 +33,7 @@ from pytest_specperf.verdict.checks import (
     past_runs,
     rejected_runs,
 )
+from pytest_specperf.verdict.control import asked_among, speedup_keys
 from pytest_specperf.verdict.drift import Change, speedup_differences
 from pytest_specperf.verdict.history import Rejection, bimodal, spread_lower_bound
 from pytest_specperf.verdict.nightly import NightVerdict
@@ -259,16 +260,22 @@ class RowInputs:
             return dataclasses.replace(judged, verdict=worst([judged.verdict, *self.verdicts.get(key, [])]))
         baseline = self.baselines.get(key)
         reference_baseline = self.baselines.get(reference.key) if reference is not None else None
+        limits = Limits.of(self.config, key.workload)
+        keys = sum(1 for k in self.measurements if k.server == key.server)  # as its tests were judged
+        on_reference = speedup_keys(self.measurements, self.config.reference)
         evaluation = evaluate(
             measurement,
             reference,
             None,
-            Limits.of(self.config, key.workload),
+            limits,
             baseline,
             updating=self.updating,
             reference_baseline=reference_baseline,
             searches=self.searches,
-            keys=sum(1 for k in self.measurements if k.server == key.server),  # as its tests were judged
+            keys=keys,
+            speedup_keys=asked_among(
+                keys, on_reference, reference, reference_baseline, limits.tolerance("output_throughput")
+            ),
         )
         verdict = worst([*self.verdicts.get(key, []), evaluation.verdict])
         row = _row(measurement, reference, baseline, evaluation, verdict, self.updating, reference_baseline)

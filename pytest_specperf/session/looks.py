@@ -26,9 +26,10 @@ from pytest_specperf.session.measurements import Measurements
 from pytest_specperf.session.outcomes import Outcomes
 from pytest_specperf.session.plan import Plan
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
-from pytest_specperf.verdict.control import SPEEDUP_CHECK
+from pytest_specperf.verdict.control import SPEEDUP_CHECK, asked_among, speedup_keys
 from pytest_specperf.verdict.markers import RANGE_METRICS, SpecperfMarker
 from pytest_specperf.verdict.nightly import Restarts, looked, second_start_reasons, without_spread, worth_a_restart
+from pytest_specperf.verdict.results import CheckResult
 
 if TYPE_CHECKING:
     from pytest_specperf.measure.rounds import Measurer  # imports the HTTP client
@@ -82,6 +83,9 @@ class Looks:
         limits = Limits.of(self.config, key.workload, marker)
         self._check_reference(key, marker, reference)
         keys = self._keys_of(key.server)
+        on_reference = speedup_keys(self.plan.needed_keys(), self.config.reference)
+        tolerance = limits.tolerance("output_throughput")
+        sharing = asked_among(keys, on_reference, reference, reference_baseline, tolerance)
 
         def look() -> Evaluation:
             return evaluate(
@@ -95,14 +99,15 @@ class Looks:
                 strict=self.strict,
                 searches=self.plan.searches,
                 keys=keys,
+                speedup_keys=sharing,
             )
 
         evaluation = looked(
             look,
             settled=lambda e: e.settled,
             extend=lambda: self._extend(result),
-            confirmable=lambda e: bool(confirming_checks(result, e, keys)),
-            second_start=lambda e: self._second_start(result, e, reference, keys),
+            confirmable=lambda e: bool(confirming_checks(result, e, keys, sharing)),
+            second_start=lambda e: self._second_start(result, e, reference, (keys, sharing)),
         )
         unmoved = _without_spread(result, evaluation)
         if unmoved and key not in self.confirmations and result.starts == 1:
@@ -131,7 +136,7 @@ class Looks:
         return sum(1 for k in self.plan.needed_keys() if k.server == server)
 
     def _second_start(
-        self, result: Measurement, evaluation: Evaluation, reference: Measurement | None, keys: int
+        self, result: Measurement, evaluation: Evaluation, reference: Measurement | None, keys: tuple[int, int]
     ) -> bool:
         """Re-measure on another server start than the first: restart the server, unless it was
         restarted since (for another measurement: one restart confirms every check of a server that
@@ -139,7 +144,7 @@ class Looks:
         key = result.key
         if result.starts > 1 or not self.config.confirm:
             return False
-        reasons = confirming_checks(result, evaluation, keys)
+        reasons = confirming_checks(result, evaluation, *keys)
         beyond = ", ".join(reasons)
         current = self.measurements.measured_on_current_start(key)
         restart, why = self.restarts.ask(
@@ -214,12 +219,17 @@ def _beyond(result: Measurement, evaluation: Evaluation) -> list[tuple[str, list
     ]
 
 
-def confirming_checks(result: Measurement, evaluation: Evaluation, keys: int = 1) -> list[str]:
+def confirming_checks(result: Measurement, evaluation: Evaluation, keys: int = 1, speedup_keys: int = 1) -> list[str]:
     """The checks a second server start is taken for: beyond their threshold, explainable by a start's
     offset, with a value that varies from round to round (verdict/nightly.py `second_start_reasons`),
     and, judged against a history, a change for the server as a whole when it measures `keys` keys
-    (`worth_a_restart`)."""
-    asking = {c.name for c in evaluation.checks if c.night is None or worth_a_restart(c.night, keys)}
+    (`worth_a_restart`); for the speedup's check, among the `speedup_keys` its question is asked among
+    tonight (verdict/control.py `asked_among`)."""
+
+    def sharing(check: CheckResult) -> int:
+        return max(keys, speedup_keys) if check.name == SPEEDUP_CHECK else keys
+
+    asking = {c.name for c in evaluation.checks if c.night is None or worth_a_restart(c.night, sharing(c))}
     return [name for name in second_start_reasons(_beyond(result, evaluation)) if name in asking]
 
 

@@ -250,6 +250,7 @@ class Tonight:
     strict: bool
     searches: int
     keys: int = 1  # the keys the server measures tonight: a start is off or not for all of them
+    speedup_keys: int = 1  # the keys the speedup's "is a start off?" is asked among (control.asked_among)
 
     @property
     def history(self) -> StoredBaseline | None:
@@ -376,7 +377,7 @@ class KeyHistory:
             strict=tonight.strict,
             searches=tonight.searches,
             rounds=limits.rounds,
-            keys=tonight.keys,
+            keys=tonight.speedup_keys,
         )
         checks = [control.check] if control is not None else []
         changes: list[HistoryChange] = []
@@ -456,13 +457,15 @@ def evaluate(
     strict: bool = False,
     searches: int = 1,
     keys: int = 1,
+    speedup_keys: int = 1,
 ) -> Evaluation:
     """Every check of a test on its current measurement. `reference_baseline` is the reference's
     stored history of the same workload and level: with this one's it gives the recorded speedups.
     `searches` is how many key series the session searches for changes (keys x metrics); `keys` how
-    many keys the server measures tonight (verdict/nightly.py `judge_night`)."""
+    many keys the server measures tonight (verdict/nightly.py `judge_night`); `speedup_keys` how many
+    the speedup's question is asked among (verdict/control.py `asked_among`)."""
     tonight = _tonight(result, reference, marker, limits, baseline, reference_baseline, updating, strict, searches)
-    tonight = replace(tonight, keys=keys)
+    tonight = replace(tonight, keys=keys, speedup_keys=max(keys, speedup_keys))
     found = [check.run(tonight) for check in planned_checks(tonight, marker)]
     return Evaluation(
         checks=tuple(check for f in found for check in f.checks),

@@ -20,6 +20,7 @@ What it gives a test (verdict/checks.py):
   whichever gate is in force.
 * `reference_move`: how far the reference moved tonight, a floor of the spread a speculative key's
   absolute throughput is assumed to have while its own runs cannot say it (verdict/history.py).
+* `asked_among`: how many keys a speedup's question "is a start off?" is asked among tonight (below).
 
 Pure: no pytest, no I/O.
 """
@@ -28,10 +29,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from pytest_specperf.measure.records import Measurement
+from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.store.records import LEVEL_RUNS, StoredBaseline, StoredRun
 from pytest_specperf.verdict.history import REFERENCE_SOURCE
 from pytest_specperf.verdict.nightly import NightVerdict, PastRun, RunStatus, judge_night
@@ -153,6 +154,37 @@ def reference_floor(
     return [(abs(math.log(ratio)), REFERENCE_SOURCE)] if ratio is not None and ratio > 0.0 else []
 
 
+def speedup_keys(keys: Iterable[MeasurementKey], reference: str) -> int:
+    """How many of tonight's keys are judged on their speedup over `reference`: every one of them
+    carries a start of the reference (`asked_among`)."""
+    return max(1, sum(1 for key in keys if key.server != reference))
+
+
+def asked_among(
+    server_keys: int,
+    sharing: int,
+    reference: Measurement | None,
+    reference_baseline: StoredBaseline | None,
+    tolerance: Tolerance,
+) -> int:
+    """How many keys a speculative key's speedup asks "is a start off?" among tonight
+    (`nightly.server_change`, `nightly.worth_a_restart`): its server's `server_keys`, and, on a night
+    the reference's start read beyond the tolerance of the reference's own level, every key whose
+    speedup carries that start (`sharing`, `speedup_keys`).
+
+    Why: a speedup carries two starts, its own server's and the reference's, and one reference start is
+    in the speedup of every speculative key of the session. When that start reads high, every
+    speculative server's speedups fall together, and asked per speculative server each of them took a
+    restart for one offset of the reference (5 servers x 20 unchanged keys at a 2% start spread: 0.11
+    second starts a night; shared on such nights, 0.03; benchmarks/verdict_nights.py). On a night the
+    reference read its level, its start is no suspect and the fall is the speculative server's: the
+    question stays its server's, so a server whose speedup fell 10% on every key still turns the suite
+    red on its first night as often as before (68% against 73%; shared on every night, 35%)."""
+    ratio = reference_move(reference, reference_baseline) if reference is not None else None
+    moved = ratio is not None and ratio > 0.0 and tolerance.moved(ratio)
+    return max(server_keys, sharing) if moved else server_keys
+
+
 def judge_speedup(
     result: Measurement,
     reference: Measurement | None,
@@ -166,8 +198,8 @@ def judge_speedup(
     keys: int = 1,
 ) -> Control | None:
     """The speedup's history check of a speculative key, or None (the reference itself, no reference
-    tonight, or no run of both servers stored by one session). `keys`: the keys its server measures
-    tonight (`nightly.judge_night`)."""
+    tonight, or no run of both servers stored by one session). `keys`: the keys its question "is a start
+    off?" is asked among (`asked_among`, `nightly.judge_night`)."""
     if reference is None or result.is_reference or baseline is None or reference_baseline is None:
         return None
     past = speedup_runs(baseline, reference_baseline)
