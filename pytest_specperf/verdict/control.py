@@ -179,7 +179,7 @@ def asked_among(
     second starts a night; shared on such nights, 0.03; benchmarks/verdict_nights.py). On a night the
     reference read its level, its start is no suspect and the fall is the speculative server's: the
     question stays its server's, so a server whose speedup fell 10% on every key still turns the suite
-    red on its first night as often as before (68% against 73%; shared on every night, 35%)."""
+    red on its first night about as often as before (65% against 68%; shared on every night, 37%)."""
     ratio = reference_move(reference, reference_baseline) if reference is not None else None
     moved = ratio is not None and ratio > 0.0 and tolerance.moved(ratio)
     return max(server_keys, sharing) if moved else server_keys
