@@ -7,13 +7,14 @@ fixed, so rendered text can be compared with golden strings.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pytest_specperf.config.settings import ServerConfig, SpecperfConfig
 from pytest_specperf.measure.fingerprint import Fingerprint
 from pytest_specperf.measure.records import Distribution, Measurement, MeasurementKey, RequestRecord, RoundSample
 from pytest_specperf.report.analysis import Report, build_report
-from pytest_specperf.store.records import Provenance, StoredBaseline, Summary
+from pytest_specperf.store.records import Provenance, StoredBaseline, StoredRun, Summary
 from pytest_specperf.verdict.checks import Verdict
 
 SERVERS = {
@@ -134,6 +135,21 @@ def sweep_measurements() -> dict[MeasurementKey, Measurement]:
 def baseline_of(m: Measurement, path: Path) -> StoredBaseline:
     provenance = Provenance("2025-01-01T00:00:00+00:00", "abc123", "gpu-box", "0.1.0")
     return StoredBaseline(m, Summary.of(m), provenance, path)
+
+
+def nightly_history(runs: list[Measurement], path: Path, host: str = "h200") -> StoredBaseline:
+    """The runs as a stored history, one session a night (s0, s1, ...): a session pairs a speculative
+    server's run with the reference's run of the same night (the speedup's history)."""
+    stored = tuple(
+        StoredRun(
+            m,
+            baseline_of(m, path).summary,
+            Provenance(f"2026-12-{i + 1:02d}T18:00:00+00:00", None, host, "0", f"s{i}"),
+            0,
+        )
+        for i, m in enumerate(runs)
+    )
+    return dataclasses.replace(baseline_of(runs[-1], path), runs=stored)
 
 
 def story_report() -> Report:

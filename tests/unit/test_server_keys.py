@@ -10,15 +10,14 @@ no restart; a fall as large as the H200's second start (the same plain config at
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from pathlib import Path
 
-from report_samples import baseline_of, measurement
+from report_samples import measurement, nightly_history
 
 from pytest_specperf.measure.records import Measurement
-from pytest_specperf.store.records import Provenance, StoredBaseline, StoredRun
+from pytest_specperf.store.records import StoredBaseline
 from pytest_specperf.verdict.checks import Limits, evaluate
 from pytest_specperf.verdict.nightly import PastRun, Tolerance, judge_night, server_change, worth_a_restart
 from pytest_specperf.verdict.stats import Decision
@@ -92,17 +91,7 @@ def _plain(tok_s: list[float]) -> Measurement:
 
 def _stored(path: Path) -> StoredBaseline:
     """The same ten nights as a stored history of the plain config at concurrency 8, one session each."""
-    made = [_plain(list(run.samples)) for run in _h200_history()]
-    runs = tuple(
-        StoredRun(
-            m,
-            baseline_of(m, path).summary,
-            Provenance(f"2026-12-{i + 1:02d}T18:00:00+00:00", None, "h200", "0", f"s{i}"),
-            0,
-        )
-        for i, m in enumerate(made)
-    )
-    return dataclasses.replace(baseline_of(made[-1], path), runs=runs)
+    return nightly_history([_plain(list(run.samples)) for run in _h200_history()], path)
 
 
 def test_the_session_judges_a_key_among_the_keys_its_server_measures(tmp_path: Path) -> None:

@@ -19,11 +19,10 @@ import math
 import random
 from pathlib import Path
 
-from report_samples import baseline_of, measurement
+from report_samples import measurement, nightly_history
 
 from pytest_specperf.measure.records import Measurement, MeasurementKey
 from pytest_specperf.session.looks import confirming_checks
-from pytest_specperf.store.records import Provenance, StoredBaseline, StoredRun
 from pytest_specperf.verdict.checks import Evaluation, Limits, evaluate
 from pytest_specperf.verdict.control import SPEEDUP_CHECK, asked_among, speedup_keys
 from pytest_specperf.verdict.stats import Decision
@@ -40,31 +39,14 @@ def _run(server: str, level: float, rng: random.Random) -> Measurement:
     return measurement(server, tok_s, taus, [8.0] * 3, workload="code", concurrency=8)
 
 
-def _stored(runs: list[Measurement], path: Path) -> StoredBaseline:
-    """The runs as a stored history, one session each (s0, s1, ...): the sessions pair the speedups."""
-    stored = tuple(
-        StoredRun(
-            m,
-            baseline_of(m, path).summary,
-            Provenance(f"2026-12-{i + 1:02d}T18:00:00+00:00", None, "h200", "0", f"s{i}"),
-            0,
-        )
-        for i, m in enumerate(runs)
-    )
-    return dataclasses.replace(baseline_of(runs[-1], path), runs=stored)
-
-
 def _night(tmp_path: Path, reference_reads: float, keys: int, sharing: int) -> tuple[Measurement, Evaluation]:
     """Tonight's speculative start on its level, over a reference start that read `reference_reads`
     times its level, judged as one of `keys` keys of its server, its speedup among `sharing` keys."""
     rng = random.Random(11)
     plain = [_run("plain", 975.0, rng) for _ in range(10)]
     spec = [_run("eagle3-2step", 1170.0, rng) for _ in range(10)]
-    reference = measurement("plain", [975.0 * reference_reads] * 3, None, [8.0] * 3, workload="code", concurrency=8)
-    reference.rounds = [
-        dataclasses.replace(r, output_throughput=r.output_throughput * (1 + 0.003 * k))
-        for r, k in zip(reference.rounds, (-1, 0, 1), strict=True)
-    ]
+    tok_s = [975.0 * reference_reads * (1 + 0.003 * k) for k in (-1, 0, 1)]
+    reference = measurement("plain", tok_s, None, [8.0] * 3, workload="code", concurrency=8)
     tonight = measurement(
         "eagle3-2step", [1169.0, 1170.0, 1171.0], [3.0] * 3, [8.0] * 3, workload="code", concurrency=8
     )
@@ -73,9 +55,9 @@ def _night(tmp_path: Path, reference_reads: float, keys: int, sharing: int) -> t
         reference,
         None,
         LIMITS,
-        _stored(spec, tmp_path / "spec.jsonl"),
+        nightly_history(spec, tmp_path / "spec.jsonl"),
         updating=False,
-        reference_baseline=_stored(plain, tmp_path / "plain.jsonl"),
+        reference_baseline=nightly_history(plain, tmp_path / "plain.jsonl"),
         keys=keys,
         speedup_keys=sharing,
     )
@@ -118,7 +100,7 @@ def test_the_question_is_shared_only_on_a_night_the_reference_start_moved(tmp_pa
     level: then every speedup that carries it shares the question (80 keys); on a night it read its
     level the fall is the speculative server's, and the question stays its server's (20 keys)."""
     rng = random.Random(11)
-    plain = _stored([_run("plain", 975.0, rng) for _ in range(10)], tmp_path / "plain.jsonl")
+    plain = nightly_history([_run("plain", 975.0, rng) for _ in range(10)], tmp_path / "plain.jsonl")
     tolerance = LIMITS.tolerance("output_throughput")
 
     def reading(factor: float) -> Measurement:
