@@ -84,14 +84,15 @@ def one_night(
     restarts: Restarts,
     searches: int = 1,
     keys: int = 1,
+    name: str = "server",
 ) -> Night:
     """A key's night through the session's looks; `server` is [the current start number], shared by the
-    keys of one server, so a restart made for one key is the second start of the others."""
+    keys of one server (`name`), so a restart made for one key is the second start of the others."""
     night = Night(key, level, rng, on_start=server[0])
     night.starts.append(key.rounds(rng, level, server[0], ROUNDS))
 
     def second_start(_: NightVerdict) -> bool:
-        restart, why = restarts.ask(on_current_start=night.on_start == server[0])
+        restart, why = restarts.ask(on_current_start=night.on_start == server[0], server=name)
         if why is not None:
             return False
         if restart:

@@ -44,6 +44,7 @@ class SpeedupSuiteNight:
     sharing: int  # the keys whose speedup carries the reference's start (control.speedup_keys)
     searches: int
     rule: str = "moved"  # when the question is shared: "moved" (control.asked_among), "server", "always"
+    name: str = ""  # the speculative server's (one restart per server and night, `Restarts`)
     reference_restarts: int = 0
 
     def judged(self, key: Key, ref_key: Key, ref_night: Night, level: float = SPEEDUP) -> NightVerdict:
@@ -63,7 +64,7 @@ class SpeedupSuiteNight:
             return True
 
         def second_start(_: NightVerdict) -> bool:
-            restart, why = self.granted.ask(on_current_start=on_start == self.server[0])
+            restart, why = self.granted.ask(on_current_start=on_start == self.server[0], server=self.name)
             if why is not None:
                 return False
             if len(references) == 1:
@@ -134,7 +135,7 @@ def _suite_nights(
         night_of_suite = SpeedupSuiteNight(rng, granted, [1], ref_on, keys, sharing, servers * keys, rule)
         speculative = []
         for i, server in enumerate(suite[1:]):
-            night_of_suite.server = [1]
+            night_of_suite.server, night_of_suite.name = [1], f"speculative {i}"
             level = SPEEDUP * (1.0 - change) if i == 0 and n >= 10 else SPEEDUP
             zipped = zip(server, ref_nights, strict=True)
             speculative.append([night_of_suite.judged(k, r.key, r, level) for k, r in zipped])
@@ -194,9 +195,10 @@ def speedup_suite_change(
     first speculative server's speedup 10% lower on all its keys from one night on (a draft or a verify
     path that got slower): its keys flagged (REGRESSION) on the first night and within three, the suites
     that went red for it (any of its keys flagged), and the other servers' keys flagged."""
-    first = within = red_first = red_within = others = 0
+    first = within = red_first = red_within = others = starts = 0
     for _ in range(trials):
         nights = _suite_nights(noise, rng, servers, keys, 3, rule, 0.10)
+        starts += sum(n.granted + n.reference_restarts for n in nights)
         caught = [[v.decision is Decision.MISSED for v in n.speculative[0]] for n in nights]
         first += sum(caught[0])
         within += sum(any(night[k] for night in caught) for k in range(keys))
@@ -209,6 +211,7 @@ def speedup_suite_change(
         "suites red for it on the first night": red_first / trials,
         "suites red for it within 3 nights": red_within / trials,
         "unchanged speculative keys flagged (per key and night)": others / trials / (3 * (servers - 2) * keys),
+        "second starts while it lasts (x100: per night)": starts / trials / 3 / 100,
     }
 
 

@@ -185,9 +185,12 @@ def suite_restarts(noise: NightNoise, trials: int, rng: np.random.Generator, ser
             while len(key.history) < 10:
                 nights(key, rng, 1)
         granted = Restarts(MAX_RESTARTS)
-        for server in suite:
+        for index, server in enumerate(suite):
             on = [1]
-            tonight = [one_night(key, rng, 1.0, on, granted, searches=servers * keys, keys=keys) for key in server]
+            tonight = [
+                one_night(key, rng, 1.0, on, granted, searches=servers * keys, keys=keys, name=str(index))
+                for key in server
+            ]
             red += any(flagged(n) for n in tonight)
             suspect += sum(n.verdict is not None and n.verdict.decision is Decision.SUSPECT for n in tonight)
         restarts += granted.used
@@ -238,7 +241,10 @@ SCENARIOS: dict[str, tuple[Callable[..., dict[str, float]], list[tuple[str, Nigh
         functools.partial(speedup_suite, rule="always"),
         [("start SD 2%", NORMAL), ("start SD 5%", NightNoise(cv=0.05))],
     ),
-    "5 servers x 20 keys (gate = speedup): one server's speedup -10%": (speedup_suite_change, [("normal", NORMAL)]),
+    "5 servers x 20 keys (gate = speedup): one server's speedup -10%": (
+        speedup_suite_change,
+        [("normal", NORMAL), ("start SD 5%", NightNoise(cv=0.05))],
+    ),
     "5 servers x 20 keys (gate = speedup; asked per server): one server's speedup -10%": (
         functools.partial(speedup_suite_change, rule="server"),
         [("normal", NORMAL)],

@@ -148,7 +148,9 @@ class Looks:
         beyond = ", ".join(reasons)
         current = self.measurements.measured_on_current_start(key)
         restart, why = self.restarts.ask(
-            on_current_start=current, cannot=self.pool.cannot_restart(key.server) if current else None
+            on_current_start=current,
+            cannot=self.pool.cannot_restart(key.server) if current else None,
+            server=key.server,
         )
         if why is not None:
             self.confirmations[key] = f"decided on one server start: {why}"

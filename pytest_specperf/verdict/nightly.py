@@ -477,23 +477,36 @@ def looked(
 @dataclass
 class Restarts:
     """Which second looks restart a server: one restart confirms every key measured on the start before
-    it (such a key gets its second start on the new one, without another restart), at most `limit`
-    per session. The session's rule (session/looks.py) and benchmarks/verdict_nights.py's."""
+    it (such a key gets its second start on the new one, without another restart), once per server
+    and night, at most `limit` per session. The session's rule (session/looks.py) and
+    benchmarks/verdict_nights.py's.
+
+    Why once per server: a restart asks the server "is this start off?", and its second start answers
+    for the server. Keys measured on the new start after it ask nothing new; restarted again for each
+    of them, a server whose speedup really fell 10% on its 20 keys took a second start for every key
+    the session's cap allowed, night after night until a person accepted the change (4.6 starts a
+    night for a 5 x 20 key suite at a 2% start spread, benchmarks/verdict_nights.py), each up to 15
+    minutes on a GPU node. Such a key is decided on its one start: a change for the server as a
+    whole stands on it (`judge_night(keys=...)`), else it is SUSPECT until its nights prove it."""
 
     limit: int
     used: int = 0
+    restarted: set[str] = field(default_factory=set)
 
-    def ask(self, *, on_current_start: bool, cannot: str | None = None) -> tuple[bool, str | None]:
+    def ask(self, *, on_current_start: bool, cannot: str | None = None, server: str = "") -> tuple[bool, str | None]:
         """(restart now?, why no second start can be had): a key measured on the start running now needs
-        a restart, which `cannot` (the pool's reason) or the session's cap may refuse; a key measured on
-        an earlier start is measured again on the current one."""
+        a restart, which `cannot` (the pool's reason), a restart of `server` tonight already, or the
+        session's cap may refuse; a key measured on an earlier start is measured again on the current one."""
         if not on_current_start:
             return False, None
         if cannot is not None:
             return False, cannot
+        if server in self.restarted:
+            return False, f"{server or 'the server'} was restarted once tonight already (one second start per server)"
         if self.used >= self.limit:
             return False, f"the session already restarted {self.used} server(s) (max_restarts = {self.limit})"
         self.used += 1
+        self.restarted.add(server)
         return True, None
 
 
