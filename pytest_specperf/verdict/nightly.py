@@ -482,12 +482,14 @@ class Restarts:
     benchmarks/verdict_nights.py's.
 
     Why once per server: a restart asks the server "is this start off?", and its second start answers
-    for the server. Keys measured on the new start after it ask nothing new; restarted again for each
-    of them, a server whose speedup really fell 10% on its 20 keys took a second start for every key
-    the session's cap allowed, night after night until a person accepted the change (4.6 starts a
-    night for a 5 x 20 key suite at a 2% start spread, benchmarks/verdict_nights.py), each up to 15
-    minutes on a GPU node. Such a key is decided on its one start: a change for the server as a
-    whole stands on it (`judge_night(keys=...)`), else it is SUSPECT until its nights prove it."""
+    for the server. The session measures a server's keys one test after another, so the keys after the
+    restart are on the new start; restarted again for each of them, a server whose speedup fell 10% on
+    its 20 keys took a second start for key after key up to the cap, every night until a person
+    accepted the change (3.33 second starts a night for a 5 x 20 key suite at a 2% start spread, 1.70
+    once per server; benchmarks/verdict_nights.py), each up to 15 minutes on a GPU node. Such a key is
+    decided on its one start: a change for the server as a whole stands on it (`judge_night(keys=...)`),
+    else it is SUSPECT until its nights prove it. The reference's second start for a speedup's second
+    draw (session/looks.py `_reference_again`) is apart: it is the draw, not a question of its own."""
 
     limit: int
     used: int = 0
