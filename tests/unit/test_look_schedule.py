@@ -56,14 +56,14 @@ def test_one_restart_confirms_every_key_measured_before_it_within_the_cap() -> N
     assert restarts.ask(on_current_start=False, server="a") == (False, None)  # the next is measured on the new start
     restart, why = restarts.ask(on_current_start=True, server="b")  # another server: the cap is reached
     assert not restart and why == "the session already restarted 1 server(s) (max_restarts = 1)"
+    assert Restarts(limit=4).ask(on_current_start=True, cannot="an attached server") == (False, "an attached server")
 
 
 def test_a_server_is_restarted_once_a_night() -> None:
-    """A key measured on the start a restart made asks nothing that start has not answered: a server
-    whose every key fell is restarted once, not once per key up to the cap."""
+    """A key measured on the start a restart made is decided on it: a server whose every key fell is
+    restarted once a night, not once per key up to the cap."""
     restarts = Restarts(limit=4)
     assert restarts.ask(on_current_start=True, server="eagle3") == (True, None)
     restart, why = restarts.ask(on_current_start=True, server="eagle3")  # a key measured on the new start
     assert not restart and why == "eagle3 was restarted once tonight already (one second start per server)"
     assert restarts.ask(on_current_start=True, server="plain") == (True, None) and restarts.used == 2
-    assert Restarts(limit=4).ask(on_current_start=True, cannot="an attached server") == (False, "an attached server")
