@@ -70,10 +70,16 @@ class Night:
         return self.verdict
 
     def extend(self) -> bool:
-        if len(self.starts) > 1 or len(self.starts[0]) >= MAX_ROUNDS:
-            return False
-        self.starts[0] += self.key.rounds(self.rng, self.level, self.on_start, MAX_ROUNDS - ROUNDS)
-        return True
+        return extend_first(self.starts, lambda count: self.key.rounds(self.rng, self.level, self.on_start, count))
+
+
+def extend_first(starts: list[list[float]], rounds: Callable[[int], list[float]]) -> bool:
+    """The second look's extra rounds, up to `MAX_ROUNDS` on the first start (`rounds(count)` measures
+    them); False when there is a second start already or the first has them all."""
+    if len(starts) > 1 or len(starts[0]) >= MAX_ROUNDS:
+        return False
+    starts[0] += rounds(MAX_ROUNDS - ROUNDS)
+    return True
 
 
 def one_night(

@@ -8,7 +8,18 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from night_model import MAX_RESTARTS, MAX_ROUNDS, NORMAL, ROUND_CV, ROUNDS, TOLERANCE, Key, Night, one_night, store
+from night_model import (
+    MAX_RESTARTS,
+    NORMAL,
+    ROUND_CV,
+    ROUNDS,
+    TOLERANCE,
+    Key,
+    Night,
+    extend_first,
+    one_night,
+    store,
+)
 
 from pytest_specperf.sim.nights import NightNoise, node_speed
 from pytest_specperf.store.records import LEVEL_RUNS, VERDICT_NIGHTS, kept_runs
@@ -58,10 +69,7 @@ class SpeedupSuiteNight:
             return judge_night(draws, key.history, TOLERANCE, searches=self.searches, rounds=ROUNDS, keys=asked)
 
         def extend() -> bool:
-            if len(starts) > 1 or len(starts[0]) >= MAX_ROUNDS:
-                return False
-            starts[0] += key.rounds(self.rng, level, on_start, MAX_ROUNDS - ROUNDS)
-            return True
+            return extend_first(starts, lambda count: key.rounds(self.rng, level, on_start, count))
 
         def second_start(_: NightVerdict) -> bool:
             restart, why = self.granted.ask(on_current_start=on_start == self.server[0], server=self.name)
@@ -249,10 +257,7 @@ class SpeedupNight:
         return judge_night(self.draws(), self.history, TOLERANCE, rounds=ROUNDS)
 
     def extend(self) -> bool:
-        if len(self.starts) > 1 or len(self.starts[0]) >= MAX_ROUNDS:
-            return False
-        self.starts[0] += self._rounds(100.0 * self.speedup, self.seeds[1], 1, MAX_ROUNDS - ROUNDS)
-        return True
+        return extend_first(self.starts, lambda count: self._rounds(100.0 * self.speedup, self.seeds[1], 1, count))
 
     def second_start(self, _: NightVerdict) -> bool:
         self.start()

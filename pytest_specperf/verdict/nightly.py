@@ -492,8 +492,12 @@ class Restarts:
     draw (session/looks.py `_reference_again`) is apart: it is the draw, not a question of its own."""
 
     limit: int
-    used: int = 0
     restarted: set[str] = field(default_factory=set)
+
+    @property
+    def used(self) -> int:
+        """Restarts spent tonight: one per server restarted."""
+        return len(self.restarted)
 
     def ask(self, *, on_current_start: bool, cannot: str | None = None, server: str = "") -> tuple[bool, str | None]:
         """(restart now?, why no second start can be had): a key measured on the start running now needs
@@ -507,7 +511,6 @@ class Restarts:
             return False, f"{server or 'the server'} was restarted once tonight already (one second start per server)"
         if self.used >= self.limit:
             return False, f"the session already restarted {self.used} server(s) (max_restarts = {self.limit})"
-        self.used += 1
         self.restarted.add(server)
         return True, None
 
