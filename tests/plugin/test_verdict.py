@@ -229,7 +229,10 @@ def test_xdist_update_race_loses_nothing(make_suite) -> None:
     assert [f.parent.name for f in files] == ["eagle3-2step", "eagle3-5step", "plain"]
     for f in files:
         assert stored_runs(f)[-1]["summary"]["rounds"] == 4
-    suite.run("-n", "2", subprocess=True).assert_outcomes(passed=3)
+    # the next night reads every history the racing workers wrote; its verdicts are not asserted: on a
+    # loaded machine the reference's rounds moved 26% between the two nights, a REGRESSION of the speedup
+    outcomes = suite.run("-n", "2", subprocess=True).parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 3 and "errors" not in outcomes
 
 
 def test_secrets_never_leave_the_process(make_suite, monkeypatch: pytest.MonkeyPatch) -> None:
