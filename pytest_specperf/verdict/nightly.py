@@ -19,8 +19,9 @@ across its rounds (a deterministic accept length: a second start would measure i
 it is never the reason for one, `second_start_reasons`). SUSPECT is an estimate beyond the
 tolerance that is probably (`SUSPECT_CONFIDENCE`) a change, or any such estimate on the prior. A SUSPECT night that
 belongs to a change in force is judged with that change's runs, tonight's included: a change beyond
-the tolerance that no single night proves is proven by the nights since it began, and named "since"
-its first run on every night until a person accepts it.
+the tolerance that no single night proves is proven by the nights since it began (on a server start that
+measures several keys, when it is a change for the server as a whole, as a REGRESSION on one start
+must be), and named "since" its first run on every night until a person accepts it.
 
 A night is looked at twice at most, each look fixed in advance (no optional stopping): after
 `rounds` rounds on the first server start; when that look is not MET, after the start is extended
@@ -176,8 +177,9 @@ def judge_night(
     before the current segment (the level a person accepted before this one): while the segment has
     too few runs for a spread, theirs is the key's (an update moves the level, not the key's noise).
     `floors`: (CV, where it was seen) the assumed spread may not be below (the reference's movement).
-    `keys`: the keys the server start measures tonight: a REGRESSION on one start must be a change for
-    the server as a whole (`server_change`), as the second start that would confirm it must.
+    `keys`: the keys the server start measures tonight: a REGRESSION on one start, or one that the
+    nights of a change in force make of a SUSPECT night, must be a change for the server as a whole
+    (`server_change`), as the second start that would confirm it must.
     """
     tonight_mean = math.exp(NightLevel.of(tonight).log_mean)
     values = (*(_mean(r.samples) for r in history), tonight_mean)
@@ -198,7 +200,7 @@ def judge_night(
         change = _change_in_force(tonight, history, level)
         worse, better = _classify_change(change, tolerance)
         seen = level.established or _nights(history, level.change_runs) >= CHANGE_NIGHTS
-        if decision is Decision.SUSPECT and worse and seen:
+        if decision is Decision.SUSPECT and worse and seen and _off_for_the_server(change.change_at, keys):
             decision, by_change = Decision.MISSED, True
         improved = improved or (level.established and better)
     since = None
@@ -304,7 +306,14 @@ def server_change(comparison: HistoryComparison, keys: int) -> bool:
     wholly off the level. Why: whether a start is off is the server's question, and each of its keys
     asks it; asked by each at one key's confidence, a server of 20 unchanged keys hears yes 20 times as
     often."""
-    server = comparison.ratio_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / max(keys, 1))
+    return _off_for_the_server(comparison.ratio_at, keys)
+
+
+def _off_for_the_server(interval_at: Callable[[float], Estimate], keys: int) -> bool:
+    """An estimate's interval (`interval_at(confidence)`) at the SUSPECT confidence shared among the
+    server's `keys` keys lies wholly off the level: `server_change`'s question, which a change in force
+    must answer too before its nights make a REGRESSION of a SUSPECT night (`judge_night`)."""
+    server = interval_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / max(keys, 1))
     return not server.low <= 1.0 <= server.high
 
 
@@ -348,15 +357,19 @@ def _change_in_force(
 ) -> ChangePoint:
     """The change tonight belongs to, as one estimate: the mean of its runs (tonight's starts among
     them) against the accepted level's, Welch: each side with its own spread, so runs that vary more
-    than the key's (a mode that comes and goes) carry less evidence than runs of a clean step."""
+    than the key's (a mode that comes and goes) carry less evidence than runs of a clean step. Never
+    less than the key's spread, though: two or three runs that happen to lie close together say
+    nothing of the key's noise, and taken at their own spread an unchanged key at a 5% start spread
+    whose last nights read -11%, -12% and -10% was a change "certain" at 99%."""
     after = [math.log(_mean(history[i].samples)) for i in level.change_runs]
     after += [math.log(_mean(s)) for s in tonight]
     before = [math.log(_mean(history[i].samples)) for i in level.level_runs]
     spread = [math.log(_mean(history[i].samples)) for i in level.spread_runs]
     d = statistics.fmean(after) - statistics.fmean(before)
+    own, key = _variance(after), _variance(spread)
     parts = [
-        (statistics.variance(after) / len(after) if len(after) > 1 else math.inf, len(after) - 1),
-        (statistics.variance(spread) / len(before) if len(spread) > 1 else math.inf, len(spread) - 1),
+        (max(own, key) / len(after), len(after) - 1 if own >= key else len(spread) - 1),
+        (key / len(before), len(spread) - 1),
     ]
     variance = math.fsum(v for v, _ in parts)
     df = max(1.0, satterthwaite([(v, d) for v, d in parts if math.isfinite(v)])) if math.isfinite(variance) else 1.0
@@ -405,6 +418,11 @@ def _confirm(
     return look, on_its_own, first.comparison.ratio.value
 
 
+def _variance(logs: Sequence[float]) -> float:
+    """The sample variance, infinite with fewer than two values (no spread to go by)."""
+    return statistics.variance(logs) if len(logs) > 1 else math.inf
+
+
 def _nights(history: Sequence[PastRun], runs: Sequence[int]) -> int:
     """How many nights `runs` (indices into `history`) were measured on: a session's starts are one."""
     return len({history[i].night if history[i].night is not None else i for i in runs})
@@ -444,7 +462,8 @@ def worth_a_restart(verdict: NightVerdict, keys: int = 1) -> bool:
     one key, while a real change of a key, whose interval lies far from the level, still asks for one.
     A REGRESSION always asks (a second start that disagrees is what keeps an unchanged key from
     failing): judged with the same `keys` (`judge_night`), one on a single start is a change for the
-    server as a whole already, else it is SUSPECT. A night held by the change in force asks too."""
+    server as a whole already, else it is SUSPECT. A night held by the change in force (a change for
+    the server as a whole, `judge_night`) asks too."""
     if verdict.decision not in (Decision.SUSPECT, Decision.MISSED):
         return False
     comparison = verdict.comparison
