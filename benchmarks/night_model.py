@@ -158,9 +158,10 @@ NORMAL, HEAVY = NightNoise(cv=0.02), NightNoise(cv=0.02, df=3.0)
 def upper_95(per_suite: list[float]) -> float:
     """The one-sided 95% upper bound of a mean over suites (normal approximation).
 
-    Why over suites, not nights: a suite's restarts cluster (a key whose history reads narrow asks night
-    after night), so its nights are not independent draws; sets of 100 suites at a 5% start spread read
-    0.09 to 0.18 second starts a night where 500 read 0.12. The bound says how far a figure may be off."""
+    Why over suites, not nights: a suite's restarts cluster (at a 5% start spread most suites take none
+    in five nights, a few take three or more), so its nights are not independent draws; sets of 100
+    suites there read 0.09 to 0.18 second starts a night where 500 read 0.12 (the default gate). The
+    bound says how far a figure may be off."""
     values = np.asarray(per_suite, dtype=float)
     if values.size < 2:
         return float("nan")
