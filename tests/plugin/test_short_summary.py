@@ -59,7 +59,12 @@ def test_a_failing_message_says_each_sentence_once(make_suite) -> None:
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("="))
     message = lines[start:end]
     assert len(message) <= 25, "\n".join(message)
-    sentences = [s.strip() for line in message for s in line.split("; ") if len(s.strip()) > 20]
+    # each check's line describes its own history ("1 recorded run, ..., 2 more recorded runs replace
+    # it)): ratio ..."): two histories alike read alike, and where the reference moved 0.0% the speedup's
+    # and the throughput's ratios are the same figure too, so those clauses are not sentences said twice
+    sentences = [
+        s.strip() for line in message for s in line.split("; ") if len(s.strip()) > 20 and "recorded run" not in s
+    ]
     repeated = {s for s in sentences if sentences.count(s) > 1}
     assert not repeated, "\n".join(message)
     summary = "\n".join(_section(lines))
