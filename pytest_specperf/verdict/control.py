@@ -176,7 +176,8 @@ def asked_among(
     in the speedup of every speculative key of the session. When that start reads high, every
     speculative server's speedups fall together, and asked per speculative server each of them took a
     restart for one offset of the reference (5 servers x 20 unchanged keys at a 5% start spread: 0.26
-    second starts a night; shared on such nights, 0.11; benchmarks/verdict_nights.py). On a night the
+    second starts a night; shared on such nights, 0.11; benchmarks/verdict_nights.py, with the server's
+    question at one-sided 97.5%, before `nightly.SERVER_CONFIDENCE`). On a night the
     reference read its level, its start is no suspect and the fall is the speculative server's: the
     question stays its server's, so a server whose speedup fell 10% on every key still turns the suite
     red on its first night in 80% (69% asked per server; shared on every night, 37%)."""

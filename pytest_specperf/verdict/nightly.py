@@ -81,6 +81,14 @@ BEYOND_CONFIDENCE: Final = TWO_SIDED_80
 #: ... and for a SUSPECT (which on a GPU asks for a second server start): one-sided 97.5%. A night
 #: that is probably a change beyond the tolerance is worth a second look; only a certain one fails.
 SUSPECT_CONFIDENCE: Final = TWO_SIDED_95
+#: ... and for "is this server start off?" (`server_change`), shared among the keys the start measures:
+#: the change question's, one-sided 99% for the server as a whole. Why not the SUSPECT confidence: the
+#: answer yes costs a server start (15 minutes and more on a GPU), and a suite of 5 servers x 20
+#: unchanged keys at a 5% start spread, asked at one-sided 97.5%, took 0.12 second starts a night
+#: (benchmarks/verdict_nights.py, 500 suites; the budget is 0.1), at 99% 0.06 (300 suites). What it
+#: costs: the first night of a whole server's speedup 10% lower turns the suite red less often (80% ->
+#: 44% of 100 suites at a 2% start spread), its first three nights about as often (99% -> 95%).
+SERVER_CONFIDENCE: Final = CHANGE_CONFIDENCE
 
 #: A change too young for the step test is judged with its own runs once it was seen on this many
 #: past nights: one odd night may be the node; two in a row are the key.
@@ -302,18 +310,18 @@ def _stands(
 
 def server_change(comparison: HistoryComparison, keys: int) -> bool:
     """Tonight is a change for the server as a whole when it measures `keys` keys: its interval at the
-    SUSPECT confidence shared among them (Bonferroni: one-sided 97.5% for one key, 99.875% for 20) lies
-    wholly off the level. Why: whether a start is off is the server's question, and each of its keys
-    asks it; asked by each at one key's confidence, a server of 20 unchanged keys hears yes 20 times as
-    often."""
+    change question's confidence shared among them (`SERVER_CONFIDENCE`; Bonferroni: one-sided 99% for
+    one key, 99.95% for 20) lies wholly off the level. Why: whether a start is off is the server's
+    question, and each of its keys asks it; asked by each at one key's confidence, a server of 20
+    unchanged keys hears yes 20 times as often."""
     return _off_for_the_server(comparison.ratio_at, keys)
 
 
 def _off_for_the_server(interval_at: Callable[[float], Estimate], keys: int) -> bool:
-    """An estimate's interval (`interval_at(confidence)`) at the SUSPECT confidence shared among the
+    """An estimate's interval (`interval_at(confidence)`) at `SERVER_CONFIDENCE` shared among the
     server's `keys` keys lies wholly off the level: `server_change`'s question, which a change in force
     must answer too before its nights make a REGRESSION of a SUSPECT night (`judge_night`)."""
-    server = interval_at(1.0 - (1.0 - SUSPECT_CONFIDENCE) / max(keys, 1))
+    server = interval_at(1.0 - (1.0 - SERVER_CONFIDENCE) / max(keys, 1))
     return not server.low <= 1.0 <= server.high
 
 
@@ -457,8 +465,8 @@ def worth_a_restart(verdict: NightVerdict, keys: int = 1) -> bool:
     Why: a restart is a question asked of the server (is this start off?), and each of its keys can ask
     it. Asked by every SUSPECT key at the SUSPECT question's confidence, a server of 20 unchanged keys
     would be restarted about 20 times as often as a server of one. For a SUSPECT night the question is
-    the server's: asked at the SUSPECT confidence for the server as a whole (Bonferroni over its keys:
-    one-sided 97.5% for one key, 99.875% for 20), so the server's false restarts stay about those of
+    the server's: asked at `SERVER_CONFIDENCE` for the server as a whole (Bonferroni over its keys:
+    one-sided 99% for one key, 99.95% for 20), so the server's false restarts stay about those of
     one key, while a real change of a key, whose interval lies far from the level, still asks for one.
     A REGRESSION always asks (a second start that disagrees is what keeps an unchanged key from
     failing): judged with the same `keys` (`judge_night`), one on a single start is a change for the
