@@ -5,7 +5,9 @@ suite of 5 servers x 20 keys under the default gate (`gate = "speedup"`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from unittest import mock
 
 import numpy as np
 from night_model import (
@@ -24,6 +26,7 @@ from night_model import (
 
 from pytest_specperf.sim.nights import NightNoise, node_speed
 from pytest_specperf.store.records import LEVEL_RUNS, VERDICT_NIGHTS, kept_runs
+from pytest_specperf.verdict import nightly
 from pytest_specperf.verdict.control import paired_speedups
 from pytest_specperf.verdict.nightly import (
     NightVerdict,
@@ -351,3 +354,16 @@ def node_swing_change(
         "within 3 nights": within / trials,
         "flagged (REGRESSION or SUSPECT) within 3 nights": shown / trials,
     }
+
+
+def beyond_at(confidence: float, scenario: Callable[..., dict[str, float]]) -> Callable[..., dict[str, float]]:
+    """`scenario` with a REGRESSION's second question, "is it beyond the tolerance?", asked at `confidence`
+    (two-sided) instead of the plugin's `BEYOND_CONFIDENCE` (one-sided 90%), on one night and on the
+    nights of a change alike. Not the plugin's rule: the rows it makes show what "no REGRESSION of an
+    unchanged speedup" would cost in REGRESSIONs of a changed one."""
+
+    def held(noise: NightNoise, trials: int, rng: np.random.Generator) -> dict[str, float]:
+        with mock.patch.object(nightly, "BEYOND_CONFIDENCE", confidence):
+            return scenario(noise, trials, rng)
+
+    return held
